@@ -1,0 +1,113 @@
+//! The crate's error type: structured, `#[non_exhaustive]`, with I/O failures, on-disk
+//! corruption and unsupported versions kept apart so callers can react to each.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout floe.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in floe.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    #[error("I/O error during {op} on {}: {source}", path.display())]
+    Io {
+        /// What floe was doing (`"open"`, `"write"`, `"fsync"`, `"rename"`, ...).
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bytes on disk do not form a valid floe structure.
+    #[error("corrupt data in {} at offset {offset}: {what}", path.display())]
+    Corrupt {
+        /// The file that holds the bad bytes.
+        path: PathBuf,
+        /// Byte offset in that file where the problem was found.
+        offset: u64,
+        /// What was wrong.
+        what: String,
+    },
+    /// A file was written by a format version this build cannot read.
+    #[error("{} has format version {found}, this build reads up to {supported}", path.display())]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found in the file.
+        found: u32,
+        /// The newest version this build understands.
+        supported: u32,
+    },
+    /// A key hashed to a key group that this store does not own.
+    #[error("key group {key_group} is outside this store's range {start}..{end}")]
+    KeyGroupOutOfRange {
+        /// The key's group.
+        key_group: u32,
+        /// First owned group.
+        start: u32,
+        /// One past the last owned group.
+        end: u32,
+    },
+    /// No state of that name or id is registered.
+    #[error("unknown state {0:?}")]
+    UnknownState(String),
+    /// A state was used (or re-registered) as a different kind than it was declared.
+    #[error("state {name:?} is a {actual} state, not a {expected} state")]
+    StateKindMismatch {
+        /// The state's name.
+        name: String,
+        /// The kind the caller asked for.
+        expected: &'static str,
+        /// The kind the state has.
+        actual: &'static str,
+    },
+    /// Encoding or decoding a typed key or value failed.
+    #[error("codec error for state {state:?}: {source}")]
+    Codec {
+        /// The state whose codec failed.
+        state: String,
+        /// The codec's error.
+        #[source]
+        source: postcard::Error,
+    },
+    /// A record does not fit the state it is applied to (wrong kind, malformed list).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// A configuration value is not acceptable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// A checkpoint, file or directory that the operation needs does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The path is not floe's to touch (it holds something floe did not write).
+    #[error("{} is not a floe directory: {why}", path.display())]
+    NotOurs {
+        /// The path.
+        path: PathBuf,
+        /// What was found there.
+        why: String,
+    },
+    /// A background task failed or was cancelled before it reported.
+    #[error("background task failed: {0}")]
+    Background(String),
+}
+
+impl Error {
+    /// Builds an [`Error::Io`].
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { op, path: path.into(), source }
+    }
+
+    /// Builds an [`Error::Corrupt`].
+    pub fn corrupt(path: impl Into<PathBuf>, offset: u64, what: impl Into<String>) -> Self {
+        Error::Corrupt { path: path.into(), offset, what: what.into() }
+    }
+
+    /// True when the error says stored data is damaged (as opposed to I/O or usage).
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corrupt { .. } | Error::UnsupportedVersion { .. })
+    }
+}

@@ -1,0 +1,599 @@
+//! The live, mutable state store that an operator owns.
+//!
+//! A [`Store`] holds named states, each partitioned into one [`Trie`] per owned key
+//! group. Every write is stamped with the store's current *epoch*; [`Store::snapshot`]
+//! freezes the current tries (one pointer copy per state and key group) and starts the
+//! next epoch. [`Store::confirm`] records the last checkpoint that completed, the parent
+//! of future increments, and drops tombstones no increment can need any more.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::descriptor::{StateDescriptor, StateKind};
+use super::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupRange, MAX_MAX_PARALLELISM, key_hash};
+use super::list::{self, ListItems};
+use super::record::Record;
+use super::snapshot::{Snapshot, SnapshotInner, StateSnapshot};
+use super::trie::{Entry, ListValue, MapValue, Prev, Trie, Value};
+use crate::error::{Error, Result};
+
+/// Identifies a registered state within one [`Store`] (its registration index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StateId(pub(crate) u32);
+
+impl StateId {
+    /// The id of the `index`-th registered state.
+    pub const fn from_index(index: u32) -> StateId {
+        StateId(index)
+    }
+
+    /// The registration index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// How a store is partitioned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Number of key groups of the job (`hash mod max_parallelism`).
+    pub max_parallelism: u32,
+    /// The key groups this store owns.
+    pub key_groups: KeyGroupRange,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
+            key_groups: KeyGroupRange::all(DEFAULT_MAX_PARALLELISM),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Checks the configuration.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_parallelism == 0 || self.max_parallelism > MAX_MAX_PARALLELISM {
+            return Err(Error::InvalidConfig(format!(
+                "max_parallelism {} is not in 1..={MAX_MAX_PARALLELISM}",
+                self.max_parallelism
+            )));
+        }
+        if self.key_groups.start > self.key_groups.end || self.key_groups.end > self.max_parallelism {
+            return Err(Error::InvalidConfig(format!(
+                "key-group range {} does not fit max_parallelism {}",
+                self.key_groups, self.max_parallelism
+            )));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct StateTable {
+    pub desc: Arc<StateDescriptor>,
+    pub groups: Vec<Trie>,
+}
+
+/// A versioned, copy-on-write keyed state store.
+pub struct Store {
+    config: StoreConfig,
+    /// Epoch stamped on writes now; snapshots taken so far have smaller epochs.
+    epoch: u64,
+    /// Epoch of the last confirmed snapshot (0: none): the parent of the next increment.
+    confirmed: u64,
+    states: Vec<StateTable>,
+    by_name: HashMap<String, StateId>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("config", &self.config)
+            .field("epoch", &self.epoch)
+            .field("confirmed", &self.confirmed)
+            .field("states", &self.states.len())
+            .finish()
+    }
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            config: StoreConfig::default(),
+            epoch: 1,
+            confirmed: 0,
+            states: Vec::new(),
+            by_name: HashMap::new(),
+        }
+    }
+}
+
+/// The location of a key: state index, group index within the store, hash.
+#[derive(Clone, Copy)]
+struct Loc {
+    state: usize,
+    group: usize,
+    hash: u64,
+}
+
+impl Store {
+    /// A store owning every key group of the default `max_parallelism` (128).
+    pub fn new() -> Store {
+        Store::default()
+    }
+
+    /// A store with the given partitioning.
+    pub fn with_config(config: StoreConfig) -> Result<Store> {
+        config.validate()?;
+        Ok(Store { config, ..Store::default() })
+    }
+
+    /// The store's partitioning.
+    pub fn config(&self) -> StoreConfig {
+        self.config
+    }
+
+    /// The epoch that writes are stamped with now.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The epoch of the last confirmed snapshot (0 when none was confirmed).
+    pub fn confirmed_epoch(&self) -> u64 {
+        self.confirmed
+    }
+
+    /// Registers a state, or returns the id of an identical registration. Registering a
+    /// name again with a different descriptor is an error.
+    pub fn register(&mut self, desc: StateDescriptor) -> Result<StateId> {
+        if let Some(&id) = self.by_name.get(&desc.name) {
+            let have = &self.states[id.index()].desc;
+            if have.kind != desc.kind {
+                return Err(Error::StateKindMismatch {
+                    name: desc.name,
+                    expected: desc.kind.as_str(),
+                    actual: have.kind.as_str(),
+                });
+            }
+            return Ok(id);
+        }
+        let index =
+            u32::try_from(self.states.len()).map_err(|_| Error::InvalidConfig("too many states".into()))?;
+        let id = StateId(index);
+        let groups = vec![Trie::default(); self.config.key_groups.len() as usize];
+        self.by_name.insert(desc.name.clone(), id);
+        self.states.push(StateTable { desc: Arc::new(desc), groups });
+        Ok(id)
+    }
+
+    /// The id of a registered state.
+    pub fn state_id(&self, name: &str) -> Option<StateId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Descriptors of all registered states, in registration order.
+    pub fn descriptors(&self) -> impl Iterator<Item = &StateDescriptor> {
+        self.states.iter().map(|s| &*s.desc)
+    }
+
+    /// Number of live keys in a state.
+    pub fn len(&self, state: StateId) -> u64 {
+        self.states.get(state.index()).map_or(0, |s| s.groups.iter().map(Trie::len).sum())
+    }
+
+    /// True when a state holds no key.
+    pub fn is_empty(&self, state: StateId) -> bool {
+        self.len(state) == 0
+    }
+
+    fn locate(&self, state: StateId, key: &[u8], kind: StateKind) -> Result<Loc> {
+        let table =
+            self.states.get(state.index()).ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
+        if table.desc.kind != kind {
+            return Err(Error::StateKindMismatch {
+                name: table.desc.name.clone(),
+                expected: kind.as_str(),
+                actual: table.desc.kind.as_str(),
+            });
+        }
+        let hash = key_hash(key);
+        let kg = super::keygroup::key_group_of_hash(hash, self.config.max_parallelism);
+        let range = self.config.key_groups;
+        if !range.contains(kg) {
+            return Err(Error::KeyGroupOutOfRange { key_group: kg, start: range.start, end: range.end });
+        }
+        Ok(Loc { state: state.index(), group: (kg - range.start) as usize, hash })
+    }
+
+    fn trie(&self, loc: Loc) -> &Trie {
+        &self.states[loc.state].groups[loc.group]
+    }
+
+    fn trie_mut(&mut self, loc: Loc) -> &mut Trie {
+        &mut self.states[loc.state].groups[loc.group]
+    }
+
+    // ---- ValueState -------------------------------------------------------------------
+
+    /// The value of `key` in a value state.
+    pub fn get(&self, state: StateId, key: &[u8]) -> Result<Option<&[u8]>> {
+        let loc = self.locate(state, key, StateKind::Value)?;
+        Ok(self.trie(loc).get(loc.hash, key).and_then(|e| match &e.value {
+            Value::Bytes(b) => Some(&b[..]),
+            _ => None,
+        }))
+    }
+
+    /// Sets the value of `key` in a value state.
+    pub fn put(&mut self, state: StateId, key: &[u8], value: &[u8]) -> Result<()> {
+        let loc = self.locate(state, key, StateKind::Value)?;
+        let epoch = self.epoch;
+        replace(self.trie_mut(loc), loc.hash, key, epoch, |old| match old {
+            // Overwrite in place when the entry is ours alone and the size matches.
+            Some(Value::Bytes(b)) if b.len() == value.len() => {
+                b.copy_from_slice(value);
+                None
+            }
+            _ => Some(Value::Bytes(value.into())),
+        });
+        Ok(())
+    }
+
+    /// Removes `key` from a state of any kind. Returns whether it was present.
+    pub fn delete(&mut self, state: StateId, key: &[u8]) -> Result<bool> {
+        let kind = self
+            .states
+            .get(state.index())
+            .map(|s| s.desc.kind)
+            .ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
+        let loc = self.locate(state, key, kind)?;
+        let epoch = self.epoch;
+        Ok(delete_key(self.trie_mut(loc), loc.hash, key, epoch))
+    }
+
+    // ---- ListState --------------------------------------------------------------------
+
+    /// The items of `key` in a list state.
+    pub fn list_get(&self, state: StateId, key: &[u8]) -> Result<Option<ListItems<'_>>> {
+        let loc = self.locate(state, key, StateKind::List)?;
+        Ok(self.trie(loc).get(loc.hash, key).and_then(|e| match &e.value {
+            Value::List(l) => Some(ListItems::new(&l.buf)),
+            _ => None,
+        }))
+    }
+
+    /// Appends one item to `key`'s list.
+    pub fn list_append(&mut self, state: StateId, key: &[u8], item: &[u8]) -> Result<()> {
+        let mut enc = Vec::with_capacity(item.len() + 4);
+        list::push_item(&mut enc, item).map_err(|e| too_large(e.0))?;
+        self.list_append_encoded(state, key, &enc, 1)
+    }
+
+    /// Appends already encoded items (`count` of them) to `key`'s list.
+    fn list_append_encoded(&mut self, state: StateId, key: &[u8], enc: &[u8], count: u32) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let loc = self.locate(state, key, StateKind::List)?;
+        let epoch = self.epoch;
+        modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
+            let first_write = e.stamp != epoch;
+            let before = e.stamp;
+            e.touch(epoch);
+            match &mut e.value {
+                Value::List(l) => {
+                    if first_write {
+                        // First write of this epoch: remember what the list was before, so
+                        // an increment can carry only the appended tail.
+                        l.base_stamp = before;
+                        l.base_len = len_u32(l.buf.len());
+                        l.append_only = true;
+                    }
+                    l.buf.extend_from_slice(enc);
+                    l.count = l.count.saturating_add(count);
+                }
+                v => *v = Value::List(ListValue { buf: enc.to_vec(), count, ..ListValue::default() }),
+            }
+        });
+        Ok(())
+    }
+
+    /// Replaces `key`'s list with `items` (an empty list removes the key).
+    pub fn list_replace<'i>(
+        &mut self,
+        state: StateId,
+        key: &[u8],
+        items: impl IntoIterator<Item = &'i [u8]>,
+    ) -> Result<()> {
+        let mut buf = Vec::new();
+        let mut count = 0u32;
+        for item in items {
+            list::push_item(&mut buf, item).map_err(|e| too_large(e.0))?;
+            count += 1;
+        }
+        self.list_replace_encoded(state, key, buf, count)
+    }
+
+    fn list_replace_encoded(&mut self, state: StateId, key: &[u8], buf: Vec<u8>, count: u32) -> Result<()> {
+        if count == 0 {
+            self.delete(state, key)?;
+            return Ok(());
+        }
+        let loc = self.locate(state, key, StateKind::List)?;
+        let epoch = self.epoch;
+        let value = Value::List(ListValue { buf, count, ..ListValue::default() });
+        replace(self.trie_mut(loc), loc.hash, key, epoch, |_| Some(value));
+        Ok(())
+    }
+
+    // ---- MapState ---------------------------------------------------------------------
+
+    /// The value under `map_key` in `key`'s map.
+    pub fn map_get(&self, state: StateId, key: &[u8], map_key: &[u8]) -> Result<Option<&[u8]>> {
+        let loc = self.locate(state, key, StateKind::Map)?;
+        Ok(self.trie(loc).get(loc.hash, key).and_then(|e| map_lookup(e, map_key)))
+    }
+
+    /// Iterates over `key`'s map as `(map_key, value)` in the map's deterministic order.
+    pub fn map_iter(&self, state: StateId, key: &[u8]) -> Result<MapIter<'_>> {
+        let loc = self.locate(state, key, StateKind::Map)?;
+        Ok(MapIter::of(self.trie(loc).get(loc.hash, key).map(|e| &**e)))
+    }
+
+    /// Sets `map_key` to `value` in `key`'s map.
+    pub fn map_put(&mut self, state: StateId, key: &[u8], map_key: &[u8], value: &[u8]) -> Result<()> {
+        let loc = self.locate(state, key, StateKind::Map)?;
+        let epoch = self.epoch;
+        let mhash = key_hash(map_key);
+        modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
+            e.touch(epoch);
+            if !matches!(e.value, Value::Map(_)) {
+                e.value = Value::Map(MapValue { trie: Trie::default(), created: epoch });
+            }
+            if let Value::Map(m) = &mut e.value {
+                replace(&mut m.trie, mhash, map_key, epoch, |old| match old {
+                    Some(Value::Bytes(b)) if b.len() == value.len() => {
+                        b.copy_from_slice(value);
+                        None
+                    }
+                    _ => Some(Value::Bytes(value.into())),
+                });
+            }
+        });
+        Ok(())
+    }
+
+    /// Removes `map_key` from `key`'s map (an emptied map removes the key). Returns
+    /// whether it was present.
+    pub fn map_remove(&mut self, state: StateId, key: &[u8], map_key: &[u8]) -> Result<bool> {
+        let loc = self.locate(state, key, StateKind::Map)?;
+        let present = self.trie(loc).get(loc.hash, key).and_then(|e| map_lookup(e, map_key)).is_some();
+        if !present {
+            return Ok(false);
+        }
+        let epoch = self.epoch;
+        let mhash = key_hash(map_key);
+        let mut emptied = false;
+        let trie = self.trie_mut(loc);
+        modify(trie, loc.hash, key, epoch, |e| {
+            e.touch(epoch);
+            if let Value::Map(m) = &mut e.value {
+                delete_key(&mut m.trie, mhash, map_key, epoch);
+                emptied = m.trie.is_empty();
+            }
+        });
+        if emptied {
+            delete_key(trie, loc.hash, key, epoch);
+        }
+        Ok(true)
+    }
+
+    // ---- Snapshots and increments -----------------------------------------------------
+
+    /// An immutable view of every state as of now. O(states x key groups) pointer copies,
+    /// independent of the number of keys and the size of values. Starts the next epoch.
+    pub fn snapshot(&mut self) -> Snapshot {
+        let states = self
+            .states
+            .iter()
+            .map(|t| StateSnapshot { desc: Arc::clone(&t.desc), groups: t.groups.clone() })
+            .collect();
+        let snap = Snapshot(Arc::new(SnapshotInner {
+            epoch: self.epoch,
+            max_parallelism: self.config.max_parallelism,
+            key_groups: self.config.key_groups,
+            states,
+        }));
+        self.epoch += 1;
+        snap
+    }
+
+    /// Records that the snapshot of `epoch` is part of a completed checkpoint: it becomes
+    /// the parent of later increments, and tombstones at or before it are dropped.
+    /// Confirming an epoch older than the current confirmed one does nothing.
+    pub fn confirm(&mut self, epoch: u64) {
+        let epoch = epoch.min(self.epoch.saturating_sub(1));
+        if epoch <= self.confirmed {
+            return;
+        }
+        let old = self.confirmed;
+        let purgeable = |e: &Entry| match &e.value {
+            Value::Tomb => e.stamp <= epoch,
+            Value::Map(m) => m.trie.max_stamp() > old,
+            _ => false,
+        };
+        for table in &mut self.states {
+            for trie in &mut table.groups {
+                trie.retain_since(old, &purgeable, &mut |e| {
+                    if !e.is_live() {
+                        return false;
+                    }
+                    if let Value::Map(m) = &mut Arc::make_mut(e).value {
+                        m.trie
+                            .retain_since(old, &|n: &Entry| !n.is_live() && n.stamp <= epoch, &mut |_| false);
+                    }
+                    true
+                });
+            }
+        }
+        self.confirmed = epoch;
+    }
+
+    /// Applies one record of a snapshot file or increment to state `state`.
+    pub fn apply(&mut self, state: StateId, record: &Record<'_>) -> Result<()> {
+        let kind = self
+            .states
+            .get(state.index())
+            .map(|s| s.desc.kind)
+            .ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
+        let bad = |what: &str| Error::InvalidRecord(format!("{what} record for a {} state", kind.as_str()));
+        match (*record, kind) {
+            (Record::Put { key, value }, StateKind::Value) => self.put(state, key, value),
+            (Record::Put { key, value }, StateKind::List) => {
+                let count = list::count_items(value).ok_or_else(|| bad("malformed list"))?;
+                self.list_replace_encoded(state, key, value.to_vec(), count)
+            }
+            (Record::Delete { key }, _) => self.delete(state, key).map(drop),
+            (Record::Append { key, items }, StateKind::List) => {
+                let count = list::count_items(items).ok_or_else(|| bad("malformed append"))?;
+                self.list_append_encoded(state, key, items, count)
+            }
+            (Record::MapPut { key, map_key, value }, StateKind::Map) => {
+                self.map_put(state, key, map_key, value)
+            }
+            (Record::MapDelete { key, map_key }, StateKind::Map) => {
+                self.map_remove(state, key, map_key).map(drop)
+            }
+            (r, _) => Err(bad(r.kind_name())),
+        }
+    }
+
+    /// Applies every record of `snapshot` (all of it when `since` is `None`, or the
+    /// increment since epoch `since`) to the states of the same names in this store,
+    /// registering missing states. Groups outside this store's range are skipped.
+    pub fn apply_snapshot(&mut self, snapshot: &Snapshot, since: Option<u64>) -> Result<()> {
+        for (index, desc) in snapshot.descriptors().enumerate() {
+            let id = self.register(desc.clone())?;
+            let range = snapshot.key_groups().intersect(&self.config.key_groups);
+            for kg in range.iter() {
+                let mut result = Ok(());
+                let src = StateId(
+                    u32::try_from(index).map_err(|_| Error::InvalidConfig("too many states".into()))?,
+                );
+                snapshot.for_each_record(src, kg, since, &mut |r| {
+                    if result.is_ok() {
+                        result = self.apply(id, &r);
+                    }
+                })?;
+                result?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn too_large(len: usize) -> Error {
+    Error::InvalidRecord(format!("list item of {len} bytes exceeds u32::MAX"))
+}
+
+pub(crate) fn len_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+fn map_lookup<'a>(e: &'a Entry, map_key: &[u8]) -> Option<&'a [u8]> {
+    match &e.value {
+        Value::Map(m) => m.trie.get(key_hash(map_key), map_key).and_then(|n| match &n.value {
+            Value::Bytes(b) => Some(&b[..]),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// Writes a whole new value to `key`. `f` sees the old value when the entry is not shared
+/// with a snapshot and may update it in place (returning `None`); otherwise it returns the
+/// new value. A shared entry is never cloned just to be overwritten.
+fn replace(
+    trie: &mut Trie,
+    hash: u64,
+    key: &[u8],
+    epoch: u64,
+    f: impl FnOnce(Option<&mut Value>) -> Option<Value>,
+) {
+    let (slot, _) = trie.slot_mut(hash, key, epoch);
+    let was = slot.is_live();
+    if let Some(e) = Arc::get_mut(slot) {
+        e.touch(epoch);
+        let live = e.is_live();
+        if let Some(v) = f(if live { Some(&mut e.value) } else { None }) {
+            e.value = v;
+        }
+    } else if let Some(v) = f(None) {
+        let mut e =
+            Entry { hash, key: slot.key.clone(), stamp: slot.stamp, prev: slot.prev, value: Value::Tomb };
+        // The same bookkeeping as `Entry::touch`, with the old entry's liveness.
+        if slot.stamp != epoch {
+            e.prev = Prev::new(slot.stamp, was);
+            e.stamp = epoch;
+        }
+        e.value = v;
+        *slot = Arc::new(e);
+    }
+    let now = slot.is_live();
+    trie.note_liveness(was, now);
+}
+
+/// Changes `key`'s entry through `f`, copying it first if a snapshot shares it.
+fn modify(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64, f: impl FnOnce(&mut Entry)) {
+    let (slot, _) = trie.slot_mut(hash, key, epoch);
+    let was = slot.is_live();
+    let e = Arc::make_mut(slot);
+    f(e);
+    let now = e.is_live();
+    trie.note_liveness(was, now);
+}
+
+/// Deletes `key` from `trie`: physically when no snapshot that could be a parent ever saw
+/// it, otherwise by leaving a tombstone stamped `epoch`.
+fn delete_key(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64) -> bool {
+    let Some(e) = trie.get(hash, key) else { return false };
+    if !e.is_live() {
+        return false;
+    }
+    if e.stamp == epoch && e.prev == Prev::NEW {
+        trie.remove(hash, key);
+        return true;
+    }
+    replace(trie, hash, key, epoch, |_| Some(Value::Tomb));
+    true
+}
+
+/// Iterator over one key's map.
+pub struct MapIter<'a> {
+    inner: Option<super::trie::TrieIter<'a>>,
+}
+
+impl<'a> MapIter<'a> {
+    pub(crate) fn of(entry: Option<&'a Entry>) -> Self {
+        let inner = entry.and_then(|e| match &e.value {
+            Value::Map(m) => Some(m.trie.iter()),
+            _ => None,
+        });
+        MapIter { inner }
+    }
+}
+
+impl<'a> Iterator for MapIter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let it = self.inner.as_mut()?;
+        for e in it.by_ref() {
+            if let Value::Bytes(b) = &e.value {
+                return Some((&e.key, b));
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,564 @@
+//! A persistent hash trie with per-entry mutation stamps: the copy-on-write core of the
+//! state store.
+//!
+//! Structure: a 32-way hash array mapped trie indexed by the top bits of a key's 64-bit
+//! hash, 5 bits per level. Nodes and entries are reference counted; cloning a [`Trie`]
+//! clones one pointer, which is what makes a snapshot O(1) per trie. A write goes through
+//! [`Arc::make_mut`] along its path: when no snapshot shares a node it is mutated in place
+//! (no copy), otherwise exactly that node is copied (at most 32 pointers). Nodes at
+//! [`MAX_DEPTH`] are *buckets*: plain lists sorted by `(hash, key)` for keys whose top 60
+//! hash bits collide.
+//!
+//! Invariants:
+//! - iteration yields entries in ascending `(hash, key)` order, whatever the history;
+//! - `node.max_stamp >= stamp` of every entry below it (conservative after deletes), so a
+//!   walk for "changed since epoch p" can skip subtrees with `max_stamp <= p`;
+//! - a branch node is never empty.
+
+use std::sync::Arc;
+
+/// Bits of the hash consumed per level.
+const BITS: u32 = 5;
+/// Depth at which nodes become sorted buckets (12 levels consume 60 bits).
+pub(crate) const MAX_DEPTH: u32 = 12;
+
+/// The value of an entry.
+#[derive(Clone, Debug)]
+pub(crate) enum Value {
+    /// The key was deleted; kept only while an increment may still need to say so.
+    Tomb,
+    /// A plain value (`ValueState`, or a `MapState` map value).
+    Bytes(Box<[u8]>),
+    /// A list (`ListState`).
+    List(ListValue),
+    /// A map (`MapState`): a nested trie keyed by map key.
+    Map(MapValue),
+}
+
+/// A list value: items encoded back to back as `u32 LE length, bytes`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ListValue {
+    /// The encoded items.
+    pub buf: Vec<u8>,
+    /// Number of items in `buf`.
+    pub count: u32,
+    /// When `append_only` is set, the list equalled `buf[..base_len]` at every epoch in
+    /// `[base_stamp, entry.stamp)`, and was only appended to since.
+    pub base_stamp: u64,
+    /// Byte length of the list as of `base_stamp`.
+    pub base_len: u32,
+    /// Whether only appends happened since `base_stamp`.
+    pub append_only: bool,
+}
+
+/// A map value: a nested trie of map key to bytes.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MapValue {
+    /// The map's entries.
+    pub trie: Trie,
+    /// Epoch in which this map object was created (after an absence or a clear).
+    pub created: u64,
+}
+
+/// What the key held before the first write of the epoch `Entry::stamp`, packed as
+/// `stamp << 1 | live`. `Prev::NEW` says the key had no slot at all before (absent in
+/// every epoch that can still be a parent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Prev(u64);
+
+impl Prev {
+    /// No earlier state: the slot was created in `Entry::stamp`.
+    pub const NEW: Prev = Prev(0);
+    /// The state `live` written in epoch `stamp`.
+    pub fn new(stamp: u64, live: bool) -> Prev {
+        Prev(stamp << 1 | u64::from(live))
+    }
+    /// Epoch of the previous state.
+    pub fn stamp(self) -> u64 {
+        self.0 >> 1
+    }
+    /// Whether the previous state was a live value.
+    pub fn live(self) -> bool {
+        self.0 & 1 == 1
+    }
+}
+
+/// One key's slot.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    /// `key_hash(key)`.
+    pub hash: u64,
+    /// The encoded key.
+    pub key: Box<[u8]>,
+    /// Epoch of the last write (every mutation stamps, not only copies: FLINK-26968).
+    pub stamp: u64,
+    /// State before the first write of epoch `stamp`.
+    pub prev: Prev,
+    /// Current value.
+    pub value: Value,
+}
+
+impl Entry {
+    /// A fresh, empty slot for `key`, created in epoch `stamp`.
+    pub fn new(hash: u64, key: &[u8], stamp: u64) -> Entry {
+        Entry { hash, key: key.into(), stamp, prev: Prev::NEW, value: Value::Tomb }
+    }
+
+    /// True unless the entry is a tombstone.
+    pub fn is_live(&self) -> bool {
+        !matches!(self.value, Value::Tomb)
+    }
+
+    /// Records that the entry is about to be written in epoch `epoch`: keeps the state as
+    /// of the previous epoch in `prev`, then stamps.
+    pub fn touch(&mut self, epoch: u64) {
+        if self.stamp != epoch {
+            self.prev = Prev::new(self.stamp, self.is_live());
+            self.stamp = epoch;
+        }
+    }
+
+    /// Whether the key was live at epoch `p`, if that can be told (`p < self.stamp`).
+    /// `None` means unknown (several epochs of writes since `p`).
+    pub fn live_at(&self, p: u64) -> Option<bool> {
+        if self.stamp <= p {
+            Some(self.is_live())
+        } else if self.prev == Prev::NEW {
+            Some(false)
+        } else if self.prev.stamp() <= p {
+            Some(self.prev.live())
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Slot {
+    Leaf(Arc<Entry>),
+    Branch(Arc<Node>),
+}
+
+#[derive(Clone, Debug)]
+struct Node {
+    /// Which of the 32 positions are occupied (unused in buckets).
+    bitmap: u32,
+    /// Upper bound of the stamps below this node.
+    max_stamp: u64,
+    /// Occupied positions in index order; in buckets, leaves sorted by `(hash, key)`.
+    slots: Vec<Slot>,
+}
+
+#[inline]
+fn index(hash: u64, depth: u32) -> u32 {
+    ((hash >> (64 - BITS * (depth + 1))) & 0x1f) as u32
+}
+
+impl Node {
+    fn empty() -> Node {
+        Node { bitmap: 0, max_stamp: 0, slots: Vec::new() }
+    }
+
+    /// Position in `slots` of hash index `idx`, and whether it is occupied.
+    #[inline]
+    fn position(&self, idx: u32) -> (usize, bool) {
+        let bit = 1u32 << idx;
+        ((self.bitmap & (bit - 1)).count_ones() as usize, self.bitmap & bit != 0)
+    }
+
+    /// A node one level below `depth` holding just `entry`.
+    fn single(entry: Arc<Entry>, depth: u32) -> Node {
+        let bitmap = if depth >= MAX_DEPTH { 0 } else { 1 << index(entry.hash, depth) };
+        Node { bitmap, max_stamp: entry.stamp, slots: vec![Slot::Leaf(entry)] }
+    }
+}
+
+/// A persistent map from `(hash, key)` to [`Entry`]. Cloning is O(1).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Trie {
+    root: Option<Arc<Node>>,
+    /// Number of live (non-tombstone) entries.
+    live: u64,
+}
+
+impl Trie {
+    /// Number of live entries.
+    pub fn len(&self) -> u64 {
+        self.live
+    }
+
+    /// True when no live entry exists (tombstones may remain).
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Adjusts the live count after the caller changed an entry's liveness.
+    pub fn note_liveness(&mut self, was_live: bool, is_live: bool) {
+        match (was_live, is_live) {
+            (false, true) => self.live += 1,
+            (true, false) => self.live -= 1,
+            _ => {}
+        }
+    }
+
+    /// Upper bound of all stamps in the trie (0 when empty).
+    pub fn max_stamp(&self) -> u64 {
+        self.root.as_ref().map_or(0, |n| n.max_stamp)
+    }
+
+    /// The entry for `key`, tombstones included.
+    pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Arc<Entry>> {
+        let mut node = self.root.as_deref()?;
+        let mut depth = 0;
+        loop {
+            if depth >= MAX_DEPTH {
+                return node.slots.iter().find_map(|s| match s {
+                    Slot::Leaf(e) if e.hash == hash && *e.key == *key => Some(e),
+                    _ => None,
+                });
+            }
+            let (pos, present) = node.position(index(hash, depth));
+            if !present {
+                return None;
+            }
+            match &node.slots[pos] {
+                Slot::Leaf(e) => {
+                    return (e.hash == hash && *e.key == *key).then_some(e);
+                }
+                Slot::Branch(child) => {
+                    node = child;
+                    depth += 1;
+                }
+            }
+        }
+    }
+
+    /// The slot for `key`, created as an empty tombstone stamped `stamp` if absent
+    /// (`created` tells). Every node on the path is made unique (copy-on-write) and has its
+    /// `max_stamp` raised to `stamp`; the entry itself may still be shared, which the
+    /// caller resolves (see `Entry` users in the store).
+    pub fn slot_mut(&mut self, hash: u64, key: &[u8], stamp: u64) -> (&mut Arc<Entry>, bool) {
+        let root = self.root.get_or_insert_with(|| Arc::new(Node::empty()));
+        slot_mut_in(root, 0, hash, key, stamp)
+    }
+
+    /// Physically removes `key`'s slot. Returns the removed entry.
+    pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
+        let root = self.root.as_mut()?;
+        let removed = remove_in(root, 0, hash, key)?;
+        if root.slots.is_empty() {
+            self.root = None;
+        }
+        if removed.is_live() {
+            self.live -= 1;
+        }
+        Some(removed)
+    }
+
+    /// Visits every entry (tombstones included) in `(hash, key)` order.
+    pub fn for_each<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Entry>)) {
+        if let Some(root) = &self.root {
+            visit(root, f);
+        }
+    }
+
+    /// Visits, in order, every entry whose stamp is greater than `since`, skipping
+    /// subtrees that hold none.
+    pub fn for_each_since<'a>(&'a self, since: u64, f: &mut impl FnMut(&'a Arc<Entry>)) {
+        if let Some(root) = &self.root {
+            visit_since(root, since, f);
+        }
+    }
+
+    /// An iterator over all entries, tombstones included, in `(hash, key)` order.
+    pub fn iter(&self) -> TrieIter<'_> {
+        let mut stack = Vec::with_capacity(MAX_DEPTH as usize + 1);
+        if let Some(root) = &self.root {
+            stack.push(root.slots.iter());
+        }
+        TrieIter { stack }
+    }
+
+    /// Applies `f` to every entry with `stamp > since` whose subtree might need it, and
+    /// removes the entries for which `f` returns false. Nodes are copied only on the
+    /// paths where `f` asked for a change (`needs` is a read-only pre-check).
+    pub fn retain_since(
+        &mut self,
+        since: u64,
+        needs: &impl Fn(&Entry) -> bool,
+        f: &mut impl FnMut(&mut Arc<Entry>) -> bool,
+    ) {
+        let Some(root) = self.root.as_mut() else { return };
+        let mut live_delta: i64 = 0;
+        retain_in(root, since, needs, f, &mut live_delta);
+        if root.slots.is_empty() {
+            self.root = None;
+        }
+        self.live = self.live.saturating_add_signed(live_delta);
+    }
+}
+
+fn slot_mut_in<'a>(
+    node: &'a mut Arc<Node>,
+    depth: u32,
+    hash: u64,
+    key: &[u8],
+    stamp: u64,
+) -> (&'a mut Arc<Entry>, bool) {
+    let n = Arc::make_mut(node);
+    n.max_stamp = n.max_stamp.max(stamp);
+    if depth >= MAX_DEPTH {
+        let found = n.slots.binary_search_by(|s| match s {
+            Slot::Leaf(e) => (e.hash, &*e.key).cmp(&(hash, key)),
+            // Buckets hold only leaves.
+            Slot::Branch(_) => std::cmp::Ordering::Less,
+        });
+        let (pos, created) = match found {
+            Ok(pos) => (pos, false),
+            Err(pos) => {
+                n.slots.insert(pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
+                (pos, true)
+            }
+        };
+        return match &mut n.slots[pos] {
+            Slot::Leaf(e) => (e, created),
+            Slot::Branch(_) => unreachable!("buckets hold only leaves"),
+        };
+    }
+    let idx = index(hash, depth);
+    let (pos, present) = n.position(idx);
+    if !present {
+        n.bitmap |= 1 << idx;
+        n.slots.insert(pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
+        return match &mut n.slots[pos] {
+            Slot::Leaf(e) => (e, true),
+            Slot::Branch(_) => unreachable!("just inserted a leaf"),
+        };
+    }
+    // Split a leaf that holds another key into a branch, then descend.
+    if let Slot::Leaf(e) = &n.slots[pos] {
+        if e.hash == hash && *e.key == *key {
+            return match &mut n.slots[pos] {
+                Slot::Leaf(e) => (e, false),
+                Slot::Branch(_) => unreachable!("checked above"),
+            };
+        }
+        let other = Arc::clone(e);
+        n.slots[pos] = Slot::Branch(Arc::new(Node::single(other, depth + 1)));
+    }
+    match &mut n.slots[pos] {
+        Slot::Branch(child) => slot_mut_in(child, depth + 1, hash, key, stamp),
+        Slot::Leaf(_) => unreachable!("leaf replaced by a branch above"),
+    }
+}
+
+fn remove_in(node: &mut Arc<Node>, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
+    // Read-only search first so that a miss copies nothing.
+    let pos = if depth >= MAX_DEPTH {
+        node.slots.iter().position(|s| matches!(s, Slot::Leaf(e) if e.hash == hash && *e.key == *key))?
+    } else {
+        let idx = index(hash, depth);
+        let (pos, present) = node.position(idx);
+        if !present {
+            return None;
+        }
+        if let Slot::Leaf(e) = &node.slots[pos]
+            && !(e.hash == hash && *e.key == *key)
+        {
+            return None;
+        }
+        pos
+    };
+    let n = Arc::make_mut(node);
+    let removed = match &mut n.slots[pos] {
+        Slot::Leaf(_) => {
+            let Slot::Leaf(e) = n.slots.remove(pos) else { unreachable!("matched a leaf") };
+            n.bitmap = clear_nth_set_bit(n.bitmap, pos);
+            return Some(e);
+        }
+        Slot::Branch(child) => remove_in(child, depth + 1, hash, key)?,
+    };
+    collapse(n, pos);
+    Some(removed)
+}
+
+/// After a removal below `n.slots[pos]`: drop an empty child, and pull a child that holds a
+/// single leaf up into this node (keeps the trie compact and its shape canonical).
+fn collapse(n: &mut Node, pos: usize) {
+    let Slot::Branch(child) = &n.slots[pos] else { return };
+    if child.slots.is_empty() {
+        n.slots.remove(pos);
+        n.bitmap = clear_nth_set_bit(n.bitmap, pos);
+    } else if child.slots.len() == 1
+        && let Slot::Leaf(e) = &child.slots[0]
+    {
+        n.slots[pos] = Slot::Leaf(Arc::clone(e));
+    }
+}
+
+/// Clears the `pos`-th set bit of `bitmap` (the bit of slot `pos`); buckets have an all-zero
+/// bitmap, which stays zero.
+fn clear_nth_set_bit(bitmap: u32, pos: usize) -> u32 {
+    let mut bits = bitmap;
+    for _ in 0..pos {
+        bits &= bits.wrapping_sub(1);
+    }
+    bitmap & !(bits & bits.wrapping_neg())
+}
+
+fn visit<'a>(node: &'a Node, f: &mut impl FnMut(&'a Arc<Entry>)) {
+    for s in &node.slots {
+        match s {
+            Slot::Leaf(e) => f(e),
+            Slot::Branch(c) => visit(c, f),
+        }
+    }
+}
+
+fn visit_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>)) {
+    if node.max_stamp <= since {
+        return;
+    }
+    for s in &node.slots {
+        match s {
+            Slot::Leaf(e) => {
+                if e.stamp > since {
+                    f(e)
+                }
+            }
+            Slot::Branch(c) => visit_since(c, since, f),
+        }
+    }
+}
+
+fn any_needs(node: &Node, since: u64, needs: &impl Fn(&Entry) -> bool) -> bool {
+    node.max_stamp > since
+        && node.slots.iter().any(|s| match s {
+            Slot::Leaf(e) => e.stamp > since && needs(e),
+            Slot::Branch(c) => any_needs(c, since, needs),
+        })
+}
+
+fn retain_in(
+    node: &mut Arc<Node>,
+    since: u64,
+    needs: &impl Fn(&Entry) -> bool,
+    f: &mut impl FnMut(&mut Arc<Entry>) -> bool,
+    live_delta: &mut i64,
+) {
+    if !any_needs(node, since, needs) {
+        return;
+    }
+    let n = Arc::make_mut(node);
+    let mut pos = 0;
+    while pos < n.slots.len() {
+        let keep = match &mut n.slots[pos] {
+            Slot::Leaf(e) => {
+                if e.stamp > since && needs(e) {
+                    let was = e.is_live();
+                    let keep = f(e);
+                    let now = keep && e.is_live();
+                    *live_delta += i64::from(now) - i64::from(was);
+                    keep
+                } else {
+                    true
+                }
+            }
+            Slot::Branch(c) => {
+                retain_in(c, since, needs, f, live_delta);
+                true
+            }
+        };
+        if keep {
+            let before = n.slots.len();
+            collapse(n, pos);
+            if n.slots.len() == before {
+                pos += 1;
+            }
+        } else {
+            n.bitmap = clear_nth_set_bit(n.bitmap, pos);
+            n.slots.remove(pos);
+        }
+    }
+}
+
+/// Iterator over a trie's entries in `(hash, key)` order.
+pub(crate) struct TrieIter<'a> {
+    stack: Vec<std::slice::Iter<'a, Slot>>,
+}
+
+impl<'a> Iterator for TrieIter<'a> {
+    type Item = &'a Arc<Entry>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let top = self.stack.last_mut()?;
+            match top.next() {
+                None => {
+                    self.stack.pop();
+                }
+                Some(Slot::Leaf(e)) => return Some(e),
+                Some(Slot::Branch(c)) => self.stack.push(c.slots.iter()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(t: &mut Trie, hash: u64, key: &[u8], stamp: u64) {
+        let (slot, created) = t.slot_mut(hash, key, stamp);
+        let e = Arc::make_mut(slot);
+        e.value = Value::Bytes(key.into());
+        if created {
+            t.note_liveness(false, true);
+        }
+    }
+
+    fn keys(t: &Trie) -> Vec<(u64, Vec<u8>)> {
+        t.iter().map(|e| (e.hash, e.key.to_vec())).collect()
+    }
+
+    #[test]
+    fn full_hash_collisions_land_in_sorted_buckets() {
+        let mut t = Trie::default();
+        // Same top 60 bits: only a bucket at MAX_DEPTH can tell them apart.
+        let h = 0xABCD_EF01_2345_6780u64;
+        for (i, k) in [&b"c"[..], b"a", b"b"].iter().enumerate() {
+            put(&mut t, h | (i as u64 & 1), k, 1);
+        }
+        put(&mut t, 0x1, b"z", 1);
+        assert_eq!(t.len(), 4);
+        let order = keys(&t);
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "iteration must be in (hash, key) order");
+        assert!(t.get(h, b"c").is_some());
+        assert!(t.get(h | 1, b"a").is_some());
+        assert!(t.get(h, b"a").is_none());
+        assert!(t.remove(h | 1, b"a").is_some());
+        assert!(t.remove(h, b"c").is_some());
+        assert!(t.remove(h, b"b").is_some());
+        assert_eq!(keys(&t), vec![(1, b"z".to_vec())]);
+        assert!(t.remove(1, b"z").is_some());
+        assert!(t.root.is_none());
+    }
+
+    #[test]
+    fn clones_share_until_written() {
+        let mut t = Trie::default();
+        for i in 0..1000u64 {
+            put(&mut t, i.wrapping_mul(0x9E37_79B9_7F4A_7C15), &i.to_le_bytes(), 1);
+        }
+        let frozen = t.clone();
+        put(&mut t, 5u64.wrapping_mul(0x9E37_79B9_7F4A_7C15), b"new", 2);
+        assert_eq!(frozen.len(), 1000);
+        assert_eq!(t.len(), 1001);
+        assert!(frozen.get(5u64.wrapping_mul(0x9E37_79B9_7F4A_7C15), b"new").is_none());
+        let mut changed = Vec::new();
+        t.for_each_since(1, &mut |e| changed.push(e.key.to_vec()));
+        assert_eq!(changed, vec![b"new".to_vec()]);
+    }
+}

@@ -1,0 +1,51 @@
+//! Helpers shared by the integration tests: a seeded generator and seed selection.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+/// SplitMix64: small, fast, and good enough to drive randomized tests reproducibly.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    pub fn bytes(&mut self, max_len: usize) -> Vec<u8> {
+        let len = self.below(max_len as u64 + 1) as usize;
+        (0..len).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// The seeds to run: `FLOE_SEED=n` runs only n (replay); otherwise `count` seeds starting
+/// at 1, or `FLOE_SEEDS=m` of them (longer soak runs).
+pub fn seeds(count: u64) -> Vec<u64> {
+    if let Some(s) = std::env::var("FLOE_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![s];
+    }
+    let n = std::env::var("FLOE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(count);
+    (1..=n).collect()
+}
+
+/// Runs `f` for each seed; on a panic, reports the seed to replay with before re-raising.
+pub fn for_each_seed(count: u64, f: impl Fn(u64)) {
+    for seed in seeds(count) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed)));
+        if let Err(e) = result {
+            eprintln!("SEED={seed} failed; replay with FLOE_SEED={seed}");
+            std::panic::resume_unwind(e);
+        }
+    }
+}
