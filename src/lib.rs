@@ -19,3 +19,5 @@ pub use state::{
     KeyGroupRange, ListState, MapState, Record, Snapshot, StateDescriptor, StateId, StateKind, Store,
     StoreConfig, ValueState,
 };
+pub mod checkpoint;
+pub mod format;

@@ -1,0 +1,151 @@
+//! The per-operator-instance side of checkpointing: takes the store snapshot (the cheap
+//! synchronous part), decides full vs incremental by the chain policy, writes the data file
+//! on a background thread, and on "checkpoint complete" confirms the snapshot in the store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::storage::{CheckpointStorage, ParentChain, StateHandle, Target};
+use crate::error::{Error, Result};
+use crate::format::FileKind;
+use crate::state::Store;
+
+/// A data file being written in the background.
+#[derive(Debug)]
+pub struct PendingWrite {
+    /// The checkpoint.
+    pub checkpoint_id: u64,
+    /// Full or increment.
+    pub kind: FileKind,
+    /// Time the synchronous part took (snapshot + decision).
+    pub sync_duration: Duration,
+    rx: mpsc::Receiver<(Result<StateHandle>, Duration)>,
+}
+
+impl PendingWrite {
+    /// Waits for the write: the durable state handle and the time the background part took.
+    pub fn wait(self) -> Result<(StateHandle, Duration)> {
+        let (r, d) = self.rx.recv().map_err(|_| Error::Background("writer thread vanished".into()))?;
+        r.map(|h| (h, d))
+    }
+
+    /// The result if the write has finished.
+    pub fn try_wait(&self) -> Option<Result<(StateHandle, Duration)>> {
+        match self.rx.try_recv() {
+            Ok((r, d)) => Some(r.map(|h| (h, d))),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => {
+                Some(Err(Error::Background("writer thread vanished".into())))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    epoch: u64,
+    target: Target,
+}
+
+/// Checkpointing for one operator instance.
+#[derive(Debug)]
+pub struct Checkpointer {
+    storage: Arc<CheckpointStorage>,
+    operator: String,
+    subtask: u32,
+    confirmed: Option<ParentChain>,
+    pending: BTreeMap<u64, Pending>,
+}
+
+impl Checkpointer {
+    /// Checkpointing for `operator` instance `subtask`. The first checkpoint is full (also
+    /// after a restore: the restored files are not claimed).
+    pub fn new(storage: Arc<CheckpointStorage>, operator: &str, subtask: u32) -> Self {
+        Checkpointer {
+            storage,
+            operator: operator.to_string(),
+            subtask,
+            confirmed: None,
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &Arc<CheckpointStorage> {
+        &self.storage
+    }
+
+    /// The last confirmed chain, the parent of the next increment.
+    pub fn confirmed(&self) -> Option<&ParentChain> {
+        self.confirmed.as_ref()
+    }
+
+    /// Whether the next checkpoint must be full under the chain policy.
+    fn parent_for_next(&self) -> Option<ParentChain> {
+        let c = self.confirmed.as_ref()?;
+        let policy = self.storage.config().policy;
+        let increments = c.files.len().saturating_sub(1);
+        let base = c.files.first().map_or(0, |f| f.size);
+        let chain: u64 = c.files.iter().skip(1).map(|f| f.size).sum();
+        if increments >= policy.max_increments as usize || chain as f64 > policy.max_chain_ratio * base as f64
+        {
+            return None;
+        }
+        Some(c.clone())
+    }
+
+    /// Takes the snapshot for checkpoint `checkpoint_id` and starts writing it in the
+    /// background. Only the snapshot (O(1)) happens on the caller's thread.
+    pub fn snapshot(
+        &mut self,
+        store: &mut Store,
+        checkpoint_id: u64,
+        target: Target,
+    ) -> Result<PendingWrite> {
+        let start = Instant::now();
+        let snap = store.snapshot();
+        let parent = match target {
+            Target::Savepoint => None,
+            Target::Checkpoint => self.parent_for_next(),
+        };
+        let kind = if parent.is_some() { FileKind::Increment } else { FileKind::Full };
+        self.pending.insert(checkpoint_id, Pending { epoch: snap.epoch(), target });
+        self.storage.begin(checkpoint_id);
+        let (tx, rx) = mpsc::channel();
+        let storage = Arc::clone(&self.storage);
+        let (operator, subtask) = (self.operator.clone(), self.subtask);
+        std::thread::Builder::new()
+            .name(format!("floe-write-{checkpoint_id}"))
+            .spawn(move || {
+                let t = Instant::now();
+                let r =
+                    storage.write_state(checkpoint_id, target, &operator, subtask, &snap, parent.as_ref());
+                drop(snap);
+                let _ = tx.send((r, t.elapsed()));
+            })
+            .map_err(|e| Error::io("spawn writer thread", "", e))?;
+        Ok(PendingWrite { checkpoint_id, kind, sync_duration: start.elapsed(), rx })
+    }
+
+    /// Checkpoint `checkpoint_id` completed with `handle` as this instance's part: it
+    /// becomes the parent of the next increment and the store may drop its tombstones.
+    /// Savepoints do not change the chain.
+    pub fn notify_complete(&mut self, checkpoint_id: u64, handle: &StateHandle, store: &mut Store) {
+        let Some(p) = self.pending.remove(&checkpoint_id) else { return };
+        // Older pending checkpoints can no longer become parents.
+        self.pending.retain(|&id, _| id > checkpoint_id);
+        if p.target == Target::Checkpoint
+            && self.confirmed.as_ref().is_none_or(|c| c.checkpoint_id < checkpoint_id)
+        {
+            self.confirmed = Some(ParentChain { checkpoint_id, epoch: p.epoch, files: handle.files.clone() });
+            store.confirm(p.epoch);
+        }
+    }
+
+    /// Checkpoint `checkpoint_id` will not complete.
+    pub fn notify_aborted(&mut self, checkpoint_id: u64) {
+        self.pending.remove(&checkpoint_id);
+    }
+}

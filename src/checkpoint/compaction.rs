@@ -1,0 +1,116 @@
+//! Compaction: rewrite a checkpoint's chains (base + increments) as one full snapshot per
+//! operator instance, without a live store, one key group at a time (memory bounded by
+//! the largest key group, not the state).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use super::layout;
+use super::publish::publish;
+use super::recovery::{load_chain, open_chain};
+use super::storage::{CheckpointStorage, StateHandle, Target};
+use super::writer::encode_unit;
+use crate::error::{Error, Result};
+use crate::format::manifest::hex_decode;
+use crate::format::{DataFileWriter, DataHeader, FileKind, FileRef, FileState, Manifest, OperatorState};
+use crate::state::{KeyGroupRange, Store, StoreConfig};
+
+impl CheckpointStorage {
+    /// Writes checkpoint `checkpoint_id`'s state as a new full checkpoint (or savepoint)
+    /// with the next free id, and returns its manifest. `progress(done, total)` is called
+    /// after each key group.
+    pub fn compact(
+        &self,
+        checkpoint_id: u64,
+        target: Target,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Manifest> {
+        let source = self.read_manifest(checkpoint_id)?;
+        let new_id = self.max_id()? + 1;
+        self.begin(new_id);
+        let result = self.compact_into(&source, new_id, target, progress);
+        match result {
+            Ok(handles) => {
+                let decode = |m: &BTreeMap<String, String>| -> BTreeMap<String, Vec<u8>> {
+                    m.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
+                };
+                self.commit(new_id, target, handles, decode(&source.sources), decode(&source.extra))
+            }
+            Err(e) => {
+                self.abort(new_id);
+                Err(e)
+            }
+        }
+    }
+
+    fn compact_into(
+        &self,
+        source: &Manifest,
+        new_id: u64,
+        target: Target,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Vec<StateHandle>> {
+        let total: u64 = source.operators.iter().map(|o| u64::from(o.key_groups.len())).sum();
+        let mut done = 0u64;
+        let dir = match target {
+            Target::Checkpoint => self.root().to_path_buf(),
+            Target::Savepoint => self.root().join(layout::savepoint_dir(new_id)),
+        };
+        let data = dir.join(layout::DATA_DIR);
+        self.io().create_dir_all(&data).map_err(|e| Error::io("create dir", &data, e))?;
+        let mut handles = Vec::new();
+        for op in &source.operators {
+            let files = open_chain(self.root(), source, op)?;
+            let rel = layout::data_file_name(new_id, &op.operator, op.subtask, true);
+            let path = dir.join(&rel);
+            let header = DataHeader {
+                kind: FileKind::Full,
+                checkpoint_id: new_id,
+                parent_id: 0,
+                max_parallelism: source.max_parallelism,
+            };
+            let states: Vec<FileState> =
+                op.states.iter().map(|d| FileState { name: d.name.clone(), kind: d.kind }).collect();
+            let target_len = self.config().block_target;
+            let summary = publish(self.io(), &dir, &rel, new_id, |out: &mut dyn Write| {
+                let mut w = DataFileWriter::new(out, &path, header, states)?;
+                for kg in op.key_groups.iter() {
+                    let config = StoreConfig {
+                        max_parallelism: source.max_parallelism,
+                        key_groups: KeyGroupRange::new(kg, kg + 1)?,
+                    };
+                    let mut store = Store::with_config(config)?;
+                    load_chain(&mut store, &files, op, config.key_groups)?;
+                    let snap = store.snapshot();
+                    for (si, _) in op.states.iter().enumerate() {
+                        let si =
+                            u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
+                        for b in encode_unit(&snap, si, kg, None, target_len)? {
+                            w.write_block(&b)?;
+                        }
+                    }
+                    done += 1;
+                    progress(done, total);
+                }
+                Ok(w.finish()?.0)
+            })?;
+            let own =
+                FileRef { path: rel.clone(), size: summary.size, crc32: summary.crc32, created_by: new_id };
+            handles.push(StateHandle {
+                operator: OperatorState {
+                    operator: op.operator.clone(),
+                    subtask: op.subtask,
+                    key_groups: op.key_groups,
+                    chain: vec![rel],
+                    states: op.states.clone(),
+                    bytes_written: summary.size,
+                },
+                files: vec![own],
+                kind: FileKind::Full,
+                base_bytes: summary.size,
+                increment_bytes: 0,
+            });
+        }
+        Ok(handles)
+    }
+}

@@ -1,0 +1,221 @@
+//! The seam between checkpoint storage and the file system. Production uses [`StdIo`];
+//! tests use [`FaultyIo`] to fail or tear the Nth write, fsync or rename and to simulate a
+//! crash that loses everything not yet fsynced.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+/// A file being written.
+pub trait IoFile: Write + Send {
+    /// Makes the written bytes durable (`fsync`).
+    fn sync_all(&mut self) -> io::Result<()>;
+}
+
+/// File-system operations used to publish checkpoints.
+pub trait Io: Send + Sync + 'static {
+    /// Creates a new file; fails if it exists (floe never overwrites a file).
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>>;
+    /// Atomically renames a file.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes a directory's entries durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StdIo;
+
+struct StdFile(std::fs::File);
+
+impl Write for StdFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl IoFile for StdFile {
+    fn sync_all(&mut self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+}
+
+impl Io for StdIo {
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        Ok(Box::new(StdFile(std::fs::OpenOptions::new().write(true).create_new(true).open(path)?)))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::File::open(dir)?.sync_all()
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+}
+
+/// How the failing step fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The step returns an error and does nothing.
+    Fail,
+    /// A write stores only the first half of its buffer, then errors (other steps fail).
+    Tear,
+}
+
+/// An [`Io`] that counts steps (create, write, fsync, rename, dir sync, remove) and fails
+/// step number `fail_at` (0-based) and every step after it, like a process that died there.
+/// [`FaultyIo::crash`] then drops what was never fsynced.
+pub struct FaultyIo {
+    steps: AtomicU64,
+    fail_at: u64,
+    fault: Fault,
+    dead: AtomicBool,
+    /// Per file (current path): bytes written and bytes known durable.
+    files: Mutex<HashMap<PathBuf, (u64, u64)>>,
+}
+
+impl FaultyIo {
+    /// Fails step `fail_at` with `fault`. `u64::MAX` never fails (for counting steps).
+    pub fn new(fail_at: u64, fault: Fault) -> Arc<FaultyIo> {
+        Arc::new(FaultyIo {
+            steps: AtomicU64::new(0),
+            fail_at,
+            fault,
+            dead: AtomicBool::new(false),
+            files: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::SeqCst)
+    }
+
+    /// True once the fault fired.
+    pub fn fired(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    /// Counts a step; `Err` if it is the failing one or comes after it.
+    fn step(&self) -> Result<(), Fault> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Fault::Fail);
+        }
+        let n = self.steps.fetch_add(1, Ordering::SeqCst);
+        if n >= self.fail_at {
+            self.dead.store(true, Ordering::SeqCst);
+            return Err(self.fault);
+        }
+        Ok(())
+    }
+
+    /// Simulates power loss: every file written through this Io is cut back to its last
+    /// fsynced length (removed if never synced).
+    pub fn crash(&self) {
+        for (path, (_, durable)) in self.files.lock().drain() {
+            if durable == 0 {
+                let _ = std::fs::remove_file(&path);
+            } else if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+                let _ = f.set_len(durable);
+            }
+        }
+    }
+}
+
+fn injected() -> io::Error {
+    io::Error::other("injected fault")
+}
+
+struct FaultyFile {
+    inner: std::fs::File,
+    path: PathBuf,
+    io: Arc<FaultyIo>,
+}
+
+impl Write for FaultyFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.io.step() {
+            Ok(()) => {
+                self.inner.write_all(buf)?;
+                if let Some(f) = self.io.files.lock().get_mut(&self.path) {
+                    f.0 += buf.len() as u64;
+                }
+                Ok(buf.len())
+            }
+            Err(Fault::Tear) => {
+                let half = &buf[..buf.len() / 2];
+                self.inner.write_all(half)?;
+                if let Some(f) = self.io.files.lock().get_mut(&self.path) {
+                    f.0 += half.len() as u64;
+                }
+                Err(injected())
+            }
+            Err(Fault::Fail) => Err(injected()),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl IoFile for FaultyFile {
+    fn sync_all(&mut self) -> io::Result<()> {
+        self.io.step().map_err(|_| injected())?;
+        self.inner.sync_all()?;
+        if let Some(f) = self.io.files.lock().get_mut(&self.path) {
+            f.1 = f.0;
+        }
+        Ok(())
+    }
+}
+
+/// The `Io` of a shared `FaultyIo` (so a test keeps a handle to crash it).
+#[derive(Clone)]
+pub struct FaultyIoHandle(pub Arc<FaultyIo>);
+
+impl Io for FaultyIoHandle {
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        self.0.step().map_err(|_| injected())?;
+        let inner = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+        self.0.files.lock().insert(path.to_path_buf(), (0, 0));
+        Ok(Box::new(FaultyFile { inner, path: path.to_path_buf(), io: Arc::clone(&self.0) }))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.0.step().map_err(|_| injected())?;
+        std::fs::rename(from, to)?;
+        let mut files = self.0.files.lock();
+        if let Some(v) = files.remove(from) {
+            files.insert(to.to_path_buf(), v);
+        }
+        Ok(())
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.0.step().map_err(|_| injected())?;
+        std::fs::File::open(dir)?.sync_all()
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.0.step().map_err(|_| injected())?;
+        self.0.files.lock().remove(path);
+        std::fs::remove_file(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.0.step().map_err(|_| injected())?;
+        std::fs::create_dir_all(path)
+    }
+}

@@ -1,0 +1,80 @@
+//! Names of things in a checkpoint directory (format-spec/layout.md).
+//!
+//! ```text
+//! ROOT/FLOE                                  marker: this directory belongs to floe
+//! ROOT/chk-<id:020>.manifest                 one per completed checkpoint
+//! ROOT/data/<id:020>-<operator>-<subtask>.full|.incr   data files, shared by checkpoints
+//! ROOT/savepoints/sp-<id:020>/MANIFEST       a savepoint: self-contained
+//! ROOT/savepoints/sp-<id:020>/data/...       its data files
+//! tmp-<id:020>-<name>                        a file being written (any of these folders)
+//! ```
+
+/// Name of the marker file.
+pub const MARKER: &str = "FLOE";
+/// Contents of the marker file.
+pub const MARKER_CONTENTS: &str = "floe checkpoint directory\nformat 1\n";
+/// Folder of data files.
+pub const DATA_DIR: &str = "data";
+/// Folder of savepoints.
+pub const SAVEPOINT_DIR: &str = "savepoints";
+/// Manifest name inside a savepoint folder.
+pub const SAVEPOINT_MANIFEST: &str = "MANIFEST";
+
+/// `chk-<id>.manifest`.
+pub fn manifest_name(id: u64) -> String {
+    format!("chk-{id:020}.manifest")
+}
+
+/// The checkpoint id of a manifest file name.
+pub fn parse_manifest_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("chk-")?.strip_suffix(".manifest")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
+}
+
+/// `savepoints/sp-<id>`.
+pub fn savepoint_dir(id: u64) -> String {
+    format!("{SAVEPOINT_DIR}/sp-{id:020}")
+}
+
+/// Operator ids in file names: `[A-Za-z0-9_]` kept, anything else becomes `_`, at most 64.
+pub fn sanitize(operator: &str) -> String {
+    operator.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+}
+
+/// `data/<id>-<operator>-<subtask>.full|.incr`.
+pub fn data_file_name(id: u64, operator: &str, subtask: u32, full: bool) -> String {
+    let ext = if full { "full" } else { "incr" };
+    format!("{DATA_DIR}/{id:020}-{}-{subtask}.{ext}", sanitize(operator))
+}
+
+/// The creating checkpoint id of a data file name (`<id>-...full|incr`), if it is ours.
+pub fn parse_data_file_name(name: &str) -> Option<u64> {
+    if !(name.ends_with(".full") || name.ends_with(".incr")) {
+        return None;
+    }
+    let (digits, rest) = name.split_at_checked(20)?;
+    (digits.bytes().all(|b| b.is_ascii_digit()) && rest.starts_with('-')).then(|| digits.parse().ok())?
+}
+
+/// The checkpoint id of a temp file name (`tmp-<id>-...`), if it is ours.
+pub fn parse_tmp_name(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(super::publish::TMP_PREFIX)?;
+    let (digits, rest) = rest.split_at_checked(20)?;
+    (digits.bytes().all(|b| b.is_ascii_digit()) && rest.starts_with('-')).then(|| digits.parse().ok())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(parse_manifest_name(&manifest_name(42)), Some(42));
+        assert_eq!(parse_manifest_name("chk-42.manifest"), None);
+        let d = data_file_name(7, "sum/op 1", 3, false);
+        assert_eq!(d, "data/00000000000000000007-sum_op_1-3.incr");
+        assert_eq!(parse_data_file_name(d.strip_prefix("data/").unwrap()), Some(7));
+        assert_eq!(parse_data_file_name("notes.txt"), None);
+        assert_eq!(parse_tmp_name("tmp-00000000000000000009-x"), Some(9));
+    }
+}

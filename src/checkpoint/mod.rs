@@ -1,0 +1,18 @@
+//! Checkpoint storage: durable, recoverable snapshots (see ARCHITECTURE.md, "Checkpoint
+//! layer", and format-spec/ for the bytes).
+
+mod checkpointer;
+mod compaction;
+pub mod io;
+pub mod layout;
+mod publish;
+mod recovery;
+mod storage;
+mod writer;
+
+pub use checkpointer::{Checkpointer, PendingWrite};
+pub use recovery::{Recovered, RecoveryReport, load_chain, open_chain, restore_from_path, restore_operator};
+pub use storage::{
+    ChainPolicy, CheckpointStorage, CleanupReport, Orphans, ParentChain, StateHandle, StorageConfig, Target,
+    read_manifest_file,
+};

@@ -1,0 +1,541 @@
+//! Checkpoint storage: one directory of checkpoints, their manifests and shared data files;
+//! publication, retention, orphan detection and garbage collection.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::io::{Io, StdIo};
+use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
+use super::publish::publish;
+use super::writer::write_snapshot_file;
+use crate::error::{Error, Result};
+use crate::format::manifest::hex_encode;
+use crate::format::{
+    DEFAULT_BLOCK_TARGET, DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind,
+    OperatorState,
+};
+use crate::state::Snapshot;
+
+/// When to write a full snapshot instead of an increment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChainPolicy {
+    /// A full snapshot is forced once a chain holds this many increments.
+    pub max_increments: u32,
+    /// A full snapshot is forced once the increments' bytes exceed this fraction of the
+    /// base's bytes.
+    pub max_chain_ratio: f64,
+}
+
+impl Default for ChainPolicy {
+    /// K = 10 and ratio 1.0: the storage benchmark measures recovery through 10 increments
+    /// of 1% churn at ~1.1x a full-only recovery, and at ratio 1.0 a chain never costs more
+    /// than twice the bytes of one full snapshot to read.
+    fn default() -> Self {
+        ChainPolicy { max_increments: 10, max_chain_ratio: 1.0 }
+    }
+}
+
+/// Settings of a checkpoint directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageConfig {
+    /// Completed checkpoints to keep (savepoints are not counted and never deleted).
+    pub num_retained: usize,
+    /// Full vs incremental decisions.
+    pub policy: ChainPolicy,
+    /// Uncompressed size at which a block is closed.
+    pub block_target: usize,
+    /// Threads compressing a snapshot.
+    pub threads: usize,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            num_retained: 3,
+            policy: ChainPolicy::default(),
+            block_target: DEFAULT_BLOCK_TARGET,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()).min(4),
+        }
+    }
+}
+
+/// The chain of files that a completed checkpoint holds for one operator instance: the
+/// parent of the instance's next increment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentChain {
+    /// The completed checkpoint.
+    pub checkpoint_id: u64,
+    /// The store epoch of the snapshot it holds.
+    pub epoch: u64,
+    /// Its files, full first.
+    pub files: Vec<FileRef>,
+}
+
+/// One operator instance's part of a checkpoint, written and durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateHandle {
+    /// The manifest entry.
+    pub operator: OperatorState,
+    /// Every file of its chain.
+    pub files: Vec<FileRef>,
+    /// Full or increment.
+    pub kind: FileKind,
+    /// Bytes of the chain's base file.
+    pub base_bytes: u64,
+    /// Bytes of the chain's increments.
+    pub increment_bytes: u64,
+}
+
+/// Where a checkpoint's files go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A regular checkpoint in the root.
+    Checkpoint,
+    /// A savepoint in its own folder.
+    Savepoint,
+}
+
+/// A checkpoint directory.
+pub struct CheckpointStorage {
+    root: PathBuf,
+    io: Arc<dyn Io>,
+    config: StorageConfig,
+    /// Checkpoints being written by this process: their files are not orphans.
+    in_flight: Mutex<BTreeSet<u64>>,
+}
+
+impl std::fmt::Debug for CheckpointStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointStorage").field("root", &self.root).field("config", &self.config).finish()
+    }
+}
+
+/// What retention and cleanup did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// Manifests removed (checkpoints no longer retained).
+    pub removed_checkpoints: Vec<u64>,
+    /// Files removed.
+    pub removed_files: Vec<PathBuf>,
+    /// Why file deletion was skipped, if it was.
+    pub skipped: Option<String>,
+}
+
+/// Files in a checkpoint directory that no checkpoint needs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Orphans {
+    /// floe's own files (data or temp files) that no valid manifest references.
+    pub ours: Vec<PathBuf>,
+    /// Files floe did not write: reported, never deleted.
+    pub foreign: Vec<PathBuf>,
+}
+
+impl CheckpointStorage {
+    /// Opens (creating if needed) a checkpoint directory with the real file system.
+    pub fn open(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
+        Self::open_with_io(root, config, Arc::new(StdIo))
+    }
+
+    /// Opens a checkpoint directory through `io`. A directory that exists, is not empty
+    /// and has no floe marker is refused: floe never writes into what it does not own.
+    pub fn open_with_io(root: impl AsRef<Path>, config: StorageConfig, io: Arc<dyn Io>) -> Result<Arc<Self>> {
+        let root = root.as_ref().to_path_buf();
+        if config.num_retained == 0 {
+            return Err(Error::InvalidConfig("num_retained must be at least 1".into()));
+        }
+        let marker = root.join(MARKER);
+        match std::fs::read_to_string(&marker) {
+            Ok(s) if s == MARKER_CONTENTS => {}
+            Ok(_) => return Err(Error::NotOurs { path: root, why: "its FLOE marker is not floe's".into() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let non_empty = std::fs::read_dir(&root).map(|mut d| d.next().is_some()).unwrap_or(false);
+                if non_empty {
+                    return Err(Error::NotOurs {
+                        path: root,
+                        why: "it is not empty and has no FLOE marker".into(),
+                    });
+                }
+                io.create_dir_all(&root).map_err(|e| Error::io("create dir", &root, e))?;
+                publish(&*io, &root, MARKER, 0, |w| {
+                    w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
+                })?;
+            }
+            Err(e) => return Err(Error::io("read", &marker, e)),
+        }
+        for d in [DATA_DIR, SAVEPOINT_DIR] {
+            let p = root.join(d);
+            io.create_dir_all(&p).map_err(|e| Error::io("create dir", &p, e))?;
+        }
+        Ok(Arc::new(CheckpointStorage { root, io, config, in_flight: Mutex::new(BTreeSet::new()) }))
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &StorageConfig {
+        &self.config
+    }
+
+    /// The I/O layer (for writers in other modules).
+    pub(crate) fn io(&self) -> &dyn Io {
+        &*self.io
+    }
+
+    fn target_dir(&self, checkpoint_id: u64, target: Target) -> PathBuf {
+        match target {
+            Target::Checkpoint => self.root.clone(),
+            Target::Savepoint => self.root.join(layout::savepoint_dir(checkpoint_id)),
+        }
+    }
+
+    /// Marks a checkpoint as being written (its files are not orphans meanwhile).
+    pub fn begin(&self, checkpoint_id: u64) {
+        self.in_flight.lock().insert(checkpoint_id);
+    }
+
+    /// Writes one operator instance's data file for checkpoint `checkpoint_id`: the full
+    /// snapshot when `parent` is `None`, otherwise the increment since the parent's epoch.
+    /// Blocking; call it from a background thread (see `Checkpointer`).
+    #[allow(clippy::too_many_arguments, reason = "each argument is part of the handle")]
+    pub fn write_state(
+        &self,
+        checkpoint_id: u64,
+        target: Target,
+        operator: &str,
+        subtask: u32,
+        snapshot: &Snapshot,
+        parent: Option<&ParentChain>,
+    ) -> Result<StateHandle> {
+        self.begin(checkpoint_id);
+        let dir = self.target_dir(checkpoint_id, target);
+        let data = dir.join(DATA_DIR);
+        self.io.create_dir_all(&data).map_err(|e| Error::io("create dir", &data, e))?;
+        let full = parent.is_none();
+        let rel = layout::data_file_name(checkpoint_id, operator, subtask, full);
+        let header = DataHeader {
+            kind: if full { FileKind::Full } else { FileKind::Increment },
+            checkpoint_id,
+            parent_id: parent.map_or(0, |p| p.checkpoint_id),
+            max_parallelism: snapshot.max_parallelism(),
+        };
+        let summary = write_snapshot_file(
+            &*self.io,
+            &dir,
+            &rel,
+            header,
+            snapshot,
+            parent.map(|p| p.epoch),
+            self.config.block_target,
+            self.config.threads,
+        )?;
+        let own = FileRef {
+            path: rel.clone(),
+            size: summary.size,
+            crc32: summary.crc32,
+            created_by: checkpoint_id,
+        };
+        let mut files = parent.map(|p| p.files.clone()).unwrap_or_default();
+        files.push(own);
+        let base_bytes = files.first().map_or(0, |f| f.size);
+        let increment_bytes = files.iter().skip(1).map(|f| f.size).sum();
+        Ok(StateHandle {
+            operator: OperatorState {
+                operator: operator.to_string(),
+                subtask,
+                key_groups: snapshot.key_groups(),
+                chain: files.iter().map(|f| f.path.clone()).collect(),
+                states: snapshot.descriptors().cloned().collect(),
+                bytes_written: summary.size,
+            },
+            files,
+            kind: header.kind,
+            base_bytes,
+            increment_bytes,
+        })
+    }
+
+    /// Completes checkpoint `checkpoint_id`: writes its manifest durably (the moment it
+    /// starts to exist), then applies retention. `sources` are opaque positions.
+    pub fn commit(
+        &self,
+        checkpoint_id: u64,
+        target: Target,
+        handles: Vec<StateHandle>,
+        sources: BTreeMap<String, Vec<u8>>,
+        extra: BTreeMap<String, Vec<u8>>,
+    ) -> Result<Manifest> {
+        let manifest = self.build_manifest(checkpoint_id, target, handles, sources, extra)?;
+        let result = self.write_manifest(&manifest, target);
+        self.in_flight.lock().remove(&checkpoint_id);
+        result?;
+        if target == Target::Checkpoint {
+            // Retention failing does not undo the checkpoint; it is retried next time.
+            let _ = self.retain();
+        }
+        Ok(manifest)
+    }
+
+    fn build_manifest(
+        &self,
+        checkpoint_id: u64,
+        target: Target,
+        handles: Vec<StateHandle>,
+        sources: BTreeMap<String, Vec<u8>>,
+        extra: BTreeMap<String, Vec<u8>>,
+    ) -> Result<Manifest> {
+        let mut files: Vec<FileRef> = Vec::new();
+        let mut operators = Vec::new();
+        let mut incremental = false;
+        let mut base = checkpoint_id;
+        let mut max_parallelism = None;
+        for h in handles {
+            incremental |= h.files.len() > 1;
+            base = base.min(h.files.first().map_or(checkpoint_id, |f| f.created_by));
+            for f in &h.files {
+                if !files.iter().any(|g| g.path == f.path) {
+                    files.push(f.clone());
+                }
+            }
+            operators.push(h.operator);
+        }
+        // The data files know the job's max_parallelism; read it back from the first one.
+        if let Some(first) = files.first() {
+            let dir = self.target_dir(checkpoint_id, target);
+            let f = crate::format::DataFile::open(&dir.join(&first.path))?;
+            max_parallelism = Some(f.header().max_parallelism);
+        }
+        let kind = match target {
+            Target::Savepoint => ManifestKind::Savepoint,
+            Target::Checkpoint if incremental => ManifestKind::Incremental,
+            Target::Checkpoint => ManifestKind::Full,
+        };
+        let parent = operators
+            .iter()
+            .filter_map(|o| {
+                let n = o.chain.len();
+                (n > 1)
+                    .then(|| files.iter().find(|f| f.path == o.chain[n - 2]).map(|f| f.created_by))
+                    .flatten()
+            })
+            .max();
+        let created_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Ok(Manifest {
+            format_version: FORMAT_VERSION,
+            checkpoint_id,
+            kind,
+            parent,
+            base,
+            created_unix_ms,
+            max_parallelism: max_parallelism.unwrap_or(crate::state::keygroup::DEFAULT_MAX_PARALLELISM),
+            files,
+            operators,
+            sources: sources.into_iter().map(|(k, v)| (k, hex_encode(&v))).collect(),
+            extra: extra.into_iter().map(|(k, v)| (k, hex_encode(&v))).collect(),
+        })
+    }
+
+    fn write_manifest(&self, m: &Manifest, target: Target) -> Result<()> {
+        let bytes = m.encode()?;
+        let dir = self.target_dir(m.checkpoint_id, target);
+        let name = match target {
+            Target::Checkpoint => layout::manifest_name(m.checkpoint_id),
+            Target::Savepoint => SAVEPOINT_MANIFEST.to_string(),
+        };
+        let path = dir.join(&name);
+        publish(&*self.io, &dir, &name, m.checkpoint_id, |w| {
+            w.write_all(&bytes).map_err(|e| Error::io("write", &path, e))
+        })
+    }
+
+    /// Forgets a checkpoint that will not complete and removes the files it wrote.
+    pub fn abort(&self, checkpoint_id: u64) {
+        self.in_flight.lock().remove(&checkpoint_id);
+        if let Ok(orphans) = self.orphans() {
+            for p in orphans.ours {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                let id = layout::parse_data_file_name(name).or_else(|| layout::parse_tmp_name(name));
+                if id == Some(checkpoint_id) {
+                    let _ = self.io.remove_file(&p);
+                }
+            }
+            let sp = self.root.join(layout::savepoint_dir(checkpoint_id));
+            if sp.is_dir() && !sp.join(SAVEPOINT_MANIFEST).exists() {
+                let _ = std::fs::remove_dir_all(&sp);
+            }
+        }
+    }
+
+    /// Ids of the completed checkpoints in the root (savepoints excluded), ascending.
+    /// A manifest name counts even if its contents turn out to be damaged.
+    pub fn checkpoint_ids(&self) -> Result<Vec<u64>> {
+        let mut ids = Vec::new();
+        for e in std::fs::read_dir(&self.root).map_err(|e| Error::io("read dir", &self.root, e))? {
+            let e = e.map_err(|e| Error::io("read dir", &self.root, e))?;
+            if let Some(id) = e.file_name().to_str().and_then(layout::parse_manifest_name) {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Ids of the savepoints, ascending.
+    pub fn savepoint_ids(&self) -> Result<Vec<u64>> {
+        let dir = self.root.join(SAVEPOINT_DIR);
+        let mut ids = Vec::new();
+        let Ok(rd) = std::fs::read_dir(&dir) else { return Ok(ids) };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(id) = name.strip_prefix("sp-").and_then(|d| d.parse::<u64>().ok())
+                && e.path().join(SAVEPOINT_MANIFEST).exists()
+            {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Path of a checkpoint's manifest.
+    pub fn manifest_path(&self, checkpoint_id: u64) -> PathBuf {
+        self.root.join(layout::manifest_name(checkpoint_id))
+    }
+
+    /// Path of a savepoint's manifest.
+    pub fn savepoint_manifest_path(&self, id: u64) -> PathBuf {
+        self.root.join(layout::savepoint_dir(id)).join(SAVEPOINT_MANIFEST)
+    }
+
+    /// Reads and validates a checkpoint's manifest.
+    pub fn read_manifest(&self, checkpoint_id: u64) -> Result<Manifest> {
+        read_manifest_file(&self.manifest_path(checkpoint_id))
+    }
+
+    /// The highest checkpoint or savepoint id in the directory (0 when empty).
+    pub fn max_id(&self) -> Result<u64> {
+        let c = self.checkpoint_ids()?.last().copied().unwrap_or(0);
+        let s = self.savepoint_ids()?.last().copied().unwrap_or(0);
+        let f = self.in_flight.lock().last().copied().unwrap_or(0);
+        Ok(c.max(s).max(f))
+    }
+
+    /// Keeps the newest `num_retained` checkpoints: removes older manifests, then every data
+    /// file no remaining checkpoint references. Skips file deletion (and says why) if a
+    /// remaining manifest cannot be read, since its files are unknown.
+    pub fn retain(&self) -> Result<CleanupReport> {
+        let mut report = CleanupReport::default();
+        let ids = self.checkpoint_ids()?;
+        let keep_from = ids.len().saturating_sub(self.config.num_retained);
+        for &id in &ids[..keep_from] {
+            let p = self.manifest_path(id);
+            self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            report.removed_checkpoints.push(id);
+        }
+        if !report.removed_checkpoints.is_empty() {
+            self.io.sync_dir(&self.root).map_err(|e| Error::io("fsync dir", &self.root, e))?;
+        }
+        match self.orphans_inner() {
+            Ok(orphans) => {
+                for p in orphans.ours {
+                    self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+                    report.removed_files.push(p);
+                }
+            }
+            Err(e) => report.skipped = Some(e.to_string()),
+        }
+        Ok(report)
+    }
+
+    /// floe's files that no valid checkpoint needs (and that no checkpoint in flight is
+    /// writing), and files floe did not write.
+    pub fn orphans(&self) -> Result<Orphans> {
+        self.orphans_inner()
+    }
+
+    fn orphans_inner(&self) -> Result<Orphans> {
+        let mut referenced = BTreeSet::new();
+        for id in self.checkpoint_ids()? {
+            let m = self.read_manifest(id)?;
+            referenced.extend(m.files.into_iter().map(|f| f.path));
+        }
+        let in_flight = self.in_flight.lock().clone();
+        let newest = self.checkpoint_ids()?.last().copied().unwrap_or(0);
+        let mut out = Orphans::default();
+        let data = self.root.join(DATA_DIR);
+        for e in std::fs::read_dir(&data).map_err(|e| Error::io("read dir", &data, e))? {
+            let e = e.map_err(|e| Error::io("read dir", &data, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = layout::parse_data_file_name(&name).or_else(|| layout::parse_tmp_name(&name));
+            match id {
+                Some(id) if in_flight.contains(&id) => {}
+                Some(id)
+                    if layout::parse_tmp_name(&name).is_some()
+                        || !referenced.contains(&format!("{DATA_DIR}/{name}")) =>
+                {
+                    // A data file newer than every manifest may belong to a checkpoint that
+                    // another handle of this process is writing; only in-flight ones are
+                    // known, so files of ids above the newest manifest count as orphans
+                    // only when nothing is in flight.
+                    if id <= newest || in_flight.is_empty() {
+                        out.ours.push(e.path());
+                    }
+                }
+                Some(_) => {}
+                None => out.foreign.push(e.path()),
+            }
+        }
+        for e in std::fs::read_dir(&self.root).map_err(|e| Error::io("read dir", &self.root, e))? {
+            let e = e.map_err(|e| Error::io("read dir", &self.root, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == MARKER
+                || name == DATA_DIR
+                || name == SAVEPOINT_DIR
+                || layout::parse_manifest_name(&name).is_some()
+            {
+                continue;
+            }
+            match layout::parse_tmp_name(&name) {
+                Some(id) if in_flight.contains(&id) => {}
+                Some(_) => out.ours.push(e.path()),
+                None => out.foreign.push(e.path()),
+            }
+        }
+        out.ours.sort();
+        out.foreign.sort();
+        Ok(out)
+    }
+
+    /// Removes floe's orphaned files (or only lists them with `dry_run`).
+    pub fn gc(&self, dry_run: bool) -> Result<Orphans> {
+        let orphans = self.orphans_inner()?;
+        if !dry_run {
+            for p in &orphans.ours {
+                self.io.remove_file(p).map_err(|e| Error::io("remove", p, e))?;
+            }
+        }
+        Ok(orphans)
+    }
+}
+
+/// Reads and validates a manifest file.
+pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
+    if meta.len() > u64::from(crate::format::MAX_MANIFEST_LEN) + crate::format::MANIFEST_HEADER_LEN as u64 {
+        return Err(Error::corrupt(
+            path,
+            0,
+            format!("manifest of {} bytes is larger than allowed", meta.len()),
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+    Manifest::decode(path, &bytes)
+}

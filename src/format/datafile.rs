@@ -1,0 +1,721 @@
+//! Data files: a full snapshot or an increment of one operator instance's state.
+//!
+//! ```text
+//! header (40) | block* | index | footer (32)
+//! ```
+//! Blocks hold records of one (state, key group), lz4-compressed, each with a CRC-32 that
+//! is checked before decompression. The index lists every block by (state, key group),
+//! so a reader can load only some key groups or look up one key. See
+//! `format-spec/data-file.md` for every byte.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::cursor::Cursor;
+use super::{
+    DATA_HEADER_LEN, DATA_MAGIC, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, INDEX_ENTRY_LEN, MAX_BLOCK_LEN,
+    compression, tag,
+};
+use crate::error::{Error, Result};
+use crate::state::keygroup::{key_group_of_hash, key_hash};
+use crate::state::{Record, StateKind, list};
+
+/// Whether a data file is a full snapshot or an increment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    /// Every entry of the state.
+    Full,
+    /// The changes since the parent checkpoint.
+    Increment,
+}
+
+impl FileKind {
+    fn code(self) -> u8 {
+        match self {
+            FileKind::Full => 1,
+            FileKind::Increment => 2,
+        }
+    }
+}
+
+/// The fixed header of a data file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataHeader {
+    /// Full or increment.
+    pub kind: FileKind,
+    /// The checkpoint that wrote the file.
+    pub checkpoint_id: u64,
+    /// For increments, the checkpoint it applies on top of (0 for full files).
+    pub parent_id: u64,
+    /// Number of key groups of the job.
+    pub max_parallelism: u32,
+}
+
+impl DataHeader {
+    fn encode(&self) -> [u8; DATA_HEADER_LEN] {
+        let mut h = [0u8; DATA_HEADER_LEN];
+        h[0..8].copy_from_slice(&DATA_MAGIC);
+        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[12] = self.kind.code();
+        h[16..24].copy_from_slice(&self.checkpoint_id.to_le_bytes());
+        h[24..32].copy_from_slice(&self.parent_id.to_le_bytes());
+        h[32..36].copy_from_slice(&self.max_parallelism.to_le_bytes());
+        let crc = crc32fast::hash(&h[0..36]);
+        h[36..40].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+}
+
+/// A state as listed in a data file's index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileState {
+    /// The state's name.
+    pub name: String,
+    /// Its kind.
+    pub kind: StateKind,
+}
+
+/// One block as listed in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Index into the file's state table.
+    pub state: u32,
+    /// Key group of every record in the block.
+    pub key_group: u32,
+    /// File offset of the stored bytes.
+    pub offset: u64,
+    /// Stored (compressed) length.
+    pub stored_len: u32,
+    /// Uncompressed length.
+    pub raw_len: u32,
+    /// Number of records.
+    pub records: u32,
+    /// CRC-32 of the stored bytes.
+    pub crc32: u32,
+    /// `key_hash` of the block's first record.
+    pub first_hash: u64,
+    /// Compression code (`format::compression`).
+    pub compression: u8,
+}
+
+/// A block ready to be written: compressed and checksummed (any thread may make one).
+#[derive(Debug, Clone)]
+pub struct EncodedBlock {
+    /// Index into the file's state table.
+    pub state: u32,
+    /// Key group of its records.
+    pub key_group: u32,
+    /// Stored bytes.
+    pub bytes: Vec<u8>,
+    /// Uncompressed length.
+    pub raw_len: u32,
+    /// Number of records.
+    pub records: u32,
+    /// CRC-32 of `bytes`.
+    pub crc32: u32,
+    /// `key_hash` of the first record.
+    pub first_hash: u64,
+    /// Compression code.
+    pub compression: u8,
+}
+
+/// Appends the encoding of one record to a block buffer.
+pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
+    fn lp(buf: &mut Vec<u8>, b: &[u8]) {
+        // Lengths were bounded by u32 when the values entered the store.
+        buf.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        buf.extend_from_slice(b);
+    }
+    match *r {
+        Record::Put { key, value } => {
+            buf.push(tag::PUT);
+            lp(buf, key);
+            lp(buf, value);
+        }
+        Record::Delete { key } => {
+            buf.push(tag::DELETE);
+            lp(buf, key);
+        }
+        Record::Append { key, items } => {
+            buf.push(tag::APPEND);
+            lp(buf, key);
+            lp(buf, items);
+        }
+        Record::MapPut { key, map_key, value } => {
+            buf.push(tag::MAP_PUT);
+            lp(buf, key);
+            lp(buf, map_key);
+            lp(buf, value);
+        }
+        Record::MapDelete { key, map_key } => {
+            buf.push(tag::MAP_DELETE);
+            lp(buf, key);
+            lp(buf, map_key);
+        }
+    }
+}
+
+/// Compresses and checksums a buffer of encoded records. Keeps the block uncompressed
+/// when lz4 does not make it smaller.
+pub fn encode_block(state: u32, key_group: u32, raw: &[u8], records: u32, first_hash: u64) -> EncodedBlock {
+    let compressed = lz4_flex::block::compress(raw);
+    let (bytes, compression) = if compressed.len() < raw.len() {
+        (compressed, compression::LZ4_BLOCK)
+    } else {
+        (raw.to_vec(), compression::NONE)
+    };
+    let crc32 = crc32fast::hash(&bytes);
+    EncodedBlock {
+        state,
+        key_group,
+        raw_len: raw.len() as u32,
+        records,
+        crc32,
+        first_hash,
+        compression,
+        bytes,
+    }
+}
+
+/// What a finished data file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileSummary {
+    /// Total size in bytes.
+    pub size: u64,
+    /// CRC-32 of the whole file.
+    pub crc32: u32,
+    /// Number of blocks.
+    pub blocks: u32,
+    /// Number of records.
+    pub records: u64,
+    /// Sum of uncompressed block sizes.
+    pub raw_bytes: u64,
+}
+
+/// Writes a data file to any `Write`: header, blocks in (state, key group) order, then the
+/// index and footer. The caller handles temp names, fsync and rename.
+pub struct DataFileWriter<W: Write> {
+    out: W,
+    path: PathBuf,
+    offset: u64,
+    crc: crc32fast::Hasher,
+    states: Vec<FileState>,
+    index: Vec<BlockInfo>,
+    records: u64,
+    raw_bytes: u64,
+    header: DataHeader,
+}
+
+impl<W: Write> DataFileWriter<W> {
+    /// Starts a file; `path` only names the file in errors.
+    pub fn new(out: W, path: &Path, header: DataHeader, states: Vec<FileState>) -> Result<Self> {
+        let mut w = DataFileWriter {
+            out,
+            path: path.to_path_buf(),
+            offset: 0,
+            crc: crc32fast::Hasher::new(),
+            states,
+            index: Vec::new(),
+            records: 0,
+            raw_bytes: 0,
+            header,
+        };
+        w.write(&header.encode())?;
+        Ok(w)
+    }
+
+    fn write(&mut self, b: &[u8]) -> Result<()> {
+        self.out.write_all(b).map_err(|e| Error::io("write", &self.path, e))?;
+        self.crc.update(b);
+        self.offset += b.len() as u64;
+        Ok(())
+    }
+
+    /// The header the file was started with.
+    pub fn header(&self) -> DataHeader {
+        self.header
+    }
+
+    /// Appends a block. Blocks must come in ascending (state, key group) order.
+    pub fn write_block(&mut self, b: &EncodedBlock) -> Result<()> {
+        let info = BlockInfo {
+            state: b.state,
+            key_group: b.key_group,
+            offset: self.offset,
+            stored_len: u32::try_from(b.bytes.len())
+                .map_err(|_| Error::InvalidRecord("block larger than 4 GiB".into()))?,
+            raw_len: b.raw_len,
+            records: b.records,
+            crc32: b.crc32,
+            first_hash: b.first_hash,
+            compression: b.compression,
+        };
+        if b.raw_len > MAX_BLOCK_LEN {
+            return Err(Error::InvalidRecord(format!(
+                "a block of {} bytes exceeds the format's limit of {MAX_BLOCK_LEN}",
+                b.raw_len
+            )));
+        }
+        self.write(&b.bytes)?;
+        self.index.push(info);
+        self.records += u64::from(b.records);
+        self.raw_bytes += u64::from(b.raw_len);
+        Ok(())
+    }
+
+    /// Writes the index and footer, flushes, and returns the summary and the writer.
+    pub fn finish(mut self) -> Result<(FileSummary, W)> {
+        let mut idx = Vec::with_capacity(8 + self.index.len() * INDEX_ENTRY_LEN);
+        idx.extend_from_slice(&(self.states.len() as u32).to_le_bytes());
+        for s in &self.states {
+            idx.push(s.kind.code());
+            let name = s.name.as_bytes();
+            let len = u16::try_from(name.len())
+                .map_err(|_| Error::InvalidConfig(format!("state name {:?} is too long", s.name)))?;
+            idx.extend_from_slice(&len.to_le_bytes());
+            idx.extend_from_slice(name);
+        }
+        idx.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        for b in &self.index {
+            idx.extend_from_slice(&b.state.to_le_bytes());
+            idx.extend_from_slice(&b.key_group.to_le_bytes());
+            idx.extend_from_slice(&b.offset.to_le_bytes());
+            idx.extend_from_slice(&b.stored_len.to_le_bytes());
+            idx.extend_from_slice(&b.raw_len.to_le_bytes());
+            idx.extend_from_slice(&b.records.to_le_bytes());
+            idx.extend_from_slice(&b.crc32.to_le_bytes());
+            idx.extend_from_slice(&b.first_hash.to_le_bytes());
+            idx.push(b.compression);
+            idx.extend_from_slice(&[0u8; 7]);
+        }
+        let index_offset = self.offset;
+        self.write(&idx)?;
+        let mut footer = [0u8; FOOTER_LEN];
+        footer[0..8].copy_from_slice(&index_offset.to_le_bytes());
+        footer[8..16].copy_from_slice(&(idx.len() as u64).to_le_bytes());
+        footer[16..20].copy_from_slice(&crc32fast::hash(&idx).to_le_bytes());
+        footer[24..32].copy_from_slice(&FOOTER_MAGIC);
+        self.write(&footer)?;
+        self.out.flush().map_err(|e| Error::io("write", &self.path, e))?;
+        let summary = FileSummary {
+            size: self.offset,
+            crc32: self.crc.clone().finalize(),
+            blocks: self.index.len() as u32,
+            records: self.records,
+            raw_bytes: self.raw_bytes,
+        };
+        Ok((summary, self.out))
+    }
+}
+
+/// Bytes of an opened file: memory-mapped, or read into memory when mapping fails.
+enum FileBytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(m) => m,
+            FileBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// An opened, validated data file. Opening checks the header, footer and index (magic,
+/// version, lengths, checksums, bounds); blocks are checked when read.
+pub struct DataFile {
+    path: PathBuf,
+    bytes: FileBytes,
+    header: DataHeader,
+    states: Vec<FileState>,
+    blocks: Vec<BlockInfo>,
+}
+
+impl std::fmt::Debug for DataFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataFile").field("path", &self.path).field("header", &self.header).finish()
+    }
+}
+
+impl DataFile {
+    /// Opens `path` through mmap (falling back to a plain read) and validates its frame.
+    pub fn open(path: &Path) -> Result<DataFile> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+        // SAFETY: published data files are immutable: floe writes them under a temp name,
+        // renames them into place and never modifies them again; every byte read through
+        // the map is validated (lengths, checksums) before use.
+        let bytes = match unsafe { memmap2::Mmap::map(&file) } {
+            Ok(m) => FileBytes::Mapped(m),
+            Err(_) => FileBytes::Owned(std::fs::read(path).map_err(|e| Error::io("read", path, e))?),
+        };
+        Self::parse(path.to_path_buf(), bytes)
+    }
+
+    /// Validates a data file held in memory (used by tests and fuzzing).
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<DataFile> {
+        Self::parse(path.to_path_buf(), FileBytes::Owned(bytes))
+    }
+
+    fn parse(path: PathBuf, bytes: FileBytes) -> Result<DataFile> {
+        let len = bytes.len();
+        if len < DATA_HEADER_LEN + FOOTER_LEN {
+            return Err(Error::corrupt(
+                &path,
+                0,
+                format!("file of {len} bytes is too short for a data file"),
+            ));
+        }
+        let mut c = Cursor::new(&bytes[..DATA_HEADER_LEN], 0, &path);
+        if c.array::<8>("magic")? != DATA_MAGIC {
+            return Err(Error::corrupt(&path, 0, "not a floe data file (bad magic)"));
+        }
+        let version = c.u32("version")?;
+        if version == 0 || version > FORMAT_VERSION {
+            return Err(Error::UnsupportedVersion { path, found: version, supported: FORMAT_VERSION });
+        }
+        let stored_crc = u32::from_le_bytes([bytes[36], bytes[37], bytes[38], bytes[39]]);
+        if crc32fast::hash(&bytes[0..36]) != stored_crc {
+            return Err(Error::corrupt(&path, 36, "header checksum mismatch"));
+        }
+        let kind = match c.u8("file kind")? {
+            1 => FileKind::Full,
+            2 => FileKind::Increment,
+            k => return Err(Error::corrupt(&path, 12, format!("unknown file kind {k}"))),
+        };
+        c.zeros(3, "header reserved")?;
+        let checkpoint_id = c.u64("checkpoint id")?;
+        let parent_id = c.u64("parent id")?;
+        let max_parallelism = c.u32("max_parallelism")?;
+        if max_parallelism == 0 || max_parallelism > crate::state::keygroup::MAX_MAX_PARALLELISM {
+            return Err(Error::corrupt(&path, 32, format!("max_parallelism {max_parallelism} out of range")));
+        }
+        let header = DataHeader { kind, checkpoint_id, parent_id, max_parallelism };
+
+        let foot_at = len - FOOTER_LEN;
+        let mut f = Cursor::new(&bytes[foot_at..], foot_at as u64, &path);
+        let index_offset = f.u64("index offset")?;
+        let index_len = f.u64("index length")?;
+        let index_crc = f.u32("index checksum")?;
+        f.zeros(4, "footer reserved")?;
+        if f.array::<8>("footer magic")? != FOOTER_MAGIC {
+            return Err(Error::corrupt(&path, foot_at as u64 + 24, "bad footer magic (truncated file?)"));
+        }
+        if index_offset < DATA_HEADER_LEN as u64
+            || index_offset.checked_add(index_len) != Some(foot_at as u64)
+        {
+            return Err(Error::corrupt(
+                &path,
+                foot_at as u64,
+                format!("index at {index_offset}+{index_len} does not end at the footer ({foot_at})"),
+            ));
+        }
+        // Both fit: they end at foot_at, a usize.
+        let (io, il) = (index_offset as usize, index_len as usize);
+        let index_bytes = &bytes[io..io + il];
+        if crc32fast::hash(index_bytes) != index_crc {
+            return Err(Error::corrupt(&path, index_offset, "index checksum mismatch"));
+        }
+        let mut c = Cursor::new(index_bytes, index_offset, &path);
+        let n_states = c.u32("state count")?;
+        if n_states as usize > c.remaining() / 3 {
+            return Err(c.err(format!("state count {n_states} exceeds the index")));
+        }
+        let mut states = Vec::with_capacity(n_states as usize);
+        for _ in 0..n_states {
+            let at = c.offset();
+            let kind = StateKind::from_code(c.u8("state kind")?)
+                .ok_or_else(|| Error::corrupt(&path, at, "unknown state kind"))?;
+            let name_len = c.u16("state name length")?;
+            let name = c.bytes(usize::from(name_len), "state name")?;
+            let name = std::str::from_utf8(name)
+                .map_err(|_| Error::corrupt(&path, at + 3, "state name is not UTF-8"))?
+                .to_string();
+            states.push(FileState { name, kind });
+        }
+        let n_blocks = c.u32("block count")?;
+        if (n_blocks as usize).checked_mul(INDEX_ENTRY_LEN) != Some(c.remaining()) {
+            return Err(c.err(format!("block count {n_blocks} does not match the index size")));
+        }
+        let mut blocks = Vec::with_capacity(n_blocks as usize);
+        let mut prev: Option<(u32, u32, u64)> = None;
+        for _ in 0..n_blocks {
+            let at = c.offset();
+            let b = BlockInfo {
+                state: c.u32("block state")?,
+                key_group: c.u32("block key group")?,
+                offset: c.u64("block offset")?,
+                stored_len: c.u32("block stored length")?,
+                raw_len: c.u32("block raw length")?,
+                records: c.u32("block record count")?,
+                crc32: c.u32("block checksum")?,
+                first_hash: c.u64("block first hash")?,
+                compression: c.u8("block compression")?,
+            };
+            c.zeros(7, "block reserved")?;
+            let bad = |what: String| Error::corrupt(&path, at, what);
+            if b.state >= n_states {
+                return Err(bad(format!("block names state {} of {n_states}", b.state)));
+            }
+            if b.key_group >= max_parallelism {
+                return Err(bad(format!(
+                    "block key group {} >= max_parallelism {max_parallelism}",
+                    b.key_group
+                )));
+            }
+            let end = b.offset.checked_add(u64::from(b.stored_len));
+            if b.offset < DATA_HEADER_LEN as u64 || end.is_none_or(|e| e > index_offset) {
+                return Err(bad(format!(
+                    "block at {}+{} lies outside the data region",
+                    b.offset, b.stored_len
+                )));
+            }
+            if b.raw_len > MAX_BLOCK_LEN {
+                return Err(bad(format!("block raw length {} exceeds {MAX_BLOCK_LEN}", b.raw_len)));
+            }
+            match b.compression {
+                compression::NONE if b.raw_len == b.stored_len => {}
+                // LZ4 expands at most 255x: a larger claim is a crafted length.
+                compression::LZ4_BLOCK if u64::from(b.raw_len) <= u64::from(b.stored_len) * 255 + 16 => {}
+                _ => return Err(bad(format!("bad compression {} or length {}", b.compression, b.raw_len))),
+            }
+            if b.records == 0 || u64::from(b.records) > u64::from(b.raw_len) / 5 {
+                return Err(bad(format!("record count {} impossible for {} bytes", b.records, b.raw_len)));
+            }
+            let key = (b.state, b.key_group, b.offset);
+            if prev.is_some_and(|p| key <= p) {
+                return Err(bad("blocks are not in (state, key group, offset) order".into()));
+            }
+            prev = Some(key);
+            blocks.push(b);
+        }
+        Ok(DataFile { path, bytes, header, states, blocks })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The header.
+    pub fn header(&self) -> DataHeader {
+        self.header
+    }
+
+    /// The state table.
+    pub fn states(&self) -> &[FileState] {
+        &self.states
+    }
+
+    /// Every block, in (state, key group) order.
+    pub fn blocks(&self) -> &[BlockInfo] {
+        &self.blocks
+    }
+
+    /// File size in bytes.
+    pub fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Always false: a valid data file has a header.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The blocks of one state and key group, in record order.
+    pub fn blocks_of(&self, state: u32, key_group: u32) -> &[BlockInfo] {
+        let lo = self.blocks.partition_point(|b| (b.state, b.key_group) < (state, key_group));
+        let hi = self.blocks.partition_point(|b| (b.state, b.key_group) <= (state, key_group));
+        &self.blocks[lo..hi]
+    }
+
+    /// The index of the state called `name`.
+    pub fn state_index(&self, name: &str) -> Option<u32> {
+        self.states.iter().position(|s| s.name == name).and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// Checks a block's checksum and decompresses it into `out` (replacing its contents).
+    pub fn read_block(&self, b: &BlockInfo, out: &mut Vec<u8>) -> Result<()> {
+        // Bounds were checked at open.
+        let start = b.offset as usize;
+        let stored = &self.bytes[start..start + b.stored_len as usize];
+        if crc32fast::hash(stored) != b.crc32 {
+            return Err(Error::corrupt(&self.path, b.offset, "block checksum mismatch"));
+        }
+        out.clear();
+        match b.compression {
+            compression::NONE => out.extend_from_slice(stored),
+            _ => {
+                out.resize(b.raw_len as usize, 0);
+                let n = lz4_flex::block::decompress_into(stored, out)
+                    .map_err(|e| Error::corrupt(&self.path, b.offset, format!("lz4: {e}")))?;
+                if n != b.raw_len as usize {
+                    return Err(Error::corrupt(
+                        &self.path,
+                        b.offset,
+                        format!("block decompressed to {n} bytes, index says {}", b.raw_len),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads, checks and decodes one block, calling `f` for each record. Checks that the
+    /// record count matches, every key belongs to the block's key group, keys ascend in
+    /// `(hash, key)` order (map entries of one key may repeat it), list encodings are well
+    /// formed, and records fit the state's kind and the file's kind.
+    pub fn for_each_record_in(
+        &self,
+        b: &BlockInfo,
+        scratch: &mut Vec<u8>,
+        f: &mut dyn FnMut(Record<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.read_block(b, scratch)?;
+        let kind = self.states[b.state as usize].kind;
+        let full = self.header.kind == FileKind::Full;
+        let mut c = Cursor::new(scratch, 0, &self.path);
+        let where_ = |at: u64| format!("block at {} (+{at} uncompressed)", b.offset);
+        let mut n = 0u32;
+        let mut last: Option<(u64, &[u8])> = None;
+        while !c.is_empty() {
+            let at = c.offset();
+            let bad = |what: &str| Error::corrupt(&self.path, b.offset, format!("{}: {what}", where_(at)));
+            let t = c.u8("record tag").map_err(|_| bad("truncated record"))?;
+            let key = c.len_prefixed("key").map_err(|_| bad("key length runs past the block"))?;
+            let rec = match t {
+                tag::PUT => {
+                    let value =
+                        c.len_prefixed("value").map_err(|_| bad("value length runs past the block"))?;
+                    Record::Put { key, value }
+                }
+                tag::DELETE => Record::Delete { key },
+                tag::APPEND => {
+                    let items =
+                        c.len_prefixed("items").map_err(|_| bad("items length runs past the block"))?;
+                    Record::Append { key, items }
+                }
+                tag::MAP_PUT => {
+                    let map_key =
+                        c.len_prefixed("map key").map_err(|_| bad("map key runs past the block"))?;
+                    let value =
+                        c.len_prefixed("value").map_err(|_| bad("value length runs past the block"))?;
+                    Record::MapPut { key, map_key, value }
+                }
+                tag::MAP_DELETE => {
+                    let map_key =
+                        c.len_prefixed("map key").map_err(|_| bad("map key runs past the block"))?;
+                    Record::MapDelete { key, map_key }
+                }
+                other => return Err(bad(&format!("unknown record tag {other}"))),
+            };
+            let fits = match (rec, kind) {
+                (Record::Put { .. }, StateKind::Value | StateKind::List) => true,
+                (Record::Append { .. }, StateKind::List) => !full,
+                (Record::MapPut { .. }, StateKind::Map) => true,
+                (Record::Delete { .. } | Record::MapDelete { .. }, StateKind::Map) => !full,
+                (Record::Delete { .. }, _) => !full,
+                _ => false,
+            };
+            if !fits {
+                return Err(bad(&format!(
+                    "{} record in a {} state of a {:?} file",
+                    rec.kind_name(),
+                    kind.as_str(),
+                    self.header.kind
+                )));
+            }
+            match rec {
+                Record::Put { value: items, .. } | Record::Append { items, .. }
+                    if kind == StateKind::List && list::count_items(items).is_none() =>
+                {
+                    return Err(bad("malformed list encoding"));
+                }
+                _ => {}
+            }
+            let hash = key_hash(key);
+            if key_group_of_hash(hash, self.header.max_parallelism) != b.key_group {
+                return Err(bad("key does not belong to the block's key group"));
+            }
+            if n == 0 && hash != b.first_hash {
+                return Err(bad("first key does not match the index's first hash"));
+            }
+            let order_ok = match last {
+                None => true,
+                Some(prev) if kind == StateKind::Map => prev <= (hash, key),
+                Some(prev) => prev < (hash, key),
+            };
+            if !order_ok {
+                return Err(bad("keys are not in ascending (hash, key) order"));
+            }
+            last = Some((hash, key));
+            n += 1;
+            if n > b.records {
+                return Err(bad("more records than the index says"));
+            }
+            f(rec)?;
+        }
+        if n != b.records {
+            return Err(Error::corrupt(
+                &self.path,
+                b.offset,
+                format!("block holds {n} records, index says {}", b.records),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Calls `f` for every record of one state and key group.
+    pub fn for_each_record(
+        &self,
+        state: u32,
+        key_group: u32,
+        f: &mut dyn FnMut(Record<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut scratch = Vec::new();
+        for b in self.blocks_of(state, key_group) {
+            self.for_each_record_in(b, &mut scratch, f)?;
+        }
+        Ok(())
+    }
+
+    /// Finds the records of one key without decoding unrelated blocks: binary search over
+    /// the index by first hash, then a scan of the (usually one) candidate block.
+    pub fn lookup(&self, state: u32, key: &[u8], f: &mut dyn FnMut(Record<'_>) -> Result<()>) -> Result<()> {
+        let hash = key_hash(key);
+        let kg = key_group_of_hash(hash, self.header.max_parallelism);
+        let blocks = self.blocks_of(state, kg);
+        // The last block starting at or before `hash` (a key's records may spill into the
+        // following blocks when its first hash equals ours).
+        let start = blocks.partition_point(|b| b.first_hash < hash).saturating_sub(1);
+        let mut scratch = Vec::new();
+        for b in &blocks[start..] {
+            if b.first_hash > hash {
+                break;
+            }
+            self.for_each_record_in(b, &mut scratch, &mut |r| if r.key() == key { f(r) } else { Ok(()) })?;
+        }
+        Ok(())
+    }
+
+    /// Checks every block (checksums and record structure) without keeping anything.
+    pub fn verify_blocks(&self) -> Result<u64> {
+        let mut scratch = Vec::new();
+        let mut records = 0u64;
+        for b in &self.blocks {
+            self.for_each_record_in(b, &mut scratch, &mut |_| {
+                records += 1;
+                Ok(())
+            })?;
+        }
+        Ok(records)
+    }
+
+    /// CRC-32 of the whole file (as recorded in manifests).
+    pub fn whole_crc32(&self) -> u32 {
+        crc32fast::hash(&self.bytes)
+    }
+}

@@ -1,0 +1,233 @@
+//! Manifests: the description of one checkpoint. A checkpoint exists exactly when its
+//! manifest is durable and valid.
+//!
+//! ```text
+//! magic (8) | version u32 | body length u32 | body CRC-32 u32 | reserved u32 | JSON body
+//! ```
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::cursor::Cursor;
+use super::{FORMAT_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN};
+use crate::error::{Error, Result};
+use crate::state::{KeyGroupRange, StateDescriptor};
+
+/// What kind of checkpoint a manifest describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ManifestKind {
+    /// Every operator's chain is a single full file.
+    Full,
+    /// At least one chain holds increments.
+    Incremental,
+    /// A self-contained, user-triggered full checkpoint that retention never deletes.
+    Savepoint,
+}
+
+impl ManifestKind {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ManifestKind::Full => "full",
+            ManifestKind::Incremental => "incremental",
+            ManifestKind::Savepoint => "savepoint",
+        }
+    }
+}
+
+/// A file the checkpoint needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRef {
+    /// Path relative to the checkpoint root, `/`-separated, never absolute, no `..`.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-32 of the whole file.
+    pub crc32: u32,
+    /// The checkpoint that wrote the file.
+    pub created_by: u64,
+}
+
+/// The state of one operator instance in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorState {
+    /// Operator id.
+    pub operator: String,
+    /// Parallel instance index.
+    pub subtask: u32,
+    /// Key groups the instance owned.
+    pub key_groups: KeyGroupRange,
+    /// Data files to load in order: a full file, then increments (paths as in `files`).
+    pub chain: Vec<String>,
+    /// The states, with their codecs.
+    pub states: Vec<StateDescriptor>,
+    /// Bytes this checkpoint wrote for this instance.
+    pub bytes_written: u64,
+}
+
+/// The body of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// floe format version of the checkpoint.
+    pub format_version: u32,
+    /// Checkpoint id.
+    pub checkpoint_id: u64,
+    /// Full, incremental or savepoint.
+    pub kind: ManifestKind,
+    /// The checkpoint the increments of this one apply to (none for full ones).
+    pub parent: Option<u64>,
+    /// The oldest checkpoint whose files this one needs (itself for full ones).
+    pub base: u64,
+    /// Milliseconds since the Unix epoch when the manifest was written.
+    pub created_unix_ms: u64,
+    /// Number of key groups of the job.
+    pub max_parallelism: u32,
+    /// Every file the checkpoint needs, its own and shared ones.
+    pub files: Vec<FileRef>,
+    /// Per operator instance state handles.
+    pub operators: Vec<OperatorState>,
+    /// Opaque per-source positions supplied by the caller, hex-encoded.
+    pub sources: std::collections::BTreeMap<String, String>,
+    /// Opaque per-task extra data (for example in-flight records), hex-encoded.
+    #[serde(default)]
+    pub extra: std::collections::BTreeMap<String, String>,
+}
+
+impl Manifest {
+    /// Encodes header + JSON body.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let body = serde_json::to_vec_pretty(self)
+            .map_err(|e| Error::InvalidConfig(format!("manifest does not serialize: {e}")))?;
+        let len = u32::try_from(body.len())
+            .ok()
+            .filter(|&l| l <= MAX_MANIFEST_LEN)
+            .ok_or_else(|| Error::InvalidConfig("manifest too large".into()))?;
+        let mut out = Vec::with_capacity(MANIFEST_HEADER_LEN + body.len());
+        out.extend_from_slice(&MANIFEST_MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&[0u8; 4]);
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// Decodes and validates a manifest read from `path`.
+    pub fn decode(path: &Path, bytes: &[u8]) -> Result<Manifest> {
+        let mut c = Cursor::new(bytes, 0, path);
+        if bytes.len() < MANIFEST_HEADER_LEN {
+            return Err(c.err(format!("file of {} bytes is too short for a manifest", bytes.len())));
+        }
+        if c.array::<8>("magic")? != MANIFEST_MAGIC {
+            return Err(Error::corrupt(path, 0, "not a floe manifest (bad magic)"));
+        }
+        let version = c.u32("version")?;
+        if version == 0 || version > FORMAT_VERSION {
+            return Err(Error::UnsupportedVersion {
+                path: path.into(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let len = c.u32("body length")?;
+        let crc = c.u32("body checksum")?;
+        c.zeros(4, "reserved")?;
+        if len > MAX_MANIFEST_LEN || len as usize != c.remaining() {
+            return Err(Error::corrupt(
+                path,
+                12,
+                format!("body length {len} does not match the {} bytes that follow", c.remaining()),
+            ));
+        }
+        let body = c.bytes(len as usize, "body")?;
+        if crc32fast::hash(body) != crc {
+            return Err(Error::corrupt(path, MANIFEST_HEADER_LEN as u64, "manifest checksum mismatch"));
+        }
+        let m: Manifest = serde_json::from_slice(body).map_err(|e| {
+            Error::corrupt(path, MANIFEST_HEADER_LEN as u64, format!("manifest body is not valid: {e}"))
+        })?;
+        m.validate(path)?;
+        Ok(m)
+    }
+
+    /// Structural checks beyond the JSON schema: safe relative paths, chains that name
+    /// listed files, sane key-group ranges.
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        let bad = |what: String| Error::corrupt(path, MANIFEST_HEADER_LEN as u64, what);
+        if self.format_version == 0 || self.format_version > FORMAT_VERSION {
+            return Err(Error::UnsupportedVersion {
+                path: path.into(),
+                found: self.format_version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if self.max_parallelism == 0 || self.max_parallelism > crate::state::keygroup::MAX_MAX_PARALLELISM {
+            return Err(bad(format!("max_parallelism {} out of range", self.max_parallelism)));
+        }
+        for f in &self.files {
+            if !is_safe_relative(&f.path) {
+                return Err(bad(format!("file path {:?} points outside the checkpoint directory", f.path)));
+            }
+        }
+        for op in &self.operators {
+            if op.key_groups.start > op.key_groups.end || op.key_groups.end > self.max_parallelism {
+                return Err(bad(format!("operator {} has key groups {}", op.operator, op.key_groups)));
+            }
+            if op.chain.is_empty() {
+                return Err(bad(format!("operator {} has an empty chain", op.operator)));
+            }
+            for c in &op.chain {
+                if !self.files.iter().any(|f| &f.path == c) {
+                    return Err(bad(format!("chain file {c:?} is not listed in files")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The listed file with this path.
+    pub fn file(&self, path: &str) -> Option<&FileRef> {
+        self.files.iter().find(|f| f.path == path)
+    }
+
+    /// Decoded source positions.
+    pub fn source_positions(&self) -> std::collections::BTreeMap<String, Vec<u8>> {
+        self.sources.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
+    }
+}
+
+/// True for a relative path made of normal components only (no `..`, no root, no `\`).
+pub fn is_safe_relative(p: &str) -> bool {
+    !p.is_empty()
+        && !p.starts_with('/')
+        && !p.contains('\\')
+        && !p.contains('\0')
+        && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// Lower-case hex.
+pub fn hex_encode(b: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for &x in b {
+        s.push(HEX[usize::from(x >> 4)] as char);
+        s.push(HEX[usize::from(x & 15)] as char);
+    }
+    s
+}
+
+/// Parses lower- or upper-case hex.
+pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    s.as_bytes().chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
+}
