@@ -8,18 +8,9 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{Rng, for_each_seed};
+use common::{MV, Model, Rng, for_each_seed, materialize};
 use floe::state::{Record, Snapshot, StateDescriptor, StateKind, Store, StoreConfig, ValueRef};
 use floe::{KeyGroupRange, StateId};
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum MV {
-    Bytes(Vec<u8>),
-    List(Vec<Vec<u8>>),
-    Map(BTreeMap<Vec<u8>, Vec<u8>>),
-}
-
-type Model = BTreeMap<(u32, Vec<u8>), MV>;
 
 const VALUE: StateId = state(0);
 const LIST: StateId = state(1);
@@ -36,24 +27,6 @@ fn new_store(config: StoreConfig) -> Store {
     assert_eq!(s.register(StateDescriptor::raw("l", StateKind::List)).unwrap(), LIST);
     assert_eq!(s.register(StateDescriptor::raw("m", StateKind::Map)).unwrap(), MAP);
     s
-}
-
-fn materialize(snap: &Snapshot) -> Model {
-    let mut m = Model::new();
-    for (i, _) in snap.descriptors().enumerate() {
-        let id = state(i as u32);
-        for kg in snap.key_groups().iter() {
-            for e in snap.entries(id, kg).unwrap() {
-                let v = match e.value {
-                    ValueRef::Bytes(b) => MV::Bytes(b.to_vec()),
-                    ValueRef::List(items) => MV::List(items.map(<[u8]>::to_vec).collect()),
-                    ValueRef::Map(it) => MV::Map(it.map(|(k, v)| (k.to_vec(), v.to_vec())).collect()),
-                };
-                assert!(m.insert((i as u32, e.key.to_vec()), v).is_none(), "key listed twice");
-            }
-        }
-    }
-    m
 }
 
 /// Applies every record of `snap` (full, or the increment since `since`) to `store`,

@@ -88,6 +88,8 @@ pub struct FaultyIo {
     dead: AtomicBool,
     /// Per file (current path): bytes written and bytes known durable.
     files: Mutex<HashMap<PathBuf, (u64, u64)>>,
+    /// Every step taken: `(kind, path)`, in order.
+    log: Mutex<Vec<(&'static str, PathBuf)>>,
 }
 
 impl FaultyIo {
@@ -99,6 +101,7 @@ impl FaultyIo {
             fault,
             dead: AtomicBool::new(false),
             files: Mutex::new(HashMap::new()),
+            log: Mutex::new(Vec::new()),
         })
     }
 
@@ -112,11 +115,17 @@ impl FaultyIo {
         self.dead.load(Ordering::SeqCst)
     }
 
+    /// The steps taken so far, as `(kind, path)`.
+    pub fn log(&self) -> Vec<(&'static str, PathBuf)> {
+        self.log.lock().clone()
+    }
+
     /// Counts a step; `Err` if it is the failing one or comes after it.
-    fn step(&self) -> Result<(), Fault> {
+    fn step(&self, kind: &'static str, path: &Path) -> Result<(), Fault> {
         if self.dead.load(Ordering::SeqCst) {
             return Err(Fault::Fail);
         }
+        self.log.lock().push((kind, path.to_path_buf()));
         let n = self.steps.fetch_add(1, Ordering::SeqCst);
         if n >= self.fail_at {
             self.dead.store(true, Ordering::SeqCst);
@@ -150,7 +159,7 @@ struct FaultyFile {
 
 impl Write for FaultyFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.io.step() {
+        match self.io.step("write", &self.path) {
             Ok(()) => {
                 self.inner.write_all(buf)?;
                 if let Some(f) = self.io.files.lock().get_mut(&self.path) {
@@ -176,7 +185,7 @@ impl Write for FaultyFile {
 
 impl IoFile for FaultyFile {
     fn sync_all(&mut self) -> io::Result<()> {
-        self.io.step().map_err(|_| injected())?;
+        self.io.step("fsync", &self.path).map_err(|_| injected())?;
         self.inner.sync_all()?;
         if let Some(f) = self.io.files.lock().get_mut(&self.path) {
             f.1 = f.0;
@@ -191,13 +200,13 @@ pub struct FaultyIoHandle(pub Arc<FaultyIo>);
 
 impl Io for FaultyIoHandle {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
-        self.0.step().map_err(|_| injected())?;
+        self.0.step("create", path).map_err(|_| injected())?;
         let inner = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
         self.0.files.lock().insert(path.to_path_buf(), (0, 0));
         Ok(Box::new(FaultyFile { inner, path: path.to_path_buf(), io: Arc::clone(&self.0) }))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.0.step().map_err(|_| injected())?;
+        self.0.step("rename", to).map_err(|_| injected())?;
         std::fs::rename(from, to)?;
         let mut files = self.0.files.lock();
         if let Some(v) = files.remove(from) {
@@ -206,16 +215,16 @@ impl Io for FaultyIoHandle {
         Ok(())
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.0.step().map_err(|_| injected())?;
+        self.0.step("fsync dir", dir).map_err(|_| injected())?;
         std::fs::File::open(dir)?.sync_all()
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.0.step().map_err(|_| injected())?;
+        self.0.step("remove", path).map_err(|_| injected())?;
         self.0.files.lock().remove(path);
         std::fs::remove_file(path)
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.0.step().map_err(|_| injected())?;
+        self.0.step("create dir", path).map_err(|_| injected())?;
         std::fs::create_dir_all(path)
     }
 }

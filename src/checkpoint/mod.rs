@@ -11,7 +11,9 @@ mod storage;
 mod writer;
 
 pub use checkpointer::{Checkpointer, PendingWrite};
-pub use recovery::{Recovered, RecoveryReport, load_chain, open_chain, restore_from_path, restore_operator};
+pub use recovery::{
+    Recovered, RecoveryReport, Skipped, load_chain, open_chain, restore_from_path, restore_operator,
+};
 pub use storage::{
     ChainPolicy, CheckpointStorage, CleanupReport, Orphans, ParentChain, StateHandle, StorageConfig, Target,
     read_manifest_file,

@@ -10,6 +10,9 @@ use crate::error::{Error, Result};
 use crate::format::{DataFile, FileKind, Manifest, ManifestKind, OperatorState};
 use crate::state::{KeyGroupRange, Store, StoreConfig};
 
+/// Checkpoints that could not be used, with the reason.
+pub type Skipped = Vec<(u64, String)>;
+
 /// What a recovery did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -24,7 +27,7 @@ pub struct RecoveryReport {
     /// Bytes of those files.
     pub bytes: u64,
     /// Newer checkpoints that could not be used, with the reason.
-    pub skipped: Vec<(u64, String)>,
+    pub skipped: Skipped,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -227,7 +230,7 @@ impl CheckpointStorage {
     }
 
     /// The latest completed checkpoint whose manifest reads, with the ones skipped.
-    pub fn latest_manifest(&self) -> Result<Option<(Manifest, Vec<(u64, String)>)>> {
+    pub fn latest_manifest(&self) -> Result<Option<(Manifest, Skipped)>> {
         let mut skipped = Vec::new();
         for id in self.checkpoint_ids()?.into_iter().rev() {
             match self.read_manifest(id) {

@@ -220,7 +220,7 @@ pub fn hex_encode(b: &[u8]) -> String {
 
 /// Parses lower- or upper-case hex.
 pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     let digit = |c: u8| match c {

@@ -49,3 +49,34 @@ pub fn for_each_seed(count: u64, f: impl Fn(u64)) {
         }
     }
 }
+
+/// A materialized value, for comparing stores with models.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MV {
+    Bytes(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Map(std::collections::BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+/// Every live entry of a snapshot, keyed by (state index, key).
+pub type Model = std::collections::BTreeMap<(u32, Vec<u8>), MV>;
+
+/// Reads a whole snapshot into a [`Model`] (state indices in registration order).
+pub fn materialize(snap: &floe::Snapshot) -> Model {
+    use floe::state::ValueRef;
+    let mut m = Model::new();
+    for (i, _) in snap.descriptors().enumerate() {
+        let id = floe::StateId::from_index(i as u32);
+        for kg in snap.key_groups().iter() {
+            for e in snap.entries(id, kg).unwrap() {
+                let v = match e.value {
+                    ValueRef::Bytes(b) => MV::Bytes(b.to_vec()),
+                    ValueRef::List(items) => MV::List(items.map(<[u8]>::to_vec).collect()),
+                    ValueRef::Map(it) => MV::Map(it.map(|(k, v)| (k.to_vec(), v.to_vec())).collect()),
+                };
+                assert!(m.insert((i as u32, e.key.to_vec()), v).is_none(), "key listed twice");
+            }
+        }
+    }
+    m
+}
