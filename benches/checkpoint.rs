@@ -1,0 +1,194 @@
+//! Checkpoint storage benchmark (issue targets in brackets), all measured in one run on the
+//! same data: for N keys (default 10^6) of 16-byte keys and 100-byte values,
+//! - full checkpoint: time to durable and bytes, against raw `write` + `fsync` of the same
+//!   number of bytes [full throughput >= 0.7x raw];
+//! - increment at 1% churn: time and bytes [<= 2% of full bytes, <= 10% of full time];
+//! - recovery of the full snapshot alone and through 10 increments [<= 1.5x full-only];
+//! - full-only recovery against inserting the same entries into a `HashMap` [>= 2x faster].
+//!
+//! `cargo bench --bench checkpoint` (`FLOE_BENCH_KEYS=100000` for a quick run,
+//! `FLOE_BENCH_RUNS=5` for more repeats). Reports min and median of the runs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hint::black_box;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn key(i: u64) -> [u8; 16] {
+    let mut k = *b"key-000000000000";
+    k[4..].copy_from_slice(format!("{i:012}").as_bytes());
+    k
+}
+
+/// 100-byte values with some redundancy, like typical serialized records.
+fn value(i: u64, generation: u64) -> [u8; 100] {
+    let mut v = [0u8; 100];
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ generation;
+    for (j, b) in v.iter_mut().enumerate() {
+        if j % 4 == 0 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+        *b = if j < 60 { (x >> (8 * (j % 4))) as u8 } else { b'a' + (j % 7) as u8 };
+    }
+    v
+}
+
+struct Stats(Vec<Duration>);
+
+impl Stats {
+    fn min(&self) -> f64 {
+        self.0.iter().min().map_or(0.0, Duration::as_secs_f64)
+    }
+    fn median(&self) -> f64 {
+        let mut v = self.0.clone();
+        v.sort();
+        v[v.len() / 2].as_secs_f64()
+    }
+}
+
+fn main() {
+    let n = env("FLOE_BENCH_KEYS", 1_000_000);
+    let runs = env("FLOE_BENCH_RUNS", 3) as usize;
+    let churn = (n / 100).max(1);
+    let dir = tempfile::tempdir_in(std::env::var("FLOE_BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
+    println!("=== floe checkpoint benchmark: {n} keys x 100-byte values, {runs} runs ===");
+
+    let (mut full_t, mut full_b, mut inc_t, mut inc_b, mut raw_t) = (vec![], 0u64, vec![], 0u64, vec![]);
+    let (mut rec_full, mut rec_chain, mut hashmap_t) = (vec![], vec![], vec![]);
+    for run in 0..runs {
+        let root = dir.path().join(format!("run{run}"));
+        let config = StorageConfig {
+            num_retained: 20,
+            policy: ChainPolicy { max_increments: 20, max_chain_ratio: 10.0 },
+            ..StorageConfig::default()
+        };
+        let storage = CheckpointStorage::open(&root, config).unwrap();
+        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+        let mut store = Store::new();
+        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        for i in 0..n {
+            store.put(id, &key(i), &value(i, 0)).unwrap();
+        }
+        // Full checkpoint: snapshot to durable (data file + manifest).
+        let mut take = |store: &mut Store, cid: u64| -> (Duration, u64) {
+            let t = Instant::now();
+            let (h, _) = cp.snapshot(store, cid, Target::Checkpoint).unwrap().wait().unwrap();
+            storage
+                .commit(cid, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new())
+                .unwrap();
+            let d = t.elapsed();
+            cp.notify_complete(cid, &h, store);
+            (d, h.operator.bytes_written)
+        };
+        let (d, b) = take(&mut store, 1);
+        full_t.push(d);
+        full_b = b;
+
+        // Raw write + fsync of the same number of bytes.
+        let raw_path = root.join("raw.bin");
+        let buf = vec![0x5Au8; 1 << 20];
+        let t = Instant::now();
+        let mut f = std::fs::File::create(&raw_path).unwrap();
+        let mut left = b;
+        while left > 0 {
+            let k = left.min(buf.len() as u64) as usize;
+            f.write_all(&buf[..k]).unwrap();
+            left -= k as u64;
+        }
+        f.sync_all().unwrap();
+        raw_t.push(t.elapsed());
+        drop(f);
+        std::fs::remove_file(&raw_path).unwrap();
+
+        // Ten increments of 1% churn each.
+        let mut x = 0x2545_F491_4F6C_DD1Du64 ^ run as u64;
+        for cid in 2..=11u64 {
+            for _ in 0..churn {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                store.put(id, &key(x % n), &value(x % n, cid)).unwrap();
+            }
+            let (d, b) = take(&mut store, cid);
+            if cid == 2 {
+                inc_t.push(d);
+                inc_b = b;
+            }
+        }
+
+        // Recovery: full only (checkpoint 1) and through 10 increments (checkpoint 11).
+        let t = Instant::now();
+        let r = floe::checkpoint::restore_from_path(&storage.manifest_path(1), "op", StoreConfig::default())
+            .unwrap();
+        rec_full.push(t.elapsed());
+        black_box(r);
+        let t = Instant::now();
+        let r = floe::checkpoint::restore_from_path(&storage.manifest_path(11), "op", StoreConfig::default())
+            .unwrap();
+        rec_chain.push(t.elapsed());
+        assert_eq!(r.report.chain_len, 11);
+        black_box(r);
+
+        // Baseline: the same entries inserted one by one into a HashMap.
+        let t = Instant::now();
+        let mut m: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        for i in 0..n {
+            m.insert(key(i).to_vec(), value(i, 0).to_vec());
+        }
+        hashmap_t.push(t.elapsed());
+        black_box(m);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+    let (full_t, inc_t, raw_t) = (Stats(full_t), Stats(inc_t), Stats(raw_t));
+    let (rec_full, rec_chain, hashmap_t) = (Stats(rec_full), Stats(rec_chain), Stats(hashmap_t));
+    let mb = |b: u64| b as f64 / 1e6;
+    println!(
+        "full checkpoint:        min {:>8.1} ms  median {:>8.1} ms  {:>8.2} MB  ({:.0} MB/s)",
+        full_t.min() * 1e3,
+        full_t.median() * 1e3,
+        mb(full_b),
+        mb(full_b) / full_t.median()
+    );
+    println!(
+        "raw write+fsync same:   min {:>8.1} ms  median {:>8.1} ms  ({:.0} MB/s); full/raw throughput {:.2}x [>= 0.7x]",
+        raw_t.min() * 1e3,
+        raw_t.median() * 1e3,
+        mb(full_b) / raw_t.median(),
+        raw_t.median() / full_t.median()
+    );
+    println!(
+        "increment (1% churn):   min {:>8.1} ms  median {:>8.1} ms  {:>8.3} MB; bytes {:.2}% of full [<= 2%], time {:.1}% of full [<= 10%]",
+        inc_t.min() * 1e3,
+        inc_t.median() * 1e3,
+        mb(inc_b),
+        100.0 * inc_b as f64 / full_b as f64,
+        100.0 * inc_t.median() / full_t.median()
+    );
+    println!(
+        "recovery, full only:    min {:>8.1} ms  median {:>8.1} ms",
+        rec_full.min() * 1e3,
+        rec_full.median() * 1e3
+    );
+    println!(
+        "recovery, full + 10:    min {:>8.1} ms  median {:>8.1} ms; {:.2}x full-only [<= 1.5x]",
+        rec_chain.min() * 1e3,
+        rec_chain.median() * 1e3,
+        rec_chain.median() / rec_full.median()
+    );
+    println!(
+        "HashMap inserts:        min {:>8.1} ms  median {:>8.1} ms; full-only recovery is {:.2}x faster [>= 2x]",
+        hashmap_t.min() * 1e3,
+        hashmap_t.median() * 1e3,
+        hashmap_t.median() / rec_full.median()
+    );
+}
