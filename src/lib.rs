@@ -20,4 +20,5 @@ pub use state::{
     StoreConfig, ValueState,
 };
 pub mod checkpoint;
+pub mod executor;
 pub mod format;

@@ -40,7 +40,7 @@ pub fn seeds(count: u64) -> Vec<u64> {
 }
 
 /// Runs `f` for each seed; on a panic, reports the seed to replay with before re-raising.
-pub fn for_each_seed(count: u64, f: impl Fn(u64)) {
+pub fn for_each_seed(count: u64, mut f: impl FnMut(u64)) {
     for seed in seeds(count) {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed)));
         if let Err(e) = result {

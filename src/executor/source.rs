@@ -1,0 +1,167 @@
+//! Sources with replayable positions: the S_n of the model. A source's position is opaque
+//! bytes recorded in each checkpoint; after a restore the source seeks to it.
+
+use std::io::{BufRead, Seek};
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+
+/// A replayable source of records.
+pub trait Source<T>: Send {
+    /// The next record, or `None` at the end of the input.
+    fn next_record(&mut self) -> Result<Option<T>>;
+    /// The position after the last record returned (what a checkpoint records).
+    fn position(&self) -> Vec<u8>;
+    /// Continues from a position returned by `position`.
+    fn seek(&mut self, position: &[u8]) -> Result<()>;
+}
+
+fn pos_u64(position: &[u8], what: &str) -> Result<u64> {
+    let b: [u8; 8] =
+        position.try_into().map_err(|_| Error::InvalidRecord(format!("{what} position must be 8 bytes")))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// Records from a vector; the position is the index of the next record.
+pub struct IterSource<T> {
+    items: std::sync::Arc<Vec<T>>,
+    next: usize,
+}
+
+impl<T> IterSource<T> {
+    /// A source over `items`.
+    pub fn new(items: std::sync::Arc<Vec<T>>) -> Self {
+        IterSource { items, next: 0 }
+    }
+}
+
+impl<T: Clone + Send + Sync> Source<T> for IterSource<T> {
+    fn next_record(&mut self) -> Result<Option<T>> {
+        let r = self.items.get(self.next).cloned();
+        if r.is_some() {
+            self.next += 1;
+        }
+        Ok(r)
+    }
+    fn position(&self) -> Vec<u8> {
+        (self.next as u64).to_le_bytes().to_vec()
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        let p = pos_u64(position, "iterator")?;
+        self.next = usize::try_from(p).unwrap_or(usize::MAX).min(self.items.len());
+        Ok(())
+    }
+}
+
+/// A deterministic generator: record `i` of stream `seed` is a pure function of `(seed,
+/// i)`, so seeking is O(1). Emits `count` records `(key, value)` with `key < keys`,
+/// optionally paced to `rate` records per second.
+#[derive(Debug, Clone)]
+pub struct GeneratorSource {
+    seed: u64,
+    keys: u64,
+    count: u64,
+    next: u64,
+    rate: Option<f64>,
+    started: Option<(std::time::Instant, u64)>,
+}
+
+/// SplitMix64 finalizer: the generator's record function.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl GeneratorSource {
+    /// `count` records over `keys` keys from `seed`.
+    pub fn new(seed: u64, keys: u64, count: u64) -> Self {
+        GeneratorSource { seed, keys: keys.max(1), count, next: 0, rate: None, started: None }
+    }
+
+    /// Paces the source to `records_per_sec`.
+    pub fn with_rate(mut self, records_per_sec: f64) -> Self {
+        self.rate = Some(records_per_sec);
+        self
+    }
+
+    /// Record `i` of the stream.
+    pub fn record(seed: u64, keys: u64, i: u64) -> (u64, i64) {
+        let h = mix(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i.wrapping_add(1));
+        (h % keys.max(1), ((h >> 32) % 1000) as i64)
+    }
+}
+
+impl Source<(u64, i64)> for GeneratorSource {
+    fn next_record(&mut self) -> Result<Option<(u64, i64)>> {
+        if self.next >= self.count {
+            return Ok(None);
+        }
+        if let Some(rate) = self.rate {
+            let (t0, n0) = *self.started.get_or_insert((std::time::Instant::now(), self.next));
+            let due = t0 + std::time::Duration::from_secs_f64((self.next - n0) as f64 / rate);
+            let now = std::time::Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        let r = Self::record(self.seed, self.keys, self.next);
+        self.next += 1;
+        Ok(Some(r))
+    }
+    fn position(&self) -> Vec<u8> {
+        self.next.to_le_bytes().to_vec()
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        self.next = pos_u64(position, "generator")?.min(self.count);
+        self.started = None;
+        Ok(())
+    }
+}
+
+/// Lines of a text file; the position is the byte offset of the next line.
+pub struct FileSource {
+    path: PathBuf,
+    reader: Option<std::io::BufReader<std::fs::File>>,
+    offset: u64,
+}
+
+impl FileSource {
+    /// Lines of `path` (opened lazily).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FileSource { path: path.into(), reader: None, offset: 0 }
+    }
+
+    fn reader(&mut self) -> Result<&mut std::io::BufReader<std::fs::File>> {
+        if self.reader.is_none() {
+            let mut f = std::fs::File::open(&self.path).map_err(|e| Error::io("open", &self.path, e))?;
+            f.seek(std::io::SeekFrom::Start(self.offset)).map_err(|e| Error::io("seek", &self.path, e))?;
+            self.reader = Some(std::io::BufReader::new(f));
+        }
+        self.reader.as_mut().ok_or_else(|| Error::Background("file source reader".into()))
+    }
+}
+
+impl Source<String> for FileSource {
+    fn next_record(&mut self) -> Result<Option<String>> {
+        let path = self.path.clone();
+        let mut line = String::new();
+        let n = self.reader()?.read_line(&mut line).map_err(|e| Error::io("read", &path, e))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.offset += n as u64;
+        if line.ends_with('\n') {
+            line.pop();
+        }
+        Ok(Some(line))
+    }
+    fn position(&self) -> Vec<u8> {
+        self.offset.to_le_bytes().to_vec()
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        self.offset = pos_u64(position, "file")?;
+        self.reader = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,555 @@
+//! One running instance of an operator: its input loop, barrier alignment, operator logic
+//! and snapshots.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::time::{Duration, Instant};
+
+use super::Data;
+use super::graph::{KeyFn, KeyedProcess, Kind, Partitioning};
+use super::messages::{Ack, Barrier, BarrierKind, Control, Element, Envelope, Report, TaskCheckpointStats};
+use super::runner::{FailAt, InjectedFailure, Mode};
+use super::sink::FileSink;
+use super::source::Source;
+use crate::checkpoint::{Checkpointer, PendingWrite, StateHandle, Target};
+use crate::error::{Error, Result};
+use crate::state::keygroup::key_group;
+use crate::state::{KeyGroupRange, Store};
+
+/// Where a task's output goes along one edge.
+pub(crate) struct Output<T> {
+    /// One sender per downstream subtask, with the channel index the receiver knows it by.
+    pub senders: Vec<(SyncSender<Envelope<T>>, usize)>,
+    pub partitioning: Partitioning<T>,
+    pub max_parallelism: u32,
+    pub rr: usize,
+}
+
+impl<T: Data> Output<T> {
+    fn route(&mut self, record: &T) -> usize {
+        let n = self.senders.len();
+        match &self.partitioning {
+            Partitioning::KeyBy(key) => {
+                let kg = key_group(&key(record), self.max_parallelism);
+                instance_of(kg, self.max_parallelism, n as u32)
+            }
+            Partitioning::Forward if n == 1 => 0,
+            Partitioning::Forward => {
+                self.rr = (self.rr + 1) % n;
+                self.rr
+            }
+        }
+    }
+}
+
+/// The instance (of `parallelism`) owning key group `kg`.
+pub(crate) fn instance_of(kg: u32, max_parallelism: u32, parallelism: u32) -> usize {
+    // Inverse of KeyGroupRange::for_instance: floor(kg * p / m).
+    (u64::from(kg) * u64::from(parallelism) / u64::from(max_parallelism)) as usize
+}
+
+fn send_all<T: Data>(outputs: &mut [Output<T>], record: T) -> Result<()> {
+    let n = outputs.len();
+    for (i, o) in outputs.iter_mut().enumerate() {
+        let r = if i + 1 == n { None } else { Some(record.clone()) };
+        let target = o.route(&record);
+        let (tx, ch) = &o.senders[target];
+        let rec = r.unwrap_or_else(|| record.clone());
+        tx.send((*ch, Element::Record(rec))).map_err(|_| Error::Background("downstream closed".into()))?;
+    }
+    Ok(())
+}
+
+fn broadcast<T>(outputs: &[Output<T>], barrier: Barrier) -> Result<()> {
+    for o in outputs {
+        for (tx, ch) in &o.senders {
+            tx.send((*ch, Element::Barrier(barrier)))
+                .map_err(|_| Error::Background("downstream closed".into()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Everything a task needs, built by the runner.
+pub(crate) struct TaskSpec<T> {
+    pub index: usize,
+    pub operator: String,
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub kind: Kind<T>,
+    pub mode: Mode,
+    pub max_parallelism: u32,
+    pub input: Option<Receiver<Envelope<T>>>,
+    /// Input edge of each channel.
+    pub channel_input: Vec<usize>,
+    pub outputs: Vec<Output<T>>,
+    pub control: Receiver<Control>,
+    pub report: Sender<Report>,
+    pub cancel: Arc<AtomicBool>,
+    pub failures: Arc<Vec<(InjectedFailure, AtomicBool)>>,
+    pub checkpointer: Option<Checkpointer>,
+    pub restored_store: Option<Store>,
+    pub source_position: Option<Vec<u8>>,
+    pub replay: Vec<(usize, T)>,
+    pub records_in: Arc<AtomicU64>,
+}
+
+impl<T> TaskSpec<T> {
+    fn name(&self) -> String {
+        format!("{}[{}]", self.operator, self.subtask)
+    }
+}
+
+/// Runs a task to its end; reports a failure (error or panic) to the coordinator.
+pub(crate) fn run_task<T: Data>(spec: TaskSpec<T>) {
+    let report = spec.report.clone();
+    let name = spec.name();
+    let cancel = Arc::clone(&spec.cancel);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || match &spec.kind {
+        Kind::Source(_) => run_source(spec),
+        _ => run_operator(spec),
+    }));
+    let error = match result {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(p) => p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into()),
+    };
+    if !cancel.load(Ordering::SeqCst) {
+        let _ = report.send(Report::Failed { task: name, error });
+    }
+}
+
+fn check_failure<T>(spec: &TaskSpec<T>, at: FailAt) {
+    for (f, fired) in spec.failures.iter() {
+        if f.operator == spec.operator
+            && f.subtask == spec.subtask
+            && f.at == at
+            && !fired.swap(true, Ordering::SeqCst)
+        {
+            panic!("injected failure in {}[{}] at {at:?}", spec.operator, spec.subtask);
+        }
+    }
+}
+
+fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
+    let Kind::Source(factory) = &spec.kind else { return Err(Error::Background("not a source".into())) };
+    let mut source: Box<dyn Source<T>> = factory(spec.subtask, spec.parallelism);
+    if let Some(p) = spec.source_position.take() {
+        source.seek(&p)?;
+    }
+    let name = format!("{}/{}", spec.operator, spec.subtask);
+    let mut done = false;
+    let mut emitted = 0u64;
+    loop {
+        if spec.cancel.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // Control first: barriers go between records.
+        loop {
+            let msg = if done {
+                match spec.control.recv_timeout(Duration::from_millis(20)) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                }
+            } else {
+                match spec.control.try_recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            };
+            match msg {
+                Control::Trigger(b) => {
+                    let position = source.position();
+                    broadcast(&spec.outputs, b)?;
+                    let stats = TaskCheckpointStats { task: spec.name(), ..Default::default() };
+                    let ack = Ack {
+                        checkpoint_id: b.id,
+                        task: spec.index,
+                        error: None,
+                        source_position: Some((name.clone(), position)),
+                        handle: None,
+                        inflight: None,
+                        stats,
+                    };
+                    let _ = spec.report.send(Report::Ack(Box::new(ack)));
+                }
+                Control::Stop => return Ok(()),
+                Control::Complete(_) | Control::Abort(_) => {}
+            }
+        }
+        if done {
+            continue;
+        }
+        match source.next_record()? {
+            Some(r) => {
+                send_all(&mut spec.outputs, r)?;
+                emitted += 1;
+                check_failure(&spec, FailAt::Record(emitted));
+            }
+            None => {
+                done = true;
+                let _ = spec.report.send(Report::SourceDone);
+            }
+        }
+    }
+}
+
+/// The operator logic of a non-source task.
+enum Logic<T> {
+    Map(Arc<dyn Fn(T) -> T + Send + Sync>),
+    Filter(Arc<dyn Fn(&T) -> bool + Send + Sync>),
+    FlatMap(Arc<dyn Fn(T) -> Vec<T> + Send + Sync>),
+    Union,
+    Keyed { key: KeyFn<T>, f: Box<dyn KeyedProcess<T>>, store: Store, cp: Option<Checkpointer> },
+    Sink(FileSink),
+}
+
+/// An alignment in progress for one barrier.
+struct Align {
+    /// Hold back channels that delivered the barrier (exactly-once, or a forced-aligned
+    /// barrier in unaligned mode).
+    hold: bool,
+    /// Snapshot at the first barrier and log in-flight records (unaligned).
+    unaligned: bool,
+    seen: Vec<bool>,
+    count: usize,
+    started: Instant,
+    buffered: u64,
+    /// Unaligned: records logged as in-flight channel state.
+    log: Vec<(u32, Vec<u8>)>,
+    snapshotted: bool,
+}
+
+/// A checkpoint this task has acknowledged in part.
+struct PendingAck {
+    write: Option<PendingWrite>,
+    handle: Option<StateHandle>,
+    inflight: Option<Vec<u8>>,
+    waiting_log: bool,
+    stats: TaskCheckpointStats,
+    error: Option<String>,
+}
+
+fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
+    let mut logic = match spec.kind.clone() {
+        Kind::Map(f) => Logic::Map(f),
+        Kind::Filter(f) => Logic::Filter(f),
+        Kind::FlatMap(f) => Logic::FlatMap(f),
+        Kind::Union => Logic::Union,
+        Kind::Sink(c) => Logic::Sink(FileSink::open(&c, spec.subtask)?),
+        Kind::Keyed { key, process } => {
+            let range = KeyGroupRange::for_instance(spec.max_parallelism, spec.parallelism, spec.subtask)?;
+            let mut store = match spec.restored_store.take() {
+                Some(s) => s,
+                None => Store::with_config(crate::state::StoreConfig {
+                    max_parallelism: spec.max_parallelism,
+                    key_groups: range,
+                })?,
+            };
+            let mut f = process();
+            f.open(&mut store)?;
+            Logic::Keyed { key, f, store, cp: spec.checkpointer.take() }
+        }
+        Kind::Source(_) => return Err(Error::Background("source in operator loop".into())),
+    };
+    let input = spec.input.take().ok_or_else(|| Error::Background("operator without input".into()))?;
+    let n_channels = spec.channel_input.len();
+    let mut drain: VecDeque<Envelope<T>> = VecDeque::new();
+    let mut held: VecDeque<Envelope<T>> = VecDeque::new();
+    let mut aligns: BTreeMap<u64, Align> = BTreeMap::new();
+    let mut acks: BTreeMap<u64, PendingAck> = BTreeMap::new();
+    let mut completed_handles: BTreeMap<u64, StateHandle> = BTreeMap::new();
+    let mut processed = 0u64;
+    let mut snapshots = 0u64;
+    let mut out_buf: Vec<T> = Vec::new();
+    let mut input_closed = false;
+
+    // In-flight records of the checkpoint we restored from (unaligned) come first.
+    for (input_idx, r) in std::mem::take(&mut spec.replay) {
+        process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
+    }
+
+    loop {
+        if spec.cancel.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // Control messages.
+        while let Ok(msg) = spec.control.try_recv() {
+            match msg {
+                Control::Complete(id) => on_complete(&mut logic, &mut completed_handles, id)?,
+                Control::Abort(id) => {
+                    if let Logic::Keyed { cp: Some(cp), .. } = &mut logic {
+                        cp.notify_aborted(id);
+                    }
+                    completed_handles.remove(&id);
+                }
+                Control::Stop => return Ok(()),
+                Control::Trigger(_) => {}
+            }
+        }
+        // Finished background writes.
+        poll_acks(&spec, &mut acks, &mut completed_handles);
+
+        let (ch, element) = if let Some(e) = drain.pop_front() {
+            e
+        } else if input_closed {
+            // Upstream is gone (the job is ending): keep serving control messages (a
+            // final "complete" may still be queued) until told to stop.
+            match spec.control.recv_timeout(Duration::from_millis(5)) {
+                Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(Control::Complete(id)) => {
+                    on_complete(&mut logic, &mut completed_handles, id)?;
+                    continue;
+                }
+                Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
+            }
+        } else {
+            match input.recv_timeout(Duration::from_millis(5)) {
+                Ok(e) => e,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => {
+                    input_closed = true;
+                    continue;
+                }
+            }
+        };
+        // Exactly-once: a channel that delivered the barrier being aligned is held back.
+        if let Some(a) = aligns.values_mut().next()
+            && a.hold
+            && a.seen[ch]
+        {
+            if matches!(element, Element::Record(_)) {
+                a.buffered += 1;
+            }
+            held.push_back((ch, element));
+            continue;
+        }
+        match element {
+            Element::Record(r) => {
+                if spec.mode == Mode::Unaligned {
+                    // Records still ahead of a barrier on their channel are part of the
+                    // checkpoint's channel state.
+                    for a in aligns.values_mut() {
+                        if a.unaligned && !a.seen[ch] {
+                            a.log.push((
+                                spec.channel_input[ch] as u32,
+                                postcard::to_allocvec(&r).map_err(|e| Error::Codec {
+                                    state: "in-flight record".into(),
+                                    source: e,
+                                })?,
+                            ));
+                            a.buffered += 1;
+                        }
+                    }
+                }
+                let input_idx = spec.channel_input[ch];
+                process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
+                processed += 1;
+                check_failure(&spec, FailAt::Record(processed));
+            }
+            Element::Barrier(b) => {
+                let a = aligns.entry(b.id).or_insert_with(|| Align {
+                    hold: spec.mode == Mode::ExactlyOnce || (spec.mode == Mode::Unaligned && b.aligned),
+                    unaligned: spec.mode == Mode::Unaligned && !b.aligned,
+                    seen: vec![false; n_channels],
+                    count: 0,
+                    started: Instant::now(),
+                    buffered: 0,
+                    log: Vec::new(),
+                    snapshotted: false,
+                });
+                if !a.seen[ch] {
+                    a.seen[ch] = true;
+                    a.count += 1;
+                }
+                let all = a.count == n_channels;
+                let first = a.count == 1;
+                let snap_now = if a.unaligned { first } else { all };
+                if snap_now && !a.snapshotted {
+                    a.snapshotted = true;
+                    let stats = TaskCheckpointStats {
+                        task: spec.name(),
+                        alignment: a.started.elapsed(),
+                        buffered_records: a.buffered,
+                        ..Default::default()
+                    };
+                    let waiting_log = a.unaligned && !all;
+                    let pending = snapshot(&spec, &mut logic, b, stats, waiting_log)?;
+                    acks.insert(b.id, pending);
+                    snapshots += 1;
+                    broadcast(&spec.outputs, b)?;
+                    check_failure(&spec, FailAt::CheckpointWrite(snapshots));
+                }
+                if all {
+                    let a = aligns.remove(&b.id);
+                    if let (Some(a), Some(p)) = (a, acks.get_mut(&b.id)) {
+                        if p.waiting_log {
+                            p.waiting_log = false;
+                            p.stats.alignment = a.started.elapsed();
+                            p.stats.buffered_records = a.buffered;
+                            p.inflight = Some(postcard::to_allocvec(&a.log).map_err(|e| Error::Codec {
+                                state: "in-flight records".into(),
+                                source: e,
+                            })?);
+                        } else if a.hold {
+                            p.stats.buffered_records = a.buffered;
+                        }
+                    }
+                    // Held-back input is processed before anything new.
+                    while let Some(e) = held.pop_back() {
+                        drain.push_front(e);
+                    }
+                }
+                poll_acks(&spec, &mut acks, &mut completed_handles);
+            }
+        }
+    }
+}
+
+/// Checkpoint `id` completed: confirm the store's snapshot, publish the sink's output.
+fn on_complete<T>(
+    logic: &mut Logic<T>,
+    completed_handles: &mut BTreeMap<u64, StateHandle>,
+    id: u64,
+) -> Result<()> {
+    match logic {
+        Logic::Keyed { store, cp: Some(cp), .. } => {
+            if let Some(h) = completed_handles.remove(&id) {
+                cp.notify_complete(id, &h, store);
+            }
+            completed_handles.retain(|&k, _| k > id);
+        }
+        Logic::Sink(s) => s.commit(id)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn process_record<T: Data>(
+    spec: &mut TaskSpec<T>,
+    logic: &mut Logic<T>,
+    input_idx: usize,
+    r: T,
+    out: &mut Vec<T>,
+) -> Result<()> {
+    spec.records_in.fetch_add(1, Ordering::Relaxed);
+    match logic {
+        Logic::Map(f) => send_all(&mut spec.outputs, f(r)),
+        Logic::Filter(f) => {
+            if f(&r) {
+                send_all(&mut spec.outputs, r)?;
+            }
+            Ok(())
+        }
+        Logic::FlatMap(f) => {
+            for x in f(r) {
+                send_all(&mut spec.outputs, x)?;
+            }
+            Ok(())
+        }
+        Logic::Union => send_all(&mut spec.outputs, r),
+        Logic::Keyed { key, f, store, .. } => {
+            let k = key(&r);
+            f.process(input_idx, &k, r, store, out)?;
+            for x in out.drain(..) {
+                send_all(&mut spec.outputs, x)?;
+            }
+            Ok(())
+        }
+        Logic::Sink(s) => {
+            let line = serde_json::to_string(&r)
+                .map_err(|e| Error::InvalidRecord(format!("sink record does not serialize: {e}")))?;
+            s.write(&line)
+        }
+    }
+}
+
+/// The synchronous part of a checkpoint for this task.
+fn snapshot<T: Data>(
+    spec: &TaskSpec<T>,
+    logic: &mut Logic<T>,
+    b: Barrier,
+    mut stats: TaskCheckpointStats,
+    waiting_log: bool,
+) -> Result<PendingAck> {
+    let mut p = PendingAck {
+        write: None,
+        handle: None,
+        inflight: None,
+        waiting_log,
+        stats: stats.clone(),
+        error: None,
+    };
+    match logic {
+        Logic::Keyed { store, cp: Some(cp), .. } if b.kind != BarrierKind::Drain => {
+            let target =
+                if b.kind == BarrierKind::Savepoint { Target::Savepoint } else { Target::Checkpoint };
+            let w = cp.snapshot(store, b.id, target)?;
+            stats.sync = w.sync_duration;
+            stats.file_kind = Some(w.kind);
+            p.write = Some(w);
+        }
+        Logic::Sink(s) => {
+            let t = Instant::now();
+            s.pre_commit(b.id)?;
+            if b.kind == BarrierKind::Drain {
+                s.commit(b.id)?;
+            }
+            stats.sync = t.elapsed();
+        }
+        _ => {}
+    }
+    p.stats = stats;
+    let _ = spec;
+    Ok(p)
+}
+
+/// Sends the acks whose background parts are done.
+fn poll_acks<T>(
+    spec: &TaskSpec<T>,
+    acks: &mut BTreeMap<u64, PendingAck>,
+    completed_handles: &mut BTreeMap<u64, StateHandle>,
+) {
+    let mut done = Vec::new();
+    for (&id, p) in acks.iter_mut() {
+        if let Some(w) = &p.write {
+            match w.try_wait() {
+                None => continue,
+                Some(Ok((h, d))) => {
+                    p.stats.async_write = d;
+                    p.stats.bytes = h.operator.bytes_written;
+                    p.handle = Some(h);
+                }
+                Some(Err(e)) => p.error = Some(e.to_string()),
+            }
+            p.write = None;
+        }
+        if !p.waiting_log {
+            done.push(id);
+        }
+    }
+    for id in done {
+        let Some(p) = acks.remove(&id) else { continue };
+        if let Some(h) = &p.handle {
+            completed_handles.insert(id, h.clone());
+        }
+        let inflight = p.inflight.map(|b| (format!("inflight/{}/{}", spec.operator, spec.subtask), b));
+        let ack = Ack {
+            checkpoint_id: id,
+            task: spec.index,
+            error: p.error,
+            source_position: None,
+            handle: p.handle,
+            inflight,
+            stats: p.stats,
+        };
+        let _ = spec.report.send(Report::Ack(Box::new(ack)));
+    }
+}
