@@ -1,0 +1,421 @@
+//! Writes the test vectors of `format-spec/test-vectors/`: small checkpoint directories made
+//! through floe's public API, corrupt copies of them, and for each an `expected.json`.
+//!
+//! `cargo run --example gen_test_vectors -- OUTDIR` (OUTDIR is normally
+//! `format-spec/test-vectors`; the directories it creates must not exist yet).
+//!
+//! The expected contents come from a `BTreeMap` model that this program updates alongside
+//! the store, never from decoding the files with floe, so the vectors check floe's reader
+//! (and any other reader) against an independent statement of what was written. Everything
+//! is deterministic except `created_unix_ms` in the manifests (and so their CRC-32), which
+//! `expected.json` does not mention.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::format::DataFile;
+use floe::state::{KeyGroupRange, StateDescriptor, StateId, StateKind, Store, StoreConfig, key_group};
+use serde_json::{Value as Json, json};
+
+/// Number of key groups of every vector: small, so that a few keys cover several groups.
+const MAX_PARALLELISM: u32 = 4;
+/// The operator id; its space shows the file-name sanitizing rule (`word_count`).
+const OPERATOR: &str = "word count";
+/// The states, registered in this order in every store.
+const STATES: [(&str, StateKind); 3] =
+    [("counts", StateKind::Value), ("events", StateKind::List), ("attrs", StateKind::Map)];
+
+/// The model of one key's value.
+#[derive(Clone, Debug)]
+enum Mv {
+    Value(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Map(BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+/// One change, applied to both the store and the model.
+enum Op<'a> {
+    Put(&'a str, &'a [u8], &'a [u8]),
+    Delete(&'a str, &'a [u8]),
+    Append(&'a str, &'a [u8], &'a [u8]),
+    Replace(&'a str, &'a [u8], &'a [&'a [u8]]),
+    MapPut(&'a str, &'a [u8], &'a [u8], &'a [u8]),
+    MapRemove(&'a str, &'a [u8], &'a [u8]),
+}
+
+/// A job of `parallelism` instances of one operator, writing into one checkpoint directory.
+struct Job {
+    storage: std::sync::Arc<CheckpointStorage>,
+    stores: Vec<Store>,
+    checkpointers: Vec<Checkpointer>,
+    model: BTreeMap<String, BTreeMap<Vec<u8>, Mv>>,
+    /// What each completed checkpoint holds, for expected.json.
+    checkpoints: Vec<Json>,
+}
+
+fn state_id(name: &str) -> StateId {
+    let i = STATES.iter().position(|(n, _)| *n == name).expect("known state");
+    StateId::from_index(u32::try_from(i).expect("3 states"))
+}
+
+impl Job {
+    fn new(root: &Path, parallelism: u32) -> floe::Result<Job> {
+        let config = StorageConfig {
+            num_retained: 3,
+            // Tiny files: without a large ratio the policy would force full snapshots.
+            policy: ChainPolicy { max_increments: 10, max_chain_ratio: 100.0 },
+            block_target: 64 << 10,
+            threads: 1,
+        };
+        let storage = CheckpointStorage::open(root, config)?;
+        let mut stores = Vec::new();
+        let mut checkpointers = Vec::new();
+        for i in 0..parallelism {
+            let key_groups = KeyGroupRange::for_instance(MAX_PARALLELISM, parallelism, i)?;
+            let mut store = Store::with_config(StoreConfig { max_parallelism: MAX_PARALLELISM, key_groups })?;
+            for (name, kind) in STATES {
+                store.register(StateDescriptor::raw(name, kind))?;
+            }
+            stores.push(store);
+            checkpointers.push(Checkpointer::new(std::sync::Arc::clone(&storage), OPERATOR, i));
+        }
+        let model = STATES.iter().map(|(n, _)| (n.to_string(), BTreeMap::new())).collect();
+        Ok(Job { storage, stores, checkpointers, model, checkpoints: Vec::new() })
+    }
+
+    /// The store that owns `key`.
+    fn store_of(&mut self, key: &[u8]) -> &mut Store {
+        let kg = key_group(key, MAX_PARALLELISM);
+        self.stores.iter_mut().find(|s| s.config().key_groups.contains(kg)).expect("some instance owns kg")
+    }
+
+    fn apply(&mut self, ops: &[Op<'_>]) -> floe::Result<()> {
+        for op in ops {
+            match *op {
+                Op::Put(s, k, v) => {
+                    self.store_of(k).put(state_id(s), k, v)?;
+                    self.model_of(s).insert(k.to_vec(), Mv::Value(v.to_vec()));
+                }
+                Op::Delete(s, k) => {
+                    self.store_of(k).delete(state_id(s), k)?;
+                    self.model_of(s).remove(k);
+                }
+                Op::Append(s, k, item) => {
+                    self.store_of(k).list_append(state_id(s), k, item)?;
+                    let m = self.model_of(s);
+                    match m.get_mut(k) {
+                        Some(Mv::List(l)) => l.push(item.to_vec()),
+                        _ => {
+                            m.insert(k.to_vec(), Mv::List(vec![item.to_vec()]));
+                        }
+                    }
+                }
+                Op::Replace(s, k, items) => {
+                    self.store_of(k).list_replace(state_id(s), k, items.iter().copied())?;
+                    let items: Vec<Vec<u8>> = items.iter().map(|i| i.to_vec()).collect();
+                    if items.is_empty() {
+                        self.model_of(s).remove(k);
+                    } else {
+                        self.model_of(s).insert(k.to_vec(), Mv::List(items));
+                    }
+                }
+                Op::MapPut(s, k, mk, v) => {
+                    self.store_of(k).map_put(state_id(s), k, mk, v)?;
+                    let m = self.model_of(s);
+                    match m.get_mut(k) {
+                        Some(Mv::Map(map)) => {
+                            map.insert(mk.to_vec(), v.to_vec());
+                        }
+                        _ => {
+                            m.insert(k.to_vec(), Mv::Map(BTreeMap::from([(mk.to_vec(), v.to_vec())])));
+                        }
+                    }
+                }
+                Op::MapRemove(s, k, mk) => {
+                    self.store_of(k).map_remove(state_id(s), k, mk)?;
+                    let m = self.model_of(s);
+                    if let Some(Mv::Map(map)) = m.get_mut(k) {
+                        map.remove(mk);
+                        if map.is_empty() {
+                            m.remove(k);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn model_of(&mut self, state: &str) -> &mut BTreeMap<Vec<u8>, Mv> {
+        self.model.get_mut(state).expect("registered state")
+    }
+
+    /// Takes checkpoint `id` on every instance, commits it and confirms it.
+    fn checkpoint(
+        &mut self,
+        id: u64,
+        sources: &[(&str, &[u8])],
+        extra: &[(&str, &[u8])],
+    ) -> floe::Result<()> {
+        let mut handles = Vec::new();
+        for (cp, store) in self.checkpointers.iter_mut().zip(&mut self.stores) {
+            handles.push(cp.snapshot(store, id, Target::Checkpoint)?.wait()?.0);
+        }
+        let to_map = |kv: &[(&str, &[u8])]| kv.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
+        let m =
+            self.storage.commit(id, Target::Checkpoint, handles.clone(), to_map(sources), to_map(extra))?;
+        for ((cp, store), h) in self.checkpointers.iter_mut().zip(&mut self.stores).zip(&handles) {
+            cp.notify_complete(id, h, store);
+        }
+        let chains: BTreeMap<String, Json> =
+            m.operators.iter().map(|o| (o.subtask.to_string(), json!(o.chain))).collect();
+        self.checkpoints.push(json!({
+            "checkpoint_id": id,
+            "manifest": format!("chk-{id:020}.manifest"),
+            "kind": m.kind.as_str(),
+            "parent": m.parent,
+            "base": m.base,
+            "chains": chains,
+            "sources": hex_map(sources),
+            "extra": hex_map(extra),
+            "state": self.model_json(),
+        }));
+        Ok(())
+    }
+
+    fn model_json(&self) -> Json {
+        let mut states = serde_json::Map::new();
+        for (name, kind) in STATES {
+            let entries: serde_json::Map<String, Json> = self.model[name]
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Mv::Value(b) => json!(hex(b)),
+                        Mv::List(items) => json!(items.iter().map(|i| hex(i)).collect::<Vec<_>>()),
+                        Mv::Map(m) => {
+                            json!(m.iter().map(|(k, v)| (hex(k), hex(v))).collect::<BTreeMap<_, _>>())
+                        }
+                    };
+                    (hex(k), v)
+                })
+                .collect();
+            states.insert(name.to_string(), json!({ "kind": kind.as_str(), "entries": entries }));
+        }
+        Json::Object(states)
+    }
+
+    fn expected(&self, description: &str) -> Json {
+        json!({
+            "description": description,
+            "operator": OPERATOR,
+            "max_parallelism": MAX_PARALLELISM,
+            "recover": self.checkpoints.last().map(|c| c["checkpoint_id"].clone()),
+            "checkpoints": self.checkpoints,
+        })
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hex_map(kv: &[(&str, &[u8])]) -> BTreeMap<String, String> {
+    kv.iter().map(|(k, v)| (k.to_string(), hex(v))).collect()
+}
+
+fn write_json(path: &Path, v: &Json) -> Result<(), Box<dyn std::error::Error>> {
+    let mut s = serde_json::to_string_pretty(v)?;
+    s.push('\n');
+    std::fs::write(path, s)?;
+    Ok(())
+}
+
+/// Git keeps no empty folders: drop `savepoints/` so the output equals what is committed.
+fn drop_empty_savepoints(root: &Path) {
+    let _ = std::fs::remove_dir(root.join("savepoints"));
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let target = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &target)?;
+        } else if e.file_name() != "expected.json" {
+            std::fs::copy(e.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// The name of subtask `subtask`'s data file of checkpoint `id` (as in the layout spec).
+fn data_file(id: u64, subtask: u32, full: bool) -> String {
+    format!("data/{id:020}-word_count-{subtask}.{}", if full { "full" } else { "incr" })
+}
+
+fn gen_full(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("full");
+    let mut job = Job::new(&root, 2)?;
+    // 200 bytes of a repeating pattern: compressible, so its block is stored as LZ4.
+    let pattern: Vec<u8> = b"floe".iter().copied().cycle().take(200).collect();
+    job.apply(&[
+        Op::Put("counts", b"alice", &3u64.to_le_bytes()),
+        Op::Put("counts", b"bob", &7u64.to_le_bytes()),
+        Op::Put("counts", b"carol", &1u64.to_le_bytes()),
+        Op::Put("counts", b"pattern", &pattern),
+        Op::Append("events", b"alice", b"login"),
+        Op::Append("events", b"alice", b"click"),
+        Op::Append("events", b"bob", b"login"),
+        Op::Append("events", b"dave", b""),
+        Op::MapPut("attrs", b"alice", b"city", b"Oslo"),
+        Op::MapPut("attrs", b"alice", b"lang", b"nb"),
+        Op::MapPut("attrs", b"carol", b"city", b"Lima"),
+    ])?;
+    job.checkpoint(
+        1,
+        &[("clicks-0", &42u64.to_le_bytes()), ("clicks-1", &17u64.to_le_bytes())],
+        &[("word count/0", b"in-flight")],
+    )?;
+    drop_empty_savepoints(&root);
+    write_json(
+        &root.join("expected.json"),
+        &job.expected("one full checkpoint of 2 instances (key groups 0..2 and 2..4)"),
+    )?;
+    Ok(())
+}
+
+fn gen_chain(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("chain");
+    let mut job = Job::new(&root, 1)?;
+    let one = 1u64.to_le_bytes();
+    job.apply(&[
+        Op::Put("counts", b"alice", &one),
+        Op::Put("counts", b"bob", &2u64.to_le_bytes()),
+        Op::Put("counts", b"carol", &3u64.to_le_bytes()),
+        Op::Append("events", b"alice", b"a1"),
+        Op::Append("events", b"bob", b"b1"),
+        Op::Append("events", b"bob", b"b2"),
+        Op::MapPut("attrs", b"alice", b"x", b"1"),
+        Op::MapPut("attrs", b"alice", b"y", b"2"),
+        Op::MapPut("attrs", b"bob", b"x", b"9"),
+    ])?;
+    job.checkpoint(1, &[("clicks-0", &10u64.to_le_bytes())], &[])?;
+    // Increment 1: a delete, an update, a new key; a list append (carried as Append) and a
+    // list replacement (carried as Put); a map entry updated, one removed, a new map.
+    job.apply(&[
+        Op::Delete("counts", b"bob"),
+        Op::Put("counts", b"alice", &10u64.to_le_bytes()),
+        Op::Put("counts", b"dave", &4u64.to_le_bytes()),
+        Op::Append("events", b"alice", b"a2"),
+        Op::Replace("events", b"bob", &[b"b3"]),
+        Op::MapPut("attrs", b"alice", b"x", b"100"),
+        Op::MapRemove("attrs", b"alice", b"y"),
+        Op::MapPut("attrs", b"carol", b"z", b"3"),
+    ])?;
+    job.checkpoint(2, &[("clicks-0", &20u64.to_le_bytes())], &[])?;
+    // Increment 2: a list deleted, appends to an old and a new list, a map emptied (the key
+    // goes), a removed map entry put back.
+    job.apply(&[
+        Op::Delete("counts", b"carol"),
+        Op::Delete("events", b"bob"),
+        Op::Append("events", b"alice", b"a3"),
+        Op::Append("events", b"dave", b"d1"),
+        Op::MapRemove("attrs", b"bob", b"x"),
+        Op::MapPut("attrs", b"alice", b"y", b"5"),
+    ])?;
+    job.checkpoint(3, &[("clicks-0", &30u64.to_le_bytes())], &[])?;
+    drop_empty_savepoints(&root);
+    write_json(
+        &root.join("expected.json"),
+        &job.expected("a full checkpoint and two increments, all retained"),
+    )?;
+    Ok(())
+}
+
+fn bad_expected(description: &str, error: Json) -> Json {
+    json!({
+        "description": description,
+        "operator": OPERATOR,
+        "max_parallelism": MAX_PARALLELISM,
+        "manifest": format!("chk-{:020}.manifest", 1),
+        "error": error,
+    })
+}
+
+fn gen_corrupt_block(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("corrupt-block");
+    copy_dir(&out.join("full"), &root)?;
+    let rel = data_file(1, 0, true);
+    let path = root.join(&rel);
+    // Locate the first block only to aim the flip; expected.json states the consequence.
+    let block = DataFile::open(&path)?.blocks().first().copied().ok_or("no block to corrupt")?;
+    let mut bytes = std::fs::read(&path)?;
+    let at = usize::try_from(block.offset)? + usize::try_from(block.stored_len / 2)?;
+    bytes[at] ^= 0x01;
+    std::fs::write(&path, bytes)?;
+    write_json(
+        &root.join("expected.json"),
+        &bad_expected(
+            &format!("`full` with bit 0 of byte {at} (inside the first block of {rel}) flipped"),
+            json!({ "kind": "corrupt", "file": rel, "offset": block.offset, "reason": "block checksum mismatch" }),
+        ),
+    )?;
+    Ok(())
+}
+
+fn gen_truncated(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("truncated");
+    copy_dir(&out.join("full"), &root)?;
+    let rel = data_file(1, 1, true);
+    let path = root.join(&rel);
+    let len = std::fs::metadata(&path)?.len();
+    let cut = len - 20;
+    std::fs::OpenOptions::new().write(true).open(&path)?.set_len(cut)?;
+    write_json(
+        &root.join("expected.json"),
+        &bad_expected(
+            &format!("`full` with {rel} cut from {len} to {cut} bytes (into its footer)"),
+            json!({ "kind": "corrupt", "file": rel, "offset": cut, "reason": "size differs from the manifest" }),
+        ),
+    )?;
+    Ok(())
+}
+
+fn gen_unknown_version(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("unknown-version");
+    copy_dir(&out.join("full"), &root)?;
+    let rel = format!("chk-{:020}.manifest", 1);
+    let path = root.join(&rel);
+    let mut bytes = std::fs::read(&path)?;
+    // The header has no checksum of its own (the CRC covers the body), so changing the
+    // version field leaves every other check passing.
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&path, bytes)?;
+    write_json(
+        &root.join("expected.json"),
+        &bad_expected(
+            "`full` with the manifest header's version field set to 99",
+            json!({ "kind": "unsupported_version", "file": rel, "found": 99, "supported": 1 }),
+        ),
+    )?;
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out: PathBuf = std::env::args_os().nth(1).ok_or("usage: gen_test_vectors OUTDIR")?.into();
+    std::fs::create_dir_all(&out)?;
+    for name in ["full", "chain", "corrupt-block", "truncated", "unknown-version"] {
+        if out.join(name).exists() {
+            return Err(format!("{} exists; remove it first", out.join(name).display()).into());
+        }
+    }
+    gen_full(&out)?;
+    gen_chain(&out)?;
+    gen_corrupt_block(&out)?;
+    gen_truncated(&out)?;
+    gen_unknown_version(&out)?;
+    println!("test vectors written to {}", out.display());
+    Ok(())
+}
