@@ -3,7 +3,7 @@
 //! ```text
 //! ROOT/FLOE                                  marker: this directory belongs to floe
 //! ROOT/chk-<id:020>.manifest                 one per completed checkpoint
-//! ROOT/data/<id:020>-<operator>-<subtask>.full|.incr   data files, shared by checkpoints
+//! ROOT/data/<id:020>-<operator>-<hash>-<subtask>.full|.incr   data files, shared by checkpoints
 //! ROOT/savepoints/sp-<id:020>/MANIFEST       a savepoint: self-contained
 //! ROOT/savepoints/sp-<id:020>/data/...       its data files
 //! tmp-<id:020>-<name>                        a file being written (any of these folders)
@@ -41,10 +41,13 @@ pub fn sanitize(operator: &str) -> String {
     operator.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
 }
 
-/// `data/<id>-<operator>-<subtask>.full|.incr`.
+/// `data/<id>-<operator>-<hash>-<subtask>.full|.incr`: `<hash>` is the first 8 hex digits of
+/// XXH64 of the unsanitized operator id, so operators whose sanitized names collide
+/// ("a b", "a/b") still get distinct files.
 pub fn data_file_name(id: u64, operator: &str, subtask: u32, full: bool) -> String {
     let ext = if full { "full" } else { "incr" };
-    format!("{DATA_DIR}/{id:020}-{}-{subtask}.{ext}", sanitize(operator))
+    let hash = crate::state::key_hash(operator.as_bytes()) >> 32;
+    format!("{DATA_DIR}/{id:020}-{}-{hash:08x}-{subtask}.{ext}", sanitize(operator))
 }
 
 /// The creating checkpoint id of a data file name (`<id>-...full|incr`), if it is ours.
@@ -72,7 +75,9 @@ mod tests {
         assert_eq!(parse_manifest_name(&manifest_name(42)), Some(42));
         assert_eq!(parse_manifest_name("chk-42.manifest"), None);
         let d = data_file_name(7, "sum/op 1", 3, false);
-        assert_eq!(d, "data/00000000000000000007-sum_op_1-3.incr");
+        let h = crate::state::key_hash(b"sum/op 1") >> 32;
+        assert_eq!(d, format!("data/00000000000000000007-sum_op_1-{h:08x}-3.incr"));
+        assert_ne!(data_file_name(7, "sum op 1", 3, false), d, "sanitized names must not collide");
         assert_eq!(parse_data_file_name(d.strip_prefix("data/").unwrap()), Some(7));
         assert_eq!(parse_data_file_name("notes.txt"), None);
         assert_eq!(parse_tmp_name("tmp-00000000000000000009-x"), Some(9));

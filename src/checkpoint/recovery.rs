@@ -153,9 +153,24 @@ pub fn restore_operator(
             manifest.checkpoint_id
         )));
     }
-    let mut covered = 0u32;
+    // Every requested group exactly once: overlapping instances must not hide a gap.
+    let mut seen = vec![0u8; config.key_groups.len() as usize];
     for h in &handles {
-        covered += h.key_groups.intersect(&config.key_groups).len();
+        for kg in h.key_groups.intersect(&config.key_groups).iter() {
+            let slot = &mut seen[(kg - config.key_groups.start) as usize];
+            *slot = slot.saturating_add(1);
+        }
+    }
+    let covered = seen.iter().filter(|&&n| n == 1).count() as u32;
+    if seen.iter().any(|&n| n > 1) {
+        return Err(Error::corrupt(
+            dir,
+            0,
+            format!(
+                "checkpoint {} has overlapping instances of operator {operator:?}",
+                manifest.checkpoint_id
+            ),
+        ));
     }
     if covered != config.key_groups.len() {
         return Err(Error::corrupt(

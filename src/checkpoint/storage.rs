@@ -366,9 +366,23 @@ impl CheckpointStorage {
                     let _ = self.io.remove_file(&p);
                 }
             }
+            // A savepoint that never got its manifest: remove only floe's own files, then
+            // the folders if that left them empty.
             let sp = self.root.join(layout::savepoint_dir(checkpoint_id));
             if sp.is_dir() && !sp.join(SAVEPOINT_MANIFEST).exists() {
-                let _ = std::fs::remove_dir_all(&sp);
+                let data = sp.join(DATA_DIR);
+                for dir in [&data, &sp] {
+                    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        if layout::parse_data_file_name(&name).is_some()
+                            || layout::parse_tmp_name(&name).is_some()
+                        {
+                            let _ = self.io.remove_file(&e.path());
+                        }
+                    }
+                }
+                let _ = std::fs::remove_dir(&data);
+                let _ = std::fs::remove_dir(&sp);
             }
         }
     }
@@ -420,12 +434,27 @@ impl CheckpointStorage {
         read_manifest_file(&self.manifest_path(checkpoint_id))
     }
 
-    /// The highest checkpoint or savepoint id in the directory (0 when empty).
+    /// The highest id used in the directory (0 when empty): manifests, savepoints,
+    /// checkpoints in flight, and leftover data or temp files of failed ones, so a new
+    /// checkpoint never collides with a file that is still there.
     pub fn max_id(&self) -> Result<u64> {
         let c = self.checkpoint_ids()?.last().copied().unwrap_or(0);
         let s = self.savepoint_ids()?.last().copied().unwrap_or(0);
         let f = self.in_flight.lock().last().copied().unwrap_or(0);
-        Ok(c.max(s).max(f))
+        let mut files = 0;
+        for dir in [self.root.join(DATA_DIR), self.root.clone()] {
+            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if let Some(id) =
+                    layout::parse_data_file_name(&name).or_else(|| layout::parse_tmp_name(&name))
+                {
+                    files = files.max(id);
+                }
+            }
+        }
+        Ok(c.max(s).max(f).max(files))
     }
 
     /// Keeps the newest `num_retained` checkpoints: removes older manifests, then every data
@@ -526,7 +555,8 @@ impl CheckpointStorage {
     }
 }
 
-/// Reads and validates a manifest file.
+/// Reads and validates a manifest file. A `chk-<id>.manifest` must describe checkpoint
+/// `<id>` (a manifest copied under another name is corrupt, not another checkpoint).
 pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
     if meta.len() > u64::from(crate::format::MAX_MANIFEST_LEN) + crate::format::MANIFEST_HEADER_LEN as u64 {
@@ -537,5 +567,16 @@ pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
-    Manifest::decode(path, &bytes)
+    let m = Manifest::decode(path, &bytes)?;
+    let named = path.file_name().and_then(|n| n.to_str()).and_then(layout::parse_manifest_name);
+    if let Some(id) = named
+        && id != m.checkpoint_id
+    {
+        return Err(Error::corrupt(
+            path,
+            crate::format::MANIFEST_HEADER_LEN as u64,
+            format!("manifest describes checkpoint {}, its name says {id}", m.checkpoint_id),
+        ));
+    }
+    Ok(m)
 }
