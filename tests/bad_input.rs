@@ -632,3 +632,29 @@ fn manifest_paths_outside_the_directory_are_rejected() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// Handles whose key-group counts add up past `u32::MAX` are refused as corrupt (the sum
+/// used to overflow: a panic in debug builds, a wrapped count passing the check in release).
+#[test]
+fn overlapping_handles_cannot_overflow_the_coverage_count() {
+    let fx = fixture();
+    let (manifest_rel, _, _) = &fx.checkpoints[0];
+    let mut m = Manifest::decode(Path::new("m"), &std::fs::read(fx.dir.join(manifest_rel)).unwrap()).unwrap();
+    let mp = 1 << 15;
+    m.max_parallelism = mp;
+    let mut op = m.operators[0].clone();
+    op.key_groups = floe::KeyGroupRange::all(mp);
+    op.states.clear();
+    // 2^17 + 1 handles of 2^15 groups: the u32 sum wraps to exactly 2^15.
+    m.operators = vec![op; (1 << 17) + 1];
+    let config = StoreConfig { max_parallelism: mp, key_groups: floe::KeyGroupRange::all(mp) };
+    // Files are looked up in an empty directory: only the coverage check can refuse first.
+    let empty = tempfile::tempdir().unwrap();
+    let r =
+        catch_unwind(AssertUnwindSafe(|| floe::checkpoint::restore_operator(empty.path(), &m, OP, config)));
+    match r {
+        Ok(Err(Error::Corrupt { .. })) => {}
+        Ok(other) => panic!("expected Corrupt, got {:?}", other.map(|(_, r)| r)),
+        Err(_) => panic!("restore_operator panicked"),
+    }
+}

@@ -150,11 +150,12 @@ pub fn restore_operator(
             manifest.checkpoint_id
         )));
     }
-    let mut covered = 0u32;
+    // u64: a crafted manifest may list enough overlapping handles to overflow a u32.
+    let mut covered = 0u64;
     for h in &handles {
-        covered += h.key_groups.intersect(&config.key_groups).len();
+        covered += u64::from(h.key_groups.intersect(&config.key_groups).len());
     }
-    if covered != config.key_groups.len() {
+    if covered != u64::from(config.key_groups.len()) {
         return Err(Error::corrupt(
             dir,
             0,
