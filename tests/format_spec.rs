@@ -149,6 +149,7 @@ fn constants_tables_match_the_code() {
         ("DEFAULT_BLOCK_TARGET", format::DEFAULT_BLOCK_TARGET as u64),
         ("MANIFEST_HEADER_LEN", format::MANIFEST_HEADER_LEN as u64),
         ("MAX_MANIFEST_LEN", u64::from(format::MAX_MANIFEST_LEN)),
+        ("MAX_STATES_PER_OPERATOR", format::MAX_STATES_PER_OPERATOR as u64),
     ]);
     let mut spec = BTreeMap::new();
     for t in named("constants") {

@@ -154,25 +154,26 @@ pub fn restore_operator(
         )));
     }
     // Every requested group exactly once: overlapping instances must not hide a gap.
-    let mut seen = vec![0u8; config.key_groups.len() as usize];
+    // Stops at the first overlap, so a crafted manifest cannot make this loop long.
+    let mut seen = vec![false; config.key_groups.len() as usize];
     for h in &handles {
         for kg in h.key_groups.intersect(&config.key_groups).iter() {
             let slot = &mut seen[(kg - config.key_groups.start) as usize];
-            *slot = slot.saturating_add(1);
+            if *slot {
+                return Err(Error::corrupt(
+                    dir,
+                    0,
+                    format!(
+                        "checkpoint {} has overlapping instances of operator {operator:?} (key group {kg})",
+                        manifest.checkpoint_id
+                    ),
+                ));
+            }
+            *slot = true;
         }
     }
-    let covered = seen.iter().filter(|&&n| n == 1).count() as u32;
-    if seen.iter().any(|&n| n > 1) {
-        return Err(Error::corrupt(
-            dir,
-            0,
-            format!(
-                "checkpoint {} has overlapping instances of operator {operator:?}",
-                manifest.checkpoint_id
-            ),
-        ));
-    }
-    if covered != config.key_groups.len() {
+    let covered = seen.iter().filter(|&&n| n).count() as u64;
+    if covered != u64::from(config.key_groups.len()) {
         return Err(Error::corrupt(
             dir,
             0,

@@ -489,6 +489,14 @@ impl DataFile {
             if prev.is_some_and(|p| key <= p) {
                 return Err(bad("blocks are not in (state, key group, offset) order".into()));
             }
+            // Within one (state, key group), blocks follow the record order, so their first
+            // hashes never decrease (lookup's binary search relies on it).
+            if let Some(last) =
+                blocks.last().filter(|l: &&BlockInfo| (l.state, l.key_group) == (b.state, b.key_group))
+                && last.first_hash > b.first_hash
+            {
+                return Err(bad("block first hashes of one key group decrease".into()));
+            }
             prev = Some(key);
             blocks.push(b);
         }

@@ -175,6 +175,14 @@ impl Manifest {
             if op.key_groups.start > op.key_groups.end || op.key_groups.end > self.max_parallelism {
                 return Err(bad(format!("operator {} has key groups {}", op.operator, op.key_groups)));
             }
+            if op.states.len() > super::MAX_STATES_PER_OPERATOR {
+                return Err(bad(format!(
+                    "operator {} lists {} states, more than the limit of {}",
+                    op.operator,
+                    op.states.len(),
+                    super::MAX_STATES_PER_OPERATOR
+                )));
+            }
             if op.chain.is_empty() {
                 return Err(bad(format!("operator {} has an empty chain", op.operator)));
             }

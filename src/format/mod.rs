@@ -32,6 +32,8 @@ pub const MANIFEST_HEADER_LEN: usize = 24;
 pub const MAX_BLOCK_LEN: u32 = 64 << 20;
 /// Largest manifest body a reader accepts.
 pub const MAX_MANIFEST_LEN: u32 = 64 << 20;
+/// Most states one operator instance may list in a manifest (each costs memory at restore).
+pub const MAX_STATES_PER_OPERATOR: usize = 1024;
 /// Uncompressed size at which a writer closes a block.
 pub const DEFAULT_BLOCK_TARGET: usize = 64 << 10;
 

@@ -1,0 +1,660 @@
+//! Proves that damaged or crafted checkpoint files never panic floe: every single-byte flip and every truncation of every file of a two-checkpoint directory (a full snapshot, an increment and both manifests) gives a typed error naming the damaged file and an offset inside it, or the undamaged state; crafted lengths and counts are refused at open without allocating, and manifest paths never lead outside the directory.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Rng;
+use floe::Error;
+use floe::checkpoint::{
+    CheckpointStorage, Checkpointer, StorageConfig, Target, load_chain, restore_from_path,
+};
+use floe::format::{DataFile, FileKind, MAX_BLOCK_LEN, Manifest, compression};
+use floe::state::{StateDescriptor, StateKind, Store, StoreConfig, ValueRef};
+
+// ---- allocation tracking: the largest single allocation made by the current thread ----
+
+struct Tracking;
+
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    let _ = LARGEST.try_with(|c| c.set(c.get().max(size)));
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only records sizes.
+unsafe impl GlobalAlloc for Tracking {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Tracking = Tracking;
+
+/// Runs `f`, returning its result and the largest single allocation it made on this thread.
+fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    LARGEST.with(|c| c.set(0));
+    let r = f();
+    (r, LARGEST.with(Cell::get))
+}
+
+// ---- the undamaged directory ----------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum MV {
+    Bytes(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Map(BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+/// Every live entry, by (state name, key).
+type Model = BTreeMap<(String, Vec<u8>), MV>;
+
+fn materialize(store: &mut Store) -> Model {
+    let snap = store.snapshot();
+    let mut m = Model::new();
+    for d in snap.descriptors() {
+        let id = snap.state_id(&d.name).unwrap();
+        for kg in snap.key_groups().iter() {
+            for e in snap.entries(id, kg).unwrap() {
+                let v = match e.value {
+                    ValueRef::Bytes(b) => MV::Bytes(b.to_vec()),
+                    ValueRef::List(items) => MV::List(items.map(<[u8]>::to_vec).collect()),
+                    ValueRef::Map(it) => MV::Map(it.map(|(k, v)| (k.to_vec(), v.to_vec())).collect()),
+                };
+                assert!(m.insert((d.name.clone(), e.key.to_vec()), v).is_none(), "key listed twice");
+            }
+        }
+    }
+    m
+}
+
+const OP: &str = "op";
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    /// The checkpoint directory.
+    dir: PathBuf,
+    /// Every file under test, relative to `dir`, with its bytes.
+    files: Vec<(String, Vec<u8>)>,
+    /// Per checkpoint id: its manifest (relative), the files it uses, the state it holds.
+    checkpoints: Vec<(String, Vec<String>, Model)>,
+}
+
+fn checkpoint(
+    storage: &Arc<CheckpointStorage>,
+    cp: &mut Checkpointer,
+    store: &mut Store,
+    id: u64,
+    kind: FileKind,
+) {
+    let pending = cp.snapshot(store, id, Target::Checkpoint).unwrap();
+    assert_eq!(pending.kind, kind);
+    let (handle, _) = pending.wait().unwrap();
+    let sources = BTreeMap::from([("source-0".to_string(), id.to_le_bytes().to_vec())]);
+    storage.commit(id, Target::Checkpoint, vec![handle.clone()], sources, BTreeMap::new()).unwrap();
+    cp.notify_complete(id, &handle, store);
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key-{i:03}").into_bytes()
+}
+
+/// A directory holding checkpoint 1 (full) and 2 (an increment on top of it).
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    let storage = CheckpointStorage::open(&dir, StorageConfig::default()).unwrap();
+    let mut store = Store::new();
+    let v = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+    let l = store.register(StateDescriptor::raw("l", StateKind::List)).unwrap();
+    let m = store.register(StateDescriptor::raw("m", StateKind::Map)).unwrap();
+    let mut rng = Rng::new(42);
+    for i in 0..36 {
+        store.put(v, &key(i), &rng.bytes(24)).unwrap();
+        for _ in 0..=i % 3 {
+            store.list_append(l, &key(i), &rng.bytes(12)).unwrap();
+        }
+        for j in 0..=i % 4 {
+            store.map_put(m, &key(i), format!("mk-{j}").as_bytes(), &rng.bytes(16)).unwrap();
+        }
+    }
+    let mut cp = Checkpointer::new(Arc::clone(&storage), OP, 0);
+    checkpoint(&storage, &mut cp, &mut store, 1, FileKind::Full);
+    let model1 = materialize(&mut store);
+
+    for i in 0..36 {
+        match i % 6 {
+            0 => {
+                store.delete(v, &key(i)).unwrap();
+                store.delete(l, &key(i)).unwrap();
+            }
+            1 => store.list_append(l, &key(i), &rng.bytes(10)).unwrap(),
+            2 => store.put(v, &key(i), &rng.bytes(30)).unwrap(),
+            3 => {
+                store.map_remove(m, &key(i), b"mk-0").unwrap();
+                store.map_put(m, &key(i), b"mk-new", &rng.bytes(8)).unwrap();
+            }
+            4 => store.list_replace(l, &key(i), [&b"only"[..]]).unwrap(),
+            _ => {
+                store.delete(m, &key(i)).unwrap();
+            }
+        }
+    }
+    for i in 100..106 {
+        store.put(v, &key(i), &rng.bytes(20)).unwrap();
+        store.list_append(l, &key(i), &rng.bytes(10)).unwrap();
+    }
+    checkpoint(&storage, &mut cp, &mut store, 2, FileKind::Increment);
+    let model2 = materialize(&mut store);
+    assert_ne!(model1, model2);
+
+    let mut files = Vec::new();
+    let mut checkpoints = Vec::new();
+    for (id, model) in [(1, model1), (2, model2)] {
+        let path = storage.manifest_path(id);
+        let rel = path.strip_prefix(&dir).unwrap().to_str().unwrap().to_string();
+        let manifest = Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+        let mut uses: Vec<String> = manifest.files.iter().map(|f| f.path.clone()).collect();
+        uses.push(rel.clone());
+        checkpoints.push((rel, uses, model));
+    }
+    for (rel, _, _) in &checkpoints {
+        files.push(rel.clone());
+    }
+    for e in std::fs::read_dir(dir.join("data")).unwrap() {
+        files.push(format!("data/{}", e.unwrap().file_name().to_str().unwrap()));
+    }
+    files.sort();
+    let files: Vec<(String, Vec<u8>)> =
+        files.into_iter().map(|rel| (rel.clone(), std::fs::read(dir.join(&rel)).unwrap())).collect();
+    assert_eq!(files.len(), 4, "two data files and two manifests: {:?}", files.iter().map(|f| &f.0));
+    assert_eq!(checkpoints[1].1.len(), 3, "checkpoint 2 uses the full file, its increment and its manifest");
+
+    let fx = Fixture { _tmp: tmp, dir, files, checkpoints };
+    for (manifest, _, model) in &fx.checkpoints {
+        assert_eq!(&restore_from_disk(&fx.dir.join(manifest)).unwrap(), model, "undamaged {manifest}");
+    }
+    fx
+}
+
+fn restore_from_disk(manifest: &Path) -> floe::Result<Model> {
+    let mut r = restore_from_path(manifest, OP, StoreConfig::default())?;
+    Ok(materialize(&mut r.store))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+// ---- judging one damaged file ---------------------------------------------------------
+
+/// One way of damaging a file.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    Flip(usize),
+    Truncate(usize),
+}
+
+impl Damage {
+    fn apply(self, original: &[u8]) -> Vec<u8> {
+        match self {
+            Damage::Flip(at) => {
+                let mut b = original.to_vec();
+                b[at] ^= 0xFF;
+                b
+            }
+            Damage::Truncate(len) => original[..len].to_vec(),
+        }
+    }
+}
+
+/// Whether `e` is an acceptable report of `damage` to the file at `damaged` (now `len`
+/// bytes long).
+fn judge_error(e: &Error, damaged: &Path, len: usize, damage: Damage) -> Result<(), String> {
+    match (e, damage) {
+        (Error::Corrupt { path, .. }, _) if path != damaged => {
+            Err(format!("Corrupt names {} instead of the damaged file: {e}", path.display()))
+        }
+        (Error::Corrupt { offset, .. }, Damage::Flip(_)) if *offset < len as u64 => Ok(()),
+        // A truncated file may be reported at its (new) end.
+        (Error::Corrupt { offset, .. }, Damage::Truncate(_)) if *offset <= len as u64 => Ok(()),
+        (Error::Corrupt { .. }, _) => Err(format!("offset outside the file's {len} bytes: {e}")),
+        (Error::UnsupportedVersion { path, .. }, Damage::Flip(8..12)) if path == damaged => Ok(()),
+        _ => Err(format!("unexpected error kind: {e:?}")),
+    }
+}
+
+/// The records of a data file, owned, in file order.
+fn records(f: &DataFile) -> floe::Result<Vec<(u32, u32, String)>> {
+    let mut out = Vec::new();
+    let mut scratch = Vec::new();
+    for b in f.blocks() {
+        f.for_each_record_in(b, &mut scratch, &mut |r| {
+            out.push((b.state, b.key_group, format!("{r:?}")));
+            Ok(())
+        })?;
+    }
+    Ok(out)
+}
+
+fn is_data(rel: &str) -> bool {
+    rel.starts_with("data/")
+}
+
+/// Runs `f` under `catch_unwind`, turning a panic into a problem.
+fn guarded(what: &str, f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(|e| format!("{what}: {e}")),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(format!("{what}: PANIC {msg}"))
+        }
+    }
+}
+
+/// Decodes the damaged bytes from memory (`DataFile::from_bytes` + `verify_blocks`, or
+/// `Manifest::decode`): a typed error, or exactly what the undamaged bytes decode to.
+fn check_in_memory(
+    rel: &str,
+    path: &Path,
+    original: &[u8],
+    damaged: &[u8],
+    damage: Damage,
+) -> Result<(), String> {
+    let len = damaged.len();
+    if is_data(rel) {
+        match DataFile::from_bytes(path, damaged.to_vec()) {
+            Err(e) => judge_error(&e, path, len, damage),
+            Ok(f) => match f.verify_blocks() {
+                Err(e) => judge_error(&e, path, len, damage),
+                Ok(_) => {
+                    let want = DataFile::from_bytes(path, original.to_vec()).unwrap();
+                    let same = f.header() == want.header()
+                        && f.states() == want.states()
+                        && records(&f).unwrap() == records(&want).unwrap();
+                    if same { Ok(()) } else { Err("damage went unnoticed and changed the records".into()) }
+                }
+            },
+        }
+    } else {
+        match Manifest::decode(path, damaged) {
+            Err(e) => judge_error(&e, path, len, damage),
+            Ok(m) if m == Manifest::decode(path, original).unwrap() => Ok(()),
+            Ok(_) => Err("damage went unnoticed and changed the manifest".into()),
+        }
+    }
+}
+
+/// What `restore_from_path` does, from file contents in memory: `Manifest::decode`, the
+/// size check of `open_chain`, `DataFile::from_bytes` for every file of the chain, then
+/// `load_chain`. (The header cross-checks of `open_chain` run in the on-disk attempts.)
+fn restore_in_memory(dir: &Path, files: &BTreeMap<&str, &[u8]>, manifest_rel: &str) -> floe::Result<Model> {
+    let read = |rel: &str| {
+        files
+            .get(rel)
+            .copied()
+            .ok_or_else(|| Error::io("open", dir.join(rel), std::io::ErrorKind::NotFound.into()))
+    };
+    let manifest = Manifest::decode(&dir.join(manifest_rel), read(manifest_rel)?)?;
+    let config = StoreConfig::default();
+    let mut store = Store::with_config(config)?;
+    for op in manifest.operators.iter().filter(|o| o.operator == OP) {
+        let mut chain = Vec::new();
+        for rel in &op.chain {
+            let (path, bytes) = (dir.join(rel), read(rel)?);
+            let size = manifest.file(rel).map_or(0, |f| f.size);
+            if bytes.len() as u64 != size {
+                return Err(Error::corrupt(&path, size.min(bytes.len() as u64), "size differs"));
+            }
+            chain.push(DataFile::from_bytes(&path, bytes.to_vec())?);
+        }
+        load_chain(&mut store, &chain, op, config.key_groups)?;
+    }
+    Ok(materialize(&mut store))
+}
+
+/// Restores every checkpoint (through `restore`, given a manifest's relative path) while the
+/// file `rel` holds `damaged`: a checkpoint that uses the file gives a typed error naming
+/// `path` or its undamaged state, the others their state.
+fn check_restores(
+    fx: &Fixture,
+    restore: &dyn Fn(&str) -> floe::Result<Model>,
+    path: &Path,
+    rel: &str,
+    damaged: &[u8],
+    damage: Damage,
+) -> Result<(), String> {
+    for (manifest, uses, model) in &fx.checkpoints {
+        match restore(manifest) {
+            Ok(m) if &m == model => {}
+            Ok(_) => return Err(format!("restoring {manifest} gave another state")),
+            Err(e) if uses.iter().any(|u| u == rel) => judge_error(&e, path, damaged.len(), damage)
+                .map_err(|e| format!("restoring {manifest}: {e}"))?,
+            Err(e) => return Err(format!("restoring {manifest}, which does not use the file: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// Every flip and truncation of every file, judged from memory (decoding the file alone,
+/// and restoring both checkpoints with it). For a sample (every 8th offset, and every
+/// offset of the first and last 48 bytes), also `restore_from_path` on a scratch copy of
+/// the directory where only the damaged file is rewritten; for a smaller sample, on a
+/// fresh copy of the whole directory, with `DataFile::open` + `verify_blocks`.
+#[test]
+fn every_flipped_byte_and_truncation_is_detected_or_harmless() {
+    let start = Instant::now();
+    let fx = fixture();
+    let scratch_tmp = tempfile::tempdir().unwrap();
+    let scratch = scratch_tmp.path().join("ckpt");
+    copy_dir(&fx.dir, &scratch);
+    let mut problems = Vec::new();
+    let (mut attempts, mut on_disk, mut fresh_copies) = (0usize, 0usize, 0usize);
+    for (rel, original) in &fx.files {
+        let n = original.len();
+        let stride = n / 8 + 1;
+        let damages = (0..n).map(Damage::Flip).chain((0..n).map(Damage::Truncate));
+        for damage in damages {
+            attempts += 1;
+            let damaged = damage.apply(original);
+            let what = format!("{rel} {damage:?}");
+            // From memory, files are named as they lie in the scratch directory.
+            let path = scratch.join(rel);
+            let mut memory: BTreeMap<&str, &[u8]> =
+                fx.files.iter().map(|(r, b)| (r.as_str(), b.as_slice())).collect();
+            memory.insert(rel, &damaged);
+            let mut r = guarded(&format!("{what} in memory"), || {
+                check_in_memory(rel, &path, original, &damaged, damage)?;
+                let restore = |m: &str| restore_in_memory(&scratch, &memory, m);
+                check_restores(&fx, &restore, &path, rel, &damaged, damage)
+            });
+            let (Damage::Flip(at) | Damage::Truncate(at)) = damage;
+            if r.is_ok() && (at % 8 == 0 || at < 48 || at + 48 >= n) {
+                on_disk += 1;
+                std::fs::write(&path, &damaged).unwrap();
+                r = guarded(&format!("{what} restore"), || {
+                    let restore = |m: &str| restore_from_disk(&scratch.join(m));
+                    check_restores(&fx, &restore, &path, rel, &damaged, damage)
+                });
+                std::fs::write(&path, original).unwrap();
+            }
+            if r.is_ok() && at % stride == 0 {
+                fresh_copies += 1;
+                r = guarded(&format!("{what} fresh copy"), || {
+                    let tmp = tempfile::tempdir().unwrap();
+                    let dir = tmp.path().join("ckpt");
+                    copy_dir(&fx.dir, &dir);
+                    let path = dir.join(rel);
+                    std::fs::write(&path, &damaged).unwrap();
+                    if is_data(rel)
+                        && let Err(e) = DataFile::open(&path).and_then(|f| f.verify_blocks())
+                    {
+                        judge_error(&e, &path, damaged.len(), damage)?;
+                    }
+                    let restore = |m: &str| restore_from_disk(&dir.join(m));
+                    check_restores(&fx, &restore, &path, rel, &damaged, damage)
+                });
+            }
+            if let Err(p) = r {
+                problems.push(p);
+            }
+        }
+    }
+    eprintln!(
+        "{attempts} damaged files judged ({on_disk} also on disk, {fresh_copies} on fresh copies) in {:?}",
+        start.elapsed()
+    );
+    assert!(
+        problems.is_empty(),
+        "{} problems, first ones:\n{}",
+        problems.len(),
+        problems[..problems.len().min(30)].join("\n")
+    );
+}
+
+/// A missing file is an I/O error naming it, for each checkpoint that needs it.
+#[test]
+fn missing_files_are_io_errors_naming_them() {
+    let fx = fixture();
+    for (rel, _) in &fx.files {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ckpt");
+        copy_dir(&fx.dir, &dir);
+        std::fs::remove_file(dir.join(rel)).unwrap();
+        for (manifest, uses, model) in &fx.checkpoints {
+            match restore_from_disk(&dir.join(manifest)) {
+                Ok(m) => {
+                    assert!(!uses.contains(rel), "{manifest} restored without {rel}");
+                    assert_eq!(&m, model);
+                }
+                Err(Error::Io { path, source, .. }) => {
+                    assert!(uses.contains(rel), "{manifest} does not use {rel}");
+                    assert_eq!(path, dir.join(rel));
+                    assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+                }
+                Err(e) => panic!("{manifest} without {rel}: {e:?}"),
+            }
+        }
+    }
+}
+
+// ---- crafted files --------------------------------------------------------------------
+
+/// Where a data file's index lies: (index offset, offset of the block count).
+fn index_layout(bytes: &[u8]) -> (usize, usize) {
+    let foot = bytes.len() - 32;
+    let io = u64::from_le_bytes(bytes[foot..foot + 8].try_into().unwrap()) as usize;
+    let n_states = u32::from_le_bytes(bytes[io..io + 4].try_into().unwrap());
+    let mut at = io + 4;
+    for _ in 0..n_states {
+        let name_len = u16::from_le_bytes(bytes[at + 1..at + 3].try_into().unwrap());
+        at += 3 + usize::from(name_len);
+    }
+    (io, at)
+}
+
+/// Recomputes the index checksum after the index was edited.
+fn fix_index_crc(bytes: &mut [u8]) {
+    let foot = bytes.len() - 32;
+    let io = u64::from_le_bytes(bytes[foot..foot + 8].try_into().unwrap()) as usize;
+    let crc = crc32fast::hash(&bytes[io..foot]);
+    bytes[foot + 16..foot + 20].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn put_u32(bytes: &mut [u8], at: usize, v: u32) {
+    bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Opens `bytes` (from memory and from disk) and requires a quick `Corrupt` naming the
+/// file, with no allocation above 1 MiB.
+fn assert_rejected_at_open(what: &str, bytes: &[u8], dir: &Path) {
+    let path = dir.join(format!("crafted-{}", what.replace(' ', "-")));
+    std::fs::write(&path, bytes).unwrap();
+    let owned = bytes.to_vec();
+    let t = Instant::now();
+    let (r, largest) = largest_allocation(|| DataFile::from_bytes(&path, owned));
+    let (r2, largest2) = largest_allocation(|| DataFile::open(&path));
+    let took = t.elapsed();
+    for r in [r.map(drop), r2.map(drop)] {
+        match r {
+            Err(Error::Corrupt { path: p, offset, .. }) => {
+                assert_eq!(p, path, "{what}");
+                assert!(offset < bytes.len() as u64, "{what}: offset {offset}");
+            }
+            other => panic!("{what}: expected Corrupt, got {other:?}"),
+        }
+    }
+    assert!(largest.max(largest2) < 1 << 20, "{what}: allocated {} bytes at once", largest.max(largest2));
+    assert!(took < Duration::from_secs(1), "{what}: took {took:?}");
+}
+
+#[test]
+fn crafted_lengths_and_counts_are_rejected_at_open_without_allocating() {
+    let fx = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, full) = fx.files.iter().find(|(rel, _)| rel.ends_with(".full")).unwrap();
+    let (io, blocks_at) = index_layout(full);
+    let first = blocks_at + 4;
+    let n_blocks = u32::from_le_bytes(full[blocks_at..first].try_into().unwrap());
+    assert!(n_blocks > 0);
+    let entry = |i: usize| first + 48 * i;
+
+    let crafted = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = full.clone();
+        f(&mut b);
+        fix_index_crc(&mut b);
+        b
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("block count max", crafted(&|b| put_u32(b, blocks_at, u32::MAX))),
+        ("block count plus one", crafted(&|b| put_u32(b, blocks_at, n_blocks + 1))),
+        ("state count max", crafted(&|b| put_u32(b, io, u32::MAX))),
+        ("raw len max", crafted(&|b| put_u32(b, entry(0) + 20, u32::MAX))),
+        ("raw len over limit", crafted(&|b| put_u32(b, entry(0) + 20, MAX_BLOCK_LEN + 1))),
+        ("raw len at limit", crafted(&|b| put_u32(b, entry(0) + 20, MAX_BLOCK_LEN))),
+        ("stored len max", crafted(&|b| put_u32(b, entry(0) + 16, u32::MAX))),
+        ("record count max", crafted(&|b| put_u32(b, entry(0) + 24, u32::MAX))),
+        ("state name length max", crafted(&|b| b[io + 5..io + 7].copy_from_slice(&u16::MAX.to_le_bytes()))),
+    ];
+    for (what, bytes) in &cases {
+        assert_rejected_at_open(what, bytes, tmp.path());
+    }
+    // A file is rejected the same way when a checkpoint reads it.
+    let dir = tmp.path().join("ckpt");
+    copy_dir(&fx.dir, &dir);
+    let (rel, _) = fx.files.iter().find(|(rel, _)| rel.ends_with(".full")).unwrap();
+    std::fs::write(dir.join(rel), &cases[3].1).unwrap();
+    match restore_from_disk(&dir.join(&fx.checkpoints[1].0)) {
+        Err(Error::Corrupt { path, .. }) => assert_eq!(path, dir.join(rel)),
+        other => panic!("restore of a crafted raw length: {other:?}"),
+    }
+
+    // The largest raw length the index may claim for an lz4 block is bounded by its stored
+    // length; reading such a block allocates no more than that and reports the mismatch.
+    let f = DataFile::from_bytes(Path::new("x"), full.clone()).unwrap();
+    let (i, b) =
+        f.blocks().iter().enumerate().find(|(_, b)| b.compression == compression::LZ4_BLOCK).unwrap();
+    let claim = b.stored_len * 255 + 16;
+    let bytes = crafted(&|bytes| put_u32(bytes, entry(i) + 20, claim));
+    let f = DataFile::from_bytes(Path::new("x"), bytes).unwrap();
+    let (r, largest) = largest_allocation(|| f.verify_blocks());
+    assert!(matches!(r, Err(Error::Corrupt { .. })), "{r:?}");
+    assert!(largest <= claim as usize + 4096, "allocated {largest} for a claim of {claim}");
+}
+
+#[test]
+fn manifest_paths_outside_the_directory_are_rejected() {
+    let fx = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    copy_dir(&fx.dir, &dir);
+    // A valid copy of the full file outside the directory: a restore that read it would
+    // succeed.
+    let (full_rel, full) = fx.files.iter().find(|(rel, _)| rel.ends_with(".full")).unwrap();
+    let outside = tmp.path().join("x");
+    std::fs::write(&outside, full).unwrap();
+    let (manifest_rel, _, _) = &fx.checkpoints[0];
+    let original = Manifest::decode(Path::new("m"), &std::fs::read(dir.join(manifest_rel)).unwrap()).unwrap();
+    let absolute = outside.to_str().unwrap().to_string();
+    for bad in [
+        "../x",
+        "/etc/passwd",
+        absolute.as_str(),
+        "data/../../x",
+        "./data/x",
+        "data//x",
+        "data\\..\\..\\x",
+        "",
+    ] {
+        let mut m = original.clone();
+        for f in &mut m.files {
+            if &f.path == full_rel {
+                f.path = bad.to_string();
+            }
+        }
+        for op in &mut m.operators {
+            for c in &mut op.chain {
+                if c == full_rel {
+                    *c = bad.to_string();
+                }
+            }
+        }
+        let path = dir.join("chk-00000000000000000009.manifest");
+        let bytes = m.encode().unwrap();
+        match Manifest::decode(&path, &bytes) {
+            Err(Error::Corrupt { path: p, .. }) => assert_eq!(p, path),
+            other => panic!("decode with file {bad:?}: {other:?}"),
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        match restore_from_path(&path, OP, StoreConfig::default()) {
+            Err(Error::Corrupt { path: p, .. }) => assert_eq!(p, path, "{bad:?}"),
+            other => panic!("restore with file {bad:?}: {:?}", other.map(|r| r.report)),
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// Handles whose key-group counts add up past `u32::MAX` are refused as corrupt (the sum
+/// used to overflow: a panic in debug builds, a wrapped count passing the check in release).
+#[test]
+fn overlapping_handles_cannot_overflow_the_coverage_count() {
+    let fx = fixture();
+    let (manifest_rel, _, _) = &fx.checkpoints[0];
+    let mut m = Manifest::decode(Path::new("m"), &std::fs::read(fx.dir.join(manifest_rel)).unwrap()).unwrap();
+    let mp = 1 << 15;
+    m.max_parallelism = mp;
+    let mut op = m.operators[0].clone();
+    op.key_groups = floe::KeyGroupRange::all(mp);
+    op.states.clear();
+    // 2^17 + 1 handles of 2^15 groups: the u32 sum wraps to exactly 2^15.
+    m.operators = vec![op; (1 << 17) + 1];
+    let config = StoreConfig { max_parallelism: mp, key_groups: floe::KeyGroupRange::all(mp) };
+    // Files are looked up in an empty directory: only the coverage check can refuse first.
+    let empty = tempfile::tempdir().unwrap();
+    let r =
+        catch_unwind(AssertUnwindSafe(|| floe::checkpoint::restore_operator(empty.path(), &m, OP, config)));
+    match r {
+        Ok(Err(Error::Corrupt { .. })) => {}
+        Ok(other) => panic!("expected Corrupt, got {:?}", other.map(|(_, r)| r)),
+        Err(_) => panic!("restore_operator panicked"),
+    }
+}
