@@ -21,3 +21,4 @@ pub use state::{
 };
 pub mod checkpoint;
 pub mod format;
+pub mod inspect;
