@@ -22,3 +22,4 @@ pub use state::{
 pub mod checkpoint;
 pub mod executor;
 pub mod format;
+pub mod inspect;

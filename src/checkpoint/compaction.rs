@@ -18,7 +18,7 @@ use crate::state::{KeyGroupRange, Store, StoreConfig};
 impl CheckpointStorage {
     /// Writes checkpoint `checkpoint_id`'s state as a new full checkpoint (or savepoint)
     /// with the next free id, and returns its manifest. `progress(done, total)` is called
-    /// after each key group.
+    /// after each (state, key group).
     pub fn compact(
         &self,
         checkpoint_id: u64,
@@ -50,7 +50,8 @@ impl CheckpointStorage {
         target: Target,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Vec<StateHandle>> {
-        let total: u64 = source.operators.iter().map(|o| u64::from(o.key_groups.len())).sum();
+        let total: u64 =
+            source.operators.iter().map(|o| u64::from(o.key_groups.len()) * o.states.len() as u64).sum();
         let mut done = 0u64;
         let dir = match target {
             Target::Checkpoint => self.root().to_path_buf(),
@@ -74,23 +75,26 @@ impl CheckpointStorage {
             let target_len = self.config().block_target;
             let summary = publish(self.io(), &dir, &rel, new_id, |out: &mut dyn Write| {
                 let mut w = DataFileWriter::new(out, &path, header, states)?;
-                for kg in op.key_groups.iter() {
-                    let config = StoreConfig {
-                        max_parallelism: source.max_parallelism,
-                        key_groups: KeyGroupRange::new(kg, kg + 1)?,
-                    };
-                    let mut store = Store::with_config(config)?;
-                    load_chain(&mut store, &files, op, config.key_groups)?;
-                    let snap = store.snapshot();
-                    for (si, _) in op.states.iter().enumerate() {
-                        let si =
-                            u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
-                        for b in encode_unit(&snap, si, kg, None, target_len)? {
+                // Blocks must come in (state, key group) order: one state at a time, one
+                // key group at a time, loading only that state's records of that group.
+                for (si, d) in op.states.iter().enumerate() {
+                    let si = u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
+                    let one = OperatorState { states: vec![d.clone()], ..op.clone() };
+                    for kg in op.key_groups.iter() {
+                        let config = StoreConfig {
+                            max_parallelism: source.max_parallelism,
+                            key_groups: KeyGroupRange::new(kg, kg + 1)?,
+                        };
+                        let mut store = Store::with_config(config)?;
+                        load_chain(&mut store, &files, &one, config.key_groups)?;
+                        let snap = store.snapshot();
+                        for mut b in encode_unit(&snap, 0, kg, None, target_len)? {
+                            b.state = si;
                             w.write_block(&b)?;
                         }
+                        done += 1;
+                        progress(done, total);
                     }
-                    done += 1;
-                    progress(done, total);
                 }
                 Ok(w.finish()?.0)
             })?;

@@ -172,6 +172,43 @@ impl CheckpointStorage {
         Ok(Arc::new(CheckpointStorage { root, io, config, in_flight: Mutex::new(BTreeSet::new()) }))
     }
 
+    /// Opens an existing checkpoint directory for reading without creating or changing
+    /// anything (no marker, no folders): `NotFound` when the directory or its FLOE marker
+    /// is missing, `NotOurs` when the path is not a directory or the marker is not floe's.
+    /// Tools use it so that looking at a directory never writes into it.
+    pub fn open_existing(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
+        let root = root.as_ref().to_path_buf();
+        if config.num_retained == 0 {
+            return Err(Error::InvalidConfig("num_retained must be at least 1".into()));
+        }
+        match std::fs::metadata(&root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(Error::NotOurs { path: root, why: "it is not a directory".into() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(format!("checkpoint directory {}", root.display())));
+            }
+            Err(e) => return Err(Error::io("stat", &root, e)),
+        }
+        let marker = root.join(MARKER);
+        match std::fs::read_to_string(&marker) {
+            Ok(s) if s == MARKER_CONTENTS => {}
+            Ok(_) => return Err(Error::NotOurs { path: root, why: "its FLOE marker is not floe's".into() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(format!(
+                    "FLOE marker in {} (not a floe checkpoint directory)",
+                    root.display()
+                )));
+            }
+            Err(e) => return Err(Error::io("read", &marker, e)),
+        }
+        Ok(Arc::new(CheckpointStorage {
+            root,
+            io: Arc::new(StdIo),
+            config,
+            in_flight: Mutex::new(BTreeSet::new()),
+        }))
+    }
+
     /// The directory.
     pub fn root(&self) -> &Path {
         &self.root
@@ -500,7 +537,13 @@ impl CheckpointStorage {
         let newest = self.checkpoint_ids()?.last().copied().unwrap_or(0);
         let mut out = Orphans::default();
         let data = self.root.join(DATA_DIR);
-        for e in std::fs::read_dir(&data).map_err(|e| Error::io("read dir", &data, e))? {
+        // A directory opened read-only may lack the data folder: then it holds no data file.
+        let entries = match std::fs::read_dir(&data) {
+            Ok(rd) => Some(rd),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io("read dir", &data, e)),
+        };
+        for e in entries.into_iter().flatten() {
             let e = e.map_err(|e| Error::io("read dir", &data, e))?;
             let name = e.file_name().to_string_lossy().into_owned();
             let id = layout::parse_data_file_name(&name).or_else(|| layout::parse_tmp_name(&name));

@@ -1,0 +1,132 @@
+//! The commands that write: `floe compact` (a checkpoint's chains rewritten as one new
+//! full checkpoint or savepoint) and `floe gc` (orphaned files removed).
+//!
+//! Both refuse a directory that is missing or not floe's (they never create one). Neither
+//! should run while a job writes to the directory: the storage layer only knows the
+//! checkpoints in flight in its own process, so another process's half-written files look
+//! orphaned.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{Report, locate, rel};
+use crate::checkpoint::{CheckpointStorage, StorageConfig, Target};
+use crate::error::{Error, Result};
+
+/// Storage settings for maintenance: retain everything (a compaction commits a new
+/// checkpoint, and committing applies retention; the tool must not delete checkpoints).
+fn maintenance_config() -> StorageConfig {
+    StorageConfig { num_retained: usize::MAX, threads: 1, ..StorageConfig::default() }
+}
+
+/// The report of `floe compact`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompactReport {
+    /// The checkpoint compacted.
+    pub source: u64,
+    /// The new checkpoint's id.
+    pub id: u64,
+    /// `full` or `savepoint`.
+    pub kind: String,
+    /// Files it wrote.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// Compacts checkpoint `id` (default: the newest readable checkpoint) of `dir` into a new
+/// full checkpoint, or a savepoint with `savepoint`. `progress(done, total)` is called
+/// after each (state, key group).
+pub fn compact(
+    dir: &Path,
+    id: Option<u64>,
+    savepoint: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<CompactReport> {
+    let storage = CheckpointStorage::open_existing(dir, maintenance_config())?;
+    let source = match id {
+        Some(id) => {
+            let l = locate(&storage, id)?;
+            if l.savepoint {
+                return Err(Error::InvalidConfig(format!(
+                    "{id} is a savepoint; compact works on regular checkpoints (a savepoint is already full)"
+                )));
+            }
+            id
+        }
+        None => {
+            storage
+                .latest_manifest()?
+                .ok_or_else(|| Error::NotFound(format!("any readable checkpoint in {}", dir.display())))?
+                .0
+                .checkpoint_id
+        }
+    };
+    let target = if savepoint { Target::Savepoint } else { Target::Checkpoint };
+    let m = storage.compact(source, target, progress)?;
+    Ok(CompactReport {
+        source,
+        id: m.checkpoint_id,
+        kind: m.kind.as_str().to_string(),
+        files: m.files.len(),
+        bytes: m.files.iter().map(|f| f.size).sum(),
+    })
+}
+
+impl Report for CompactReport {
+    fn text(&self) -> String {
+        format!(
+            "new {} {} from checkpoint {}: {} files, {}\n",
+            if self.kind == "savepoint" { "savepoint" } else { "checkpoint" },
+            self.id,
+            self.source,
+            self.files,
+            super::human_bytes(self.bytes),
+        )
+    }
+}
+
+/// The report of `floe gc`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GcReport {
+    /// True when nothing was removed (`--dry-run`).
+    pub dry_run: bool,
+    /// Files removed (or that would be), relative to the directory.
+    pub removed: Vec<String>,
+    /// Files floe did not write, left alone.
+    pub foreign: Vec<String>,
+}
+
+/// Removes the orphaned files of `dir` (only lists them with `dry_run`).
+pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
+    let storage = CheckpointStorage::open_existing(dir, maintenance_config())?;
+    let o = storage.gc(dry_run)?;
+    let root = storage.root();
+    Ok(GcReport {
+        dry_run,
+        removed: o.ours.iter().map(|p| rel(root, p)).collect(),
+        foreign: o.foreign.iter().map(|p| rel(root, p)).collect(),
+    })
+}
+
+impl Report for GcReport {
+    fn text(&self) -> String {
+        let mut s = String::new();
+        let verb = if self.dry_run { "would remove" } else { "removed" };
+        for r in &self.removed {
+            let _ = writeln!(s, "{verb} {r}");
+        }
+        for f in &self.foreign {
+            let _ = writeln!(s, "left foreign file {f}");
+        }
+        let _ = writeln!(
+            s,
+            "{} files {verb}, {} foreign files left alone",
+            self.removed.len(),
+            self.foreign.len()
+        );
+        s
+    }
+}

@@ -1,0 +1,315 @@
+//! `floe show DIR ID`: one checkpoint in depth — chains, sizes per operator and state,
+//! key groups, state descriptors.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{Report, human_bytes, iso8601, open_read_only, rel, resolve};
+use crate::error::Result;
+use crate::format::{DataFile, FileKind};
+use crate::state::{Codec, KeyGroupRange, StateKind};
+
+/// One file of a chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainFile {
+    /// Path relative to the checkpoint's folder.
+    pub path: String,
+    /// `full` or `increment` (from the file header; from the chain position if unreadable).
+    pub kind: String,
+    /// Size in bytes (as listed in the manifest).
+    pub size: u64,
+    /// The checkpoint that wrote it.
+    pub created_by: u64,
+    /// Why its index could not be read (`null` when it could).
+    pub error: Option<String>,
+}
+
+/// Sizes of one state's blocks.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Sizes {
+    /// Stored (compressed) block bytes.
+    pub stored_bytes: u64,
+    /// Uncompressed block bytes.
+    pub raw_bytes: u64,
+    /// Records.
+    pub records: u64,
+    /// Blocks.
+    pub blocks: u64,
+}
+
+impl Sizes {
+    fn add(&mut self, o: &Sizes) {
+        self.stored_bytes += o.stored_bytes;
+        self.raw_bytes += o.raw_bytes;
+        self.records += o.records;
+        self.blocks += o.blocks;
+    }
+}
+
+/// One state of an operator instance: descriptor and sizes over its chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct StateInfo {
+    /// State name.
+    pub name: String,
+    /// `value`, `list` or `map`.
+    pub kind: StateKind,
+    /// `raw` or `postcard`.
+    pub codec: Codec,
+    /// Key type.
+    pub key_type: String,
+    /// Map key type (map states).
+    pub map_key_type: Option<String>,
+    /// Value type.
+    pub value_type: String,
+    /// Block sizes summed over the chain's files.
+    pub sizes: Sizes,
+}
+
+/// One operator instance.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstanceInfo {
+    /// Operator id.
+    pub operator: String,
+    /// Subtask index.
+    pub subtask: u32,
+    /// Key groups it owned.
+    pub key_groups: KeyGroupRange,
+    /// Its chain, full file first.
+    pub chain: Vec<ChainFile>,
+    /// Its states.
+    pub states: Vec<StateInfo>,
+    /// Sum over its states.
+    pub sizes: Sizes,
+}
+
+/// One operator over all its instances.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperatorInfo {
+    /// Operator id.
+    pub operator: String,
+    /// Number of instances.
+    pub instances: usize,
+    /// Key groups of its instances.
+    pub key_groups: Vec<KeyGroupRange>,
+    /// Sum over its instances.
+    pub sizes: Sizes,
+    /// Per state name, summed over its instances.
+    pub states: BTreeMap<String, Sizes>,
+}
+
+/// The report of `floe show`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShowReport {
+    /// Checkpoint id.
+    pub id: u64,
+    /// `full`, `incremental` or `savepoint`.
+    pub kind: String,
+    /// Manifest path, relative to the directory.
+    pub manifest: String,
+    /// Parent checkpoint.
+    pub parent: Option<u64>,
+    /// Oldest checkpoint whose files it needs.
+    pub base: u64,
+    /// Creation time, ISO-8601 UTC.
+    pub created: String,
+    /// Key groups of the job.
+    pub max_parallelism: u32,
+    /// Source positions, hex.
+    pub sources: BTreeMap<String, String>,
+    /// Names of the extra entries.
+    pub extra: Vec<String>,
+    /// Per operator.
+    pub operators: Vec<OperatorInfo>,
+    /// Per operator instance.
+    pub instances: Vec<InstanceInfo>,
+}
+
+/// Describes checkpoint `id` of `dir`.
+pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
+    let storage = open_read_only(dir)?;
+    let (l, m) = resolve(&storage, Some(id))?;
+    let mut instances = Vec::new();
+    for op in &m.operators {
+        let mut chain = Vec::new();
+        let mut per_state: Vec<Sizes> = vec![Sizes::default(); op.states.len()];
+        for (i, p) in op.chain.iter().enumerate() {
+            let fref = m.file(p);
+            let mut cf = ChainFile {
+                path: p.clone(),
+                kind: if i == 0 { "full" } else { "increment" }.to_string(),
+                size: fref.map_or(0, |f| f.size),
+                created_by: fref.map_or(0, |f| f.created_by),
+                error: None,
+            };
+            match DataFile::open(&l.dir.join(p)) {
+                Ok(f) => {
+                    cf.kind = match f.header().kind {
+                        FileKind::Full => "full",
+                        FileKind::Increment => "increment",
+                    }
+                    .to_string();
+                    for (d, sizes) in op.states.iter().zip(per_state.iter_mut()) {
+                        let Some(si) = f.state_index(&d.name) else { continue };
+                        for b in f.blocks().iter().filter(|b| b.state == si) {
+                            sizes.stored_bytes += u64::from(b.stored_len);
+                            sizes.raw_bytes += u64::from(b.raw_len);
+                            sizes.records += u64::from(b.records);
+                            sizes.blocks += 1;
+                        }
+                    }
+                }
+                Err(e) => cf.error = Some(e.to_string()),
+            }
+            chain.push(cf);
+        }
+        let mut total = Sizes::default();
+        per_state.iter().for_each(|s| total.add(s));
+        let states = op
+            .states
+            .iter()
+            .zip(per_state)
+            .map(|(d, sizes)| StateInfo {
+                name: d.name.clone(),
+                kind: d.kind,
+                codec: d.codec,
+                key_type: d.key_type.clone(),
+                map_key_type: d.map_key_type.clone(),
+                value_type: d.value_type.clone(),
+                sizes,
+            })
+            .collect();
+        instances.push(InstanceInfo {
+            operator: op.operator.clone(),
+            subtask: op.subtask,
+            key_groups: op.key_groups,
+            chain,
+            states,
+            sizes: total,
+        });
+    }
+    let mut operators: Vec<OperatorInfo> = Vec::new();
+    for inst in &instances {
+        let o = match operators.iter_mut().position(|o| o.operator == inst.operator) {
+            Some(i) => &mut operators[i],
+            None => {
+                operators.push(OperatorInfo {
+                    operator: inst.operator.clone(),
+                    instances: 0,
+                    key_groups: Vec::new(),
+                    sizes: Sizes::default(),
+                    states: BTreeMap::new(),
+                });
+                let last = operators.len() - 1;
+                &mut operators[last]
+            }
+        };
+        o.instances += 1;
+        o.key_groups.push(inst.key_groups);
+        o.sizes.add(&inst.sizes);
+        for s in &inst.states {
+            o.states.entry(s.name.clone()).or_default().add(&s.sizes);
+        }
+    }
+    Ok(ShowReport {
+        id: m.checkpoint_id,
+        kind: m.kind.as_str().to_string(),
+        manifest: rel(storage.root(), &l.manifest_path),
+        parent: m.parent,
+        base: m.base,
+        created: iso8601(m.created_unix_ms),
+        max_parallelism: m.max_parallelism,
+        sources: m.sources.clone(),
+        extra: m.extra.keys().cloned().collect(),
+        operators,
+        instances,
+    })
+}
+
+fn sizes_text(s: &Sizes) -> String {
+    format!(
+        "{} stored, {} raw, {} records in {} blocks",
+        human_bytes(s.stored_bytes),
+        human_bytes(s.raw_bytes),
+        s.records,
+        s.blocks
+    )
+}
+
+impl Report for ShowReport {
+    fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "checkpoint {} ({}), manifest {}", self.id, self.kind, self.manifest);
+        let _ = writeln!(
+            s,
+            "  parent {}  base {}  created {}  max_parallelism {}",
+            self.parent.map_or_else(|| "-".into(), |p| p.to_string()),
+            self.base,
+            self.created,
+            self.max_parallelism
+        );
+        for (k, v) in &self.sources {
+            let _ = writeln!(s, "  source {k} = 0x{v}");
+        }
+        if !self.extra.is_empty() {
+            let _ = writeln!(s, "  extra: {}", self.extra.join(", "));
+        }
+        for o in &self.operators {
+            let groups: Vec<String> = o.key_groups.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                s,
+                "operator {}: {} instance(s), key groups {}, {}",
+                o.operator,
+                o.instances,
+                groups.join(" "),
+                sizes_text(&o.sizes)
+            );
+            for (name, sz) in &o.states {
+                let _ = writeln!(s, "  state {name}: {}", sizes_text(sz));
+            }
+        }
+        for i in &self.instances {
+            let _ = writeln!(s, "instance {}[{}] key groups {}", i.operator, i.subtask, i.key_groups);
+            for f in &i.chain {
+                let _ = write!(
+                    s,
+                    "  {:<9} {} {} created by {}",
+                    f.kind,
+                    f.path,
+                    human_bytes(f.size),
+                    f.created_by
+                );
+                match &f.error {
+                    Some(e) => {
+                        let _ = writeln!(s, "  UNREADABLE: {e}");
+                    }
+                    None => s.push('\n'),
+                }
+            }
+            for st in &i.states {
+                let types = match &st.map_key_type {
+                    Some(mk) => format!("{} -> {mk} -> {}", st.key_type, st.value_type),
+                    None => format!("{} -> {}", st.key_type, st.value_type),
+                };
+                let codec = match st.codec {
+                    Codec::Raw => "raw",
+                    Codec::Postcard => "postcard",
+                };
+                let _ = writeln!(
+                    s,
+                    "  state {} ({}, {codec}, {types}): {}",
+                    st.name,
+                    st.kind.as_str(),
+                    sizes_text(&st.sizes)
+                );
+            }
+        }
+        s
+    }
+
+    fn damaged(&self) -> bool {
+        self.instances.iter().any(|i| i.chain.iter().any(|f| f.error.is_some()))
+    }
+}

@@ -1,0 +1,233 @@
+//! `floe inspect DIR`: one line per checkpoint and savepoint, totals, orphaned and foreign
+//! files.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Report, iso8601, list_all, open_read_only, rel};
+use crate::error::Result;
+use crate::format::DataFile;
+
+/// One checkpoint or savepoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointLine {
+    /// Checkpoint id.
+    pub id: u64,
+    /// `full`, `incremental` or `savepoint` (`null` when the manifest does not read).
+    pub kind: Option<String>,
+    /// `ok` or `damaged`.
+    pub status: String,
+    /// Why it is damaged (`null` when ok).
+    pub reason: Option<String>,
+    /// The manifest file, relative to the directory.
+    pub manifest: String,
+    /// Oldest checkpoint whose files it needs.
+    pub base: Option<u64>,
+    /// The checkpoint its increments apply to.
+    pub parent: Option<u64>,
+    /// Longest chain of files of any operator instance (1 = full files only).
+    pub chain_length: usize,
+    /// Creation time, ISO-8601 UTC.
+    pub created: Option<String>,
+    /// Bytes of every file it needs.
+    pub bytes_on_disk: u64,
+    /// Bytes of the files it wrote itself.
+    pub bytes_own: u64,
+    /// Uncompressed block bytes / stored block bytes of its own files (`null` if unknown).
+    pub compression_ratio: Option<f64>,
+    /// Operator instances, `name[subtask]`.
+    pub operators: Vec<String>,
+    /// Source positions, hex.
+    pub sources: BTreeMap<String, String>,
+}
+
+/// Sums over the directory.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    /// Regular checkpoints.
+    pub checkpoints: usize,
+    /// Savepoints.
+    pub savepoints: usize,
+    /// Checkpoints or savepoints whose manifest does not read.
+    pub damaged: usize,
+    /// Distinct data files referenced by readable manifests.
+    pub referenced_files: usize,
+    /// Their bytes.
+    pub referenced_bytes: u64,
+}
+
+/// The report of `floe inspect`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    /// The directory.
+    pub dir: String,
+    /// Checkpoints and savepoints, ascending by id.
+    pub checkpoints: Vec<CheckpointLine>,
+    /// Sums.
+    pub totals: Totals,
+    /// floe's files that no checkpoint needs (relative paths).
+    pub orphans: Vec<String>,
+    /// Files floe did not write (relative paths).
+    pub foreign: Vec<String>,
+    /// Why orphans could not be determined (for example a damaged manifest), else `null`.
+    pub orphans_error: Option<String>,
+}
+
+/// Stored and raw block bytes of a data file, from its index.
+fn block_bytes(cache: &mut BTreeMap<PathBuf, Option<(u64, u64)>>, path: &Path) -> Option<(u64, u64)> {
+    *cache.entry(path.to_path_buf()).or_insert_with(|| {
+        let f = DataFile::open(path).ok()?;
+        let stored = f.blocks().iter().map(|b| u64::from(b.stored_len)).sum();
+        let raw = f.blocks().iter().map(|b| u64::from(b.raw_len)).sum();
+        Some((stored, raw))
+    })
+}
+
+/// Lists every checkpoint of `dir`.
+pub fn inspect(dir: &Path) -> Result<InspectReport> {
+    let storage = open_read_only(dir)?;
+    let root = storage.root().to_path_buf();
+    let mut lines = Vec::new();
+    let mut totals = Totals::default();
+    let mut cache = BTreeMap::new();
+    let mut referenced: BTreeMap<PathBuf, u64> = BTreeMap::new();
+    for l in list_all(&storage)? {
+        if l.savepoint {
+            totals.savepoints += 1;
+        } else {
+            totals.checkpoints += 1;
+        }
+        let manifest = rel(&root, &l.manifest_path);
+        let m = match l.read() {
+            Ok(m) => m,
+            Err(e) => {
+                totals.damaged += 1;
+                lines.push(CheckpointLine {
+                    id: l.id,
+                    kind: l.savepoint.then(|| "savepoint".to_string()),
+                    status: "damaged".into(),
+                    reason: Some(e.to_string()),
+                    manifest,
+                    base: None,
+                    parent: None,
+                    chain_length: 0,
+                    created: None,
+                    bytes_on_disk: 0,
+                    bytes_own: 0,
+                    compression_ratio: None,
+                    operators: Vec::new(),
+                    sources: BTreeMap::new(),
+                });
+                continue;
+            }
+        };
+        let mut own_stored = 0u64;
+        let mut own_raw = 0u64;
+        let mut ratio_known = true;
+        for f in &m.files {
+            let path = l.dir.join(&f.path);
+            referenced.insert(path.clone(), f.size);
+            if f.created_by == m.checkpoint_id {
+                match block_bytes(&mut cache, &path) {
+                    Some((s, r)) => {
+                        own_stored += s;
+                        own_raw += r;
+                    }
+                    None => ratio_known = false,
+                }
+            }
+        }
+        lines.push(CheckpointLine {
+            id: m.checkpoint_id,
+            kind: Some(m.kind.as_str().to_string()),
+            status: "ok".into(),
+            reason: None,
+            manifest,
+            base: Some(m.base),
+            parent: m.parent,
+            chain_length: m.operators.iter().map(|o| o.chain.len()).max().unwrap_or(0),
+            created: Some(iso8601(m.created_unix_ms)),
+            bytes_on_disk: m.files.iter().map(|f| f.size).sum(),
+            bytes_own: m.files.iter().filter(|f| f.created_by == m.checkpoint_id).map(|f| f.size).sum(),
+            compression_ratio: (ratio_known && own_stored > 0).then(|| own_raw as f64 / own_stored as f64),
+            operators: m.operators.iter().map(|o| format!("{}[{}]", o.operator, o.subtask)).collect(),
+            sources: m.sources.clone(),
+        });
+    }
+    totals.referenced_files = referenced.len();
+    totals.referenced_bytes = referenced.values().sum();
+    let (orphans, foreign, orphans_error) = match storage.orphans() {
+        Ok(o) => (
+            o.ours.iter().map(|p| rel(&root, p)).collect(),
+            o.foreign.iter().map(|p| rel(&root, p)).collect(),
+            None,
+        ),
+        Err(e) => (Vec::new(), Vec::new(), Some(e.to_string())),
+    };
+    Ok(InspectReport {
+        dir: root.display().to_string(),
+        checkpoints: lines,
+        totals,
+        orphans,
+        foreign,
+        orphans_error,
+    })
+}
+
+impl Report for InspectReport {
+    fn text(&self) -> String {
+        let mut s = String::new();
+        if self.checkpoints.is_empty() {
+            let _ = writeln!(s, "no checkpoints in {}", self.dir);
+        }
+        for c in &self.checkpoints {
+            let kind = c.kind.as_deref().unwrap_or("?");
+            if c.status != "ok" {
+                let reason = c.reason.as_deref().unwrap_or("");
+                let _ = writeln!(s, "{:>6}  {kind:<11}  damaged: {reason}", c.id);
+                continue;
+            }
+            let ratio = c.compression_ratio.map_or_else(|| "?".to_string(), |r| format!("{r:.2}x"));
+            let sources: Vec<String> = c.sources.iter().map(|(k, v)| format!("{k}=0x{v}")).collect();
+            let _ = writeln!(
+                s,
+                "{:>6}  {kind:<11}  base {} chain {}  ok  {}  disk {}  own {}  ratio {ratio}  ops {}  sources {}",
+                c.id,
+                c.base.map_or_else(|| "-".into(), |b| b.to_string()),
+                c.chain_length,
+                c.created.as_deref().unwrap_or("?"),
+                super::human_bytes(c.bytes_on_disk),
+                super::human_bytes(c.bytes_own),
+                c.operators.join(","),
+                if sources.is_empty() { "-".to_string() } else { sources.join(",") },
+            );
+        }
+        let t = &self.totals;
+        let _ = writeln!(
+            s,
+            "total: {} checkpoints, {} savepoints, {} damaged; {} files referenced, {}",
+            t.checkpoints,
+            t.savepoints,
+            t.damaged,
+            t.referenced_files,
+            super::human_bytes(t.referenced_bytes)
+        );
+        if let Some(e) = &self.orphans_error {
+            let _ = writeln!(s, "orphans: unknown ({e})");
+        }
+        for o in &self.orphans {
+            let _ = writeln!(s, "orphan: {o}");
+        }
+        for f in &self.foreign {
+            let _ = writeln!(s, "foreign: {f}");
+        }
+        s
+    }
+
+    fn damaged(&self) -> bool {
+        self.totals.damaged > 0
+    }
+}

@@ -1,0 +1,392 @@
+//! `floe verify DIR [ID]`: checks every manifest, every file it references (exists, is a
+//! regular file, size and whole-file CRC-32 as listed), every chain (kinds, parents,
+//! writers), and every block (checksum and record structure). Reports each problem with
+//! the file and offset, and keeps going.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Located, Report, list_all, locate, open_read_only, rel};
+use crate::error::{Error, Result};
+use crate::format::{DataFile, DataHeader, FileKind, FileRef, Manifest};
+
+/// One thing found wrong.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Problem {
+    /// The file (relative to the directory).
+    pub file: String,
+    /// Byte offset in that file, when known.
+    pub offset: Option<u64>,
+    /// What is wrong.
+    pub what: String,
+    /// The checkpoints affected.
+    pub checkpoints: Vec<u64>,
+}
+
+/// The verdict on one checkpoint or savepoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckedCheckpoint {
+    /// Checkpoint id.
+    pub id: u64,
+    /// True for a savepoint.
+    pub savepoint: bool,
+    /// `ok` or `damaged`.
+    pub status: String,
+    /// Files it references.
+    pub files: usize,
+    /// Problems that affect it.
+    pub problems: usize,
+}
+
+/// The report of `floe verify`.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// True when nothing is damaged.
+    pub ok: bool,
+    /// Each checkpoint checked.
+    pub checkpoints: Vec<CheckedCheckpoint>,
+    /// Distinct files checked.
+    pub files_checked: usize,
+    /// Blocks checked.
+    pub blocks_checked: u64,
+    /// Records checked.
+    pub records_checked: u64,
+    /// Every problem, by file and offset.
+    pub problems: Vec<Problem>,
+}
+
+/// What was learned about one file, checked once however many checkpoints share it.
+struct FileFacts {
+    /// Size and whole-file CRC-32, when the file could be read.
+    size_crc: Option<(u64, u32)>,
+    /// The header, when the file opened as a data file.
+    header: Option<DataHeader>,
+    /// State names and kinds in the file.
+    states: Vec<crate::format::FileState>,
+}
+
+struct Checker {
+    root: PathBuf,
+    facts: BTreeMap<PathBuf, FileFacts>,
+    problems: BTreeMap<(String, Option<u64>, String), BTreeSet<u64>>,
+    blocks: u64,
+    records: u64,
+}
+
+impl Checker {
+    fn report(&mut self, id: u64, file: &Path, offset: Option<u64>, what: String) {
+        let key = (rel(&self.root, file), offset, what);
+        self.problems.entry(key).or_default().insert(id);
+    }
+
+    fn report_error(&mut self, id: u64, fallback: &Path, e: &Error) {
+        match e {
+            Error::Corrupt { path, offset, what } => self.report(id, path, Some(*offset), what.clone()),
+            Error::Io { op, path, source } => self.report(id, path, None, format!("{op} failed: {source}")),
+            Error::UnsupportedVersion { path, .. } => self.report(id, path, None, e.to_string()),
+            other => self.report(id, fallback, None, other.to_string()),
+        }
+    }
+
+    fn problems_of(&self, id: u64) -> usize {
+        self.problems.values().filter(|ids| ids.contains(&id)).count()
+    }
+
+    /// Checks `path` once: regular file, whole CRC, frame, every block. Problems found
+    /// here are intrinsic to the file and attributed to `id` (and later to every other
+    /// checkpoint that references it).
+    fn file_facts(&mut self, id: u64, path: &Path) -> Option<&FileFacts> {
+        if !self.facts.contains_key(path) {
+            let facts = self.examine(id, path);
+            self.facts.insert(path.to_path_buf(), facts);
+        } else {
+            // Attribute the file's intrinsic problems to this checkpoint too.
+            let name = rel(&self.root, path);
+            for ((f, _, _), ids) in self.problems.iter_mut() {
+                if *f == name {
+                    ids.insert(id);
+                }
+            }
+        }
+        self.facts.get(path)
+    }
+
+    fn examine(&mut self, id: u64, path: &Path) -> FileFacts {
+        let mut facts = FileFacts { size_crc: None, header: None, states: Vec::new() };
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(_) => {
+                self.report(id, path, None, "is not a regular file (not followed)".into());
+                return facts;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.report(id, path, None, "file is missing".into());
+                return facts;
+            }
+            Err(e) => {
+                self.report(id, path, None, format!("stat failed: {e}"));
+                return facts;
+            }
+        }
+        match whole_file_crc(path) {
+            Ok(sc) => facts.size_crc = Some(sc),
+            Err(e) => {
+                self.report(id, path, None, format!("read failed: {e}"));
+                return facts;
+            }
+        }
+        let f = match DataFile::open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                self.report_error(id, path, &e);
+                return facts;
+            }
+        };
+        facts.header = Some(f.header());
+        facts.states = f.states().to_vec();
+        let mut scratch = Vec::new();
+        for b in f.blocks() {
+            self.blocks += 1;
+            let mut n = 0u64;
+            match f.for_each_record_in(b, &mut scratch, &mut |_| {
+                n += 1;
+                Ok(())
+            }) {
+                Ok(()) => self.records += n,
+                Err(e) => self.report_error(id, path, &e),
+            }
+        }
+        facts
+    }
+
+    fn check_checkpoint(&mut self, l: &Located) -> usize {
+        let m = match l.read() {
+            Ok(m) => m,
+            Err(e) => {
+                self.report_error(l.id, &l.manifest_path, &e);
+                return 0;
+            }
+        };
+        if m.checkpoint_id != l.id {
+            self.report(
+                l.id,
+                &l.manifest_path,
+                None,
+                format!("manifest names checkpoint {}, its file name says {}", m.checkpoint_id, l.id),
+            );
+        }
+        for f in &m.files {
+            let path = l.dir.join(&f.path);
+            self.check_listed(l.id, &path, f);
+        }
+        self.check_chains(l, &m);
+        m.files.len()
+    }
+
+    /// The manifest-relative checks of one listed file: size, CRC, writer.
+    fn check_listed(&mut self, id: u64, path: &Path, f: &FileRef) {
+        let Some(facts) = self.file_facts(id, path) else { return };
+        let (size_crc, header) = (facts.size_crc, facts.header);
+        if let Some((size, crc)) = size_crc {
+            if size != f.size {
+                self.report(
+                    id,
+                    path,
+                    Some(size.min(f.size)),
+                    format!("file is {size} bytes, the manifest says {}", f.size),
+                );
+            } else if crc != f.crc32 {
+                self.report(
+                    id,
+                    path,
+                    None,
+                    format!("whole-file CRC-32 is {crc:08x}, the manifest says {:08x}", f.crc32),
+                );
+            }
+        }
+        if let Some(h) = header
+            && h.checkpoint_id != f.created_by
+        {
+            self.report(
+                id,
+                path,
+                Some(16),
+                format!(
+                    "file was written by checkpoint {}, the manifest says {}",
+                    h.checkpoint_id, f.created_by
+                ),
+            );
+        }
+    }
+
+    /// Each operator instance's chain: a full file, then increments each naming the
+    /// previous file's checkpoint; max_parallelism and state kinds as in the manifest.
+    fn check_chains(&mut self, l: &Located, m: &Manifest) {
+        for op in &m.operators {
+            let mut prev: Option<u64> = None;
+            for (i, p) in op.chain.iter().enumerate() {
+                let path = l.dir.join(p);
+                let Some(facts) = self.facts.get(&path) else { continue };
+                let Some(h) = facts.header else {
+                    prev = None;
+                    continue;
+                };
+                let mut found = Vec::new();
+                let want = if i == 0 { FileKind::Full } else { FileKind::Increment };
+                if h.kind != want {
+                    found.push((
+                        12,
+                        format!(
+                            "chain position {i} of {}[{}] holds a {:?} file",
+                            op.operator, op.subtask, h.kind
+                        ),
+                    ));
+                }
+                if let Some(pid) = prev
+                    && i > 0
+                    && h.parent_id != pid
+                {
+                    found.push((
+                        24,
+                        format!(
+                            "increment's parent is {}, the previous file of the chain is from {pid}",
+                            h.parent_id
+                        ),
+                    ));
+                }
+                if h.max_parallelism != m.max_parallelism {
+                    found.push((
+                        32,
+                        format!(
+                            "max_parallelism {} differs from the manifest's {}",
+                            h.max_parallelism, m.max_parallelism
+                        ),
+                    ));
+                }
+                for d in &op.states {
+                    if let Some(fs) = facts.states.iter().find(|s| s.name == d.name)
+                        && fs.kind != d.kind
+                    {
+                        found.push((
+                            0,
+                            format!(
+                                "state {} is a {} state here, the manifest says {}",
+                                d.name,
+                                fs.kind.as_str(),
+                                d.kind.as_str()
+                            ),
+                        ));
+                    }
+                }
+                for (off, what) in found {
+                    self.report(l.id, &path, Some(off), what);
+                }
+                prev = Some(h.checkpoint_id);
+            }
+        }
+    }
+}
+
+/// Size and CRC-32 of a whole file, read in chunks.
+fn whole_file_crc(path: &Path) -> std::io::Result<(u64, u32)> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, h.finalize()))
+}
+
+/// Verifies every checkpoint and savepoint of `dir`, or only `id` (with every file of its
+/// chain).
+pub fn verify(dir: &Path, id: Option<u64>) -> Result<VerifyReport> {
+    let storage = open_read_only(dir)?;
+    let targets = match id {
+        Some(id) => vec![locate(&storage, id)?],
+        None => list_all(&storage)?,
+    };
+    let mut c = Checker {
+        root: storage.root().to_path_buf(),
+        facts: BTreeMap::new(),
+        problems: BTreeMap::new(),
+        blocks: 0,
+        records: 0,
+    };
+    let mut files = Vec::new();
+    for l in &targets {
+        files.push(c.check_checkpoint(l));
+    }
+    let checkpoints = targets
+        .iter()
+        .zip(files)
+        .map(|(l, files)| {
+            let problems = c.problems_of(l.id);
+            CheckedCheckpoint {
+                id: l.id,
+                savepoint: l.savepoint,
+                status: if problems == 0 { "ok" } else { "damaged" }.into(),
+                files,
+                problems,
+            }
+        })
+        .collect();
+    let problems: Vec<Problem> = c
+        .problems
+        .into_iter()
+        .map(|((file, offset, what), ids)| Problem {
+            file,
+            offset,
+            what,
+            checkpoints: ids.into_iter().collect(),
+        })
+        .collect();
+    Ok(VerifyReport {
+        ok: problems.is_empty(),
+        checkpoints,
+        files_checked: c.facts.len(),
+        blocks_checked: c.blocks,
+        records_checked: c.records,
+        problems,
+    })
+}
+
+impl Report for VerifyReport {
+    fn text(&self) -> String {
+        let mut s = String::new();
+        for p in &self.problems {
+            let at = p.offset.map_or_else(String::new, |o| format!(" at offset {o}"));
+            let ids: Vec<String> = p.checkpoints.iter().map(ToString::to_string).collect();
+            let _ = writeln!(s, "DAMAGED {}{at}: {} (checkpoints {})", p.file, p.what, ids.join(","));
+        }
+        for c in &self.checkpoints {
+            let kind = if c.savepoint { "savepoint" } else { "checkpoint" };
+            let _ = writeln!(s, "{kind} {}: {} ({} files, {} problems)", c.id, c.status, c.files, c.problems);
+        }
+        let _ = writeln!(
+            s,
+            "{}: {} checkpoints, {} files, {} blocks, {} records checked, {} problems",
+            if self.ok { "OK" } else { "DAMAGED" },
+            self.checkpoints.len(),
+            self.files_checked,
+            self.blocks_checked,
+            self.records_checked,
+            self.problems.len()
+        );
+        s
+    }
+
+    fn damaged(&self) -> bool {
+        !self.ok
+    }
+}

@@ -1,0 +1,633 @@
+//! Proves the `floe` tool end to end on a directory written through the library (two
+//! operators, three instances, value/list/map states, full + increments + a savepoint):
+//! every command's text and JSON say what is on disk; read-only commands change nothing;
+//! verify finds flipped bytes, truncated and missing files and a manifest pointing outside
+//! the directory (without opening what it points at); dump is unchanged by compaction;
+//! gc removes orphans and leaves foreign files; bad input exits 2 without panicking.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::state::{KeyGroupRange, StateDescriptor, StateKind, Store, StoreConfig};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_floe");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+/// Runs the tool, killing it after 60 s (a hang fails the test instead of blocking it).
+fn floe(args: &[&str]) -> Run {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Drain both pipes while waiting: a large output must not block the child.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let read_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut v).unwrap();
+        v
+    });
+    let read_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut v).unwrap();
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("floe {args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let run = Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&read_out.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&read_err.join().unwrap()).into_owned(),
+    };
+    assert!(!run.stderr.contains("panicked"), "floe {args:?} panicked: {}", run.stderr);
+    run
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The keyed job: operator "agg" at parallelism 2 with typed states, operator "dedup" at
+/// parallelism 1 with a raw state.
+struct Job {
+    storage: Arc<CheckpointStorage>,
+    agg: Vec<(Store, Checkpointer, KeyGroupRange)>,
+    dedup: (Store, Checkpointer),
+}
+
+fn enc(k: &str) -> Vec<u8> {
+    postcard::to_allocvec(k).unwrap()
+}
+
+impl Job {
+    fn new(dir: &Path) -> Job {
+        let config = StorageConfig { num_retained: 20, ..StorageConfig::default() };
+        let storage = CheckpointStorage::open(dir, config).unwrap();
+        let agg = (0..2)
+            .map(|i| {
+                let range = KeyGroupRange::for_instance(128, 2, i).unwrap();
+                let mut store =
+                    Store::with_config(StoreConfig { max_parallelism: 128, key_groups: range }).unwrap();
+                store.value_state::<String, u64>("totals").unwrap();
+                store.list_state::<String, String>("events").unwrap();
+                store.map_state::<String, String, u64>("counts").unwrap();
+                (store, Checkpointer::new(Arc::clone(&storage), "agg", i), range)
+            })
+            .collect();
+        let mut store = Store::new();
+        store.register(StateDescriptor::raw("seen", StateKind::Value)).unwrap();
+        let dedup = (store, Checkpointer::new(Arc::clone(&storage), "dedup", 0));
+        Job { storage, agg, dedup }
+    }
+
+    fn route(&mut self, key: &str) -> &mut Store {
+        let kg = floe::state::key_group(&enc(key), 128);
+        let i = self.agg.iter().position(|(_, _, r)| r.contains(kg)).unwrap();
+        &mut self.agg[i].0
+    }
+
+    fn total(&mut self, key: &str, v: u64) {
+        let st = self.route(key);
+        st.value_state::<String, u64>("totals").unwrap().put(st, &key.to_string(), &v).unwrap();
+    }
+
+    fn remove_total(&mut self, key: &str) {
+        let st = self.route(key);
+        assert!(st.value_state::<String, u64>("totals").unwrap().remove(st, &key.to_string()).unwrap());
+    }
+
+    fn event(&mut self, key: &str, e: &str) {
+        let st = self.route(key);
+        st.list_state::<String, String>("events").unwrap().add(st, &key.to_string(), &e.to_string()).unwrap();
+    }
+
+    fn count(&mut self, key: &str, mk: &str, v: u64) {
+        let st = self.route(key);
+        let m = st.map_state::<String, String, u64>("counts").unwrap();
+        m.put(st, &key.to_string(), &mk.to_string(), &v).unwrap();
+    }
+
+    fn seen(&mut self, key: &[u8]) {
+        let id = floe::StateId::from_index(0);
+        self.dedup.0.put(id, key, b"1").unwrap();
+    }
+
+    fn checkpoint(&mut self, id: u64, target: Target) {
+        let mut pending = Vec::new();
+        for (store, cp, _) in &mut self.agg {
+            pending.push(cp.snapshot(store, id, target).unwrap());
+        }
+        pending.push(self.dedup.1.snapshot(&mut self.dedup.0, id, target).unwrap());
+        let handles: Vec<_> = pending.into_iter().map(|p| p.wait().unwrap().0).collect();
+        let sources = BTreeMap::from([("kafka-0".to_string(), vec![0xab, id as u8])]);
+        self.storage.commit(id, target, handles.clone(), sources, BTreeMap::new()).unwrap();
+        for ((store, cp, _), h) in self.agg.iter_mut().zip(&handles) {
+            cp.notify_complete(id, h, store);
+        }
+        self.dedup.1.notify_complete(id, &handles[2], &mut self.dedup.0);
+    }
+}
+
+/// Writes the fixture into `root/cp`: checkpoints 1 (full), 2, 3 (increments),
+/// savepoint 4, checkpoint 5 (increment on 3).
+fn fixture(root: &Path) -> PathBuf {
+    let dir = root.join("cp");
+    let mut job = Job::new(&dir);
+    for i in 0..300 {
+        let k = format!("user-{i:03}");
+        job.total(&k, i);
+        job.event(&k, "login");
+        job.count(&k, "clicks", i % 7);
+        job.seen(format!("msg-{i}").as_bytes());
+    }
+    job.total("alice", 1);
+    job.total("bob", 2);
+    job.total("carol", 3);
+    job.checkpoint(1, Target::Checkpoint);
+    job.total("alice", 42);
+    job.total("dave", 7);
+    job.event("alice", "buy");
+    job.checkpoint(2, Target::Checkpoint);
+    job.remove_total("bob");
+    job.count("user-001", "views", 3);
+    job.seen(b"msg-new");
+    job.checkpoint(3, Target::Checkpoint);
+    job.checkpoint(4, Target::Savepoint);
+    job.total("erin", 5);
+    job.total("carol", 99);
+    job.remove_total("dave");
+    job.checkpoint(5, Target::Checkpoint);
+    dir
+}
+
+/// Every path under `dir` with its size and modification time.
+fn listing(dir: &Path) -> BTreeMap<PathBuf, (u64, std::time::SystemTime)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+            out.insert(e.path(), (m.len(), m.modified().unwrap()));
+        }
+    }
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+fn data_file(id: u64, op: &str, subtask: u32, full: bool) -> String {
+    format!("data/{id:020}-{op}-{subtask}.{}", if full { "full" } else { "incr" })
+}
+
+/// The entries of state `state` of operator `op` in a dump document, by key text/guess.
+fn entries<'a>(dump: &'a Value, op: &str, state: &str) -> &'a Vec<Value> {
+    let o = dump["operators"].as_array().unwrap().iter().find(|o| o["operator"] == op).unwrap();
+    let st = o["states"].as_array().unwrap().iter().find(|s| s["state"] == state).unwrap();
+    st["entries"].as_array().unwrap()
+}
+
+fn find_key<'a>(entries: &'a [Value], guess: &str) -> Option<&'a Value> {
+    entries.iter().find(|e| e["key"]["guess"].as_array().unwrap().iter().any(|g| g == guess))
+}
+
+#[test]
+fn read_only_commands_describe_the_directory_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture(tmp.path());
+    let before = listing(&dir);
+    let d = s(&dir);
+
+    // inspect
+    let r = floe(&["inspect", d, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    let cps = j["checkpoints"].as_array().unwrap();
+    let kinds: Vec<&str> = cps.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["full", "incremental", "incremental", "savepoint", "incremental"]);
+    let ids: Vec<u64> = cps.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    for c in cps {
+        assert_eq!(c["status"], "ok");
+        assert!(c["created"].as_str().unwrap().ends_with('Z'));
+        assert!(c["bytes_own"].as_u64().unwrap() <= c["bytes_on_disk"].as_u64().unwrap());
+        assert!(c["compression_ratio"].as_f64().unwrap() > 0.0);
+        let ops: Vec<&str> = c["operators"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+        assert_eq!(ops, ["agg[0]", "agg[1]", "dedup[0]"]);
+    }
+    assert_eq!(cps[2]["chain_length"], 3);
+    assert_eq!(cps[2]["base"], 1);
+    assert_eq!(cps[4]["chain_length"], 4);
+    assert_eq!(cps[4]["parent"], 3);
+    assert_eq!(cps[3]["chain_length"], 1);
+    assert_eq!(cps[4]["sources"]["kafka-0"], "ab05");
+    assert_eq!(cps[0]["bytes_own"], cps[0]["bytes_on_disk"]);
+    assert_eq!(j["totals"]["checkpoints"], 4);
+    assert_eq!(j["totals"]["savepoints"], 1);
+    assert_eq!(j["totals"]["damaged"], 0);
+    assert!(j["orphans"].as_array().unwrap().is_empty());
+    let t = floe(&["inspect", d]);
+    assert_eq!(t.code, 0);
+    assert_eq!(t.stdout.lines().filter(|l| l.contains(" ok ")).count(), 5, "{}", t.stdout);
+    assert!(t.stdout.contains("savepoint") && t.stdout.contains("kafka-0=0xab05"), "{}", t.stdout);
+    assert!(t.stdout.contains("total: 4 checkpoints, 1 savepoints, 0 damaged"), "{}", t.stdout);
+
+    // show
+    let r = floe(&["show", d, "3", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    assert_eq!(j["kind"], "incremental");
+    let insts = j["instances"].as_array().unwrap();
+    assert_eq!(insts.len(), 3);
+    let agg0 = &insts[0];
+    assert_eq!(agg0["operator"], "agg");
+    assert_eq!(agg0["key_groups"]["start"], 0);
+    assert_eq!(agg0["key_groups"]["end"], 64);
+    let chain: Vec<(&str, u64)> = agg0["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["kind"].as_str().unwrap(), f["created_by"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(chain, [("full", 1), ("increment", 2), ("increment", 3)]);
+    assert_eq!(agg0["chain"][0]["path"], data_file(1, "agg", 0, true));
+    let states = agg0["states"].as_array().unwrap();
+    let names: Vec<&str> = states.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["totals", "events", "counts"]);
+    assert_eq!(states[0]["codec"], "postcard");
+    assert_eq!(states[2]["kind"], "map");
+    assert!(states[0]["key_type"].as_str().unwrap().contains("String"));
+    assert!(states[0]["sizes"]["records"].as_u64().unwrap() > 100);
+    assert!(states[0]["sizes"]["raw_bytes"].as_u64().unwrap() > 0);
+    let agg = j["operators"].as_array().unwrap().iter().find(|o| o["operator"] == "agg").unwrap();
+    assert_eq!(agg["instances"], 2);
+    assert!(agg["states"]["totals"]["records"].as_u64().unwrap() >= 300);
+    assert_eq!(insts[2]["states"][0]["codec"], "raw");
+    let t = floe(&["show", d, "3"]);
+    assert_eq!(t.code, 0);
+    assert!(
+        t.stdout.contains("instance agg[1]") && t.stdout.contains("state counts (map, postcard"),
+        "{}",
+        t.stdout
+    );
+
+    // verify
+    let r = floe(&["verify", d, "--json"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = r.json();
+    assert_eq!(j["ok"], true);
+    assert_eq!(j["checkpoints"].as_array().unwrap().len(), 5);
+    assert!(j["records_checked"].as_u64().unwrap() > 1000);
+    assert_eq!(floe(&["verify", d, "5"]).code, 0);
+
+    // dump: latest is checkpoint 5 (the newest regular checkpoint)
+    let r = floe(&["dump", d, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    assert_eq!(j["id"], 5);
+    let totals = entries(&j, "agg", "totals");
+    assert_eq!(totals.len(), 300 + 3); // alice, carol, erin; bob and dave removed
+    let alice = find_key(totals, "string \"alice\"").unwrap();
+    assert!(alice["value"]["guess"].as_array().unwrap().iter().any(|g| g == "u64 42"), "{alice}");
+    assert!(find_key(totals, "string \"bob\"").is_none());
+    let events = entries(&j, "agg", "events");
+    let ev = find_key(events, "string \"alice\"").unwrap();
+    assert_eq!(ev["value"].as_array().unwrap().len(), 1);
+    let u1 = find_key(entries(&j, "agg", "counts"), "string \"user-001\"").unwrap();
+    let mks: Vec<&Value> =
+        u1["value"].as_array().unwrap().iter().map(|e| &e["map_key"]["guess"][0]).collect();
+    assert_eq!(mks.len(), 2);
+    let seen = entries(&j, "dedup", "seen");
+    assert_eq!(seen.len(), 301);
+    assert!(seen.iter().any(|e| e["key"]["text"] == "msg-new" && e["value"]["text"] == "1"));
+    // filtered by key (text, for a postcard state: matched as an encoded string)
+    let r = floe(&["dump", d, "2", "--operator", "agg", "--state", "totals", "--key", "alice", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    assert_eq!(j["operators"].as_array().unwrap().len(), 1);
+    let e = entries(&j, "agg", "totals");
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0]["key"]["hex"], "05616c696365");
+    assert!(e[0]["value"]["guess"].as_array().unwrap().iter().any(|g| g == "u64 42"));
+    let r = floe(&["dump", d, "1", "--state", "totals", "--key", "0x05616c696365"]);
+    assert_eq!(r.code, 0);
+    assert!(
+        r.stdout.contains("0x05616c696365 (guess: string \"alice\") => 0x01 (guess: u64 1"),
+        "{}",
+        r.stdout
+    );
+    let r = floe(&["dump", d, "4", "--operator", "dedup", "--key", "msg-new"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("\"msg-new\" => \"1\""), "{}", r.stdout);
+
+    // diff
+    let r = floe(&["diff", d, "3", "5", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    assert_eq!(
+        (j["added"].as_u64(), j["changed"].as_u64(), j["removed"].as_u64()),
+        (Some(1), Some(1), Some(1))
+    );
+    let st = &j["states"][0];
+    assert_eq!((st["operator"].as_str(), st["state"].as_str()), (Some("agg"), Some("totals")));
+    assert_eq!(st["added"][0]["key"]["guess"][0], "string \"erin\"");
+    assert_eq!(st["changed"][0]["key"]["guess"][0], "string \"carol\"");
+    assert_eq!(st["changed"][0]["old"]["hex"], "03");
+    assert_eq!(st["changed"][0]["new"]["hex"], "63");
+    assert_eq!(st["removed"][0]["key"]["guess"][0], "string \"dave\"");
+    let r = floe(&["diff", d, "1", "3"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("dedup / seen: 1 added, 0 changed, 0 removed"), "{}", r.stdout);
+    assert!(r.stdout.contains("+ \"msg-new\" => \"1\""), "{}", r.stdout);
+    let r = floe(&["diff", d, "3", "4", "--json"]);
+    assert_eq!(r.json()["states"].as_array().unwrap().len(), 0, "savepoint 4 holds checkpoint 3's state");
+
+    assert_eq!(listing(&dir), before, "a read-only command changed the directory");
+}
+
+#[test]
+fn compaction_keeps_the_state_and_gc_removes_only_orphans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture(tmp.path());
+    let d = s(&dir);
+    let before = floe(&["dump", d, "5", "--json"]).json();
+
+    let r = floe(&["compact", d, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.is_empty(), "no progress bar without a terminal: {}", r.stderr);
+    let j = r.json();
+    assert_eq!(
+        (j["source"].as_u64(), j["id"].as_u64(), j["kind"].as_str()),
+        (Some(5), Some(6), Some("full"))
+    );
+    let after = floe(&["dump", d, "6", "--json"]).json();
+    assert_eq!(after["operators"], before["operators"]);
+    assert_eq!(after["kind"], "full");
+
+    let r = floe(&["compact", d, "3", "--savepoint"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("new savepoint 7 from checkpoint 3"), "{}", r.stdout);
+    let sp = floe(&["dump", d, "7", "--json"]).json();
+    assert_eq!(sp["kind"], "savepoint");
+    assert_eq!(sp["operators"], floe(&["dump", d, "3", "--json"]).json()["operators"]);
+    let r = floe(&["compact", d, "4"]);
+    assert_eq!(r.code, 2, "a savepoint is not compacted");
+    assert!(r.stderr.contains("savepoint"), "{}", r.stderr);
+    // Nothing was deleted by retention: all checkpoints are still there.
+    let j = floe(&["inspect", d, "--json"]).json();
+    let ids: Vec<u64> =
+        j["checkpoints"].as_array().unwrap().iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(floe(&["verify", d]).code, 0);
+
+    // gc
+    let orphan = dir.join(data_file(2, "agg", 7, true));
+    std::fs::write(&orphan, b"left over by a crashed checkpoint").unwrap();
+    let foreign = dir.join("data").join("NOTES.txt");
+    std::fs::write(&foreign, b"mine").unwrap();
+    let j = floe(&["inspect", d, "--json"]).json();
+    assert_eq!(j["orphans"][0], data_file(2, "agg", 7, true));
+    assert_eq!(j["foreign"][0], "data/NOTES.txt");
+    let r = floe(&["gc", d, "--dry-run", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = r.json();
+    assert_eq!(j["dry_run"], true);
+    assert_eq!(j["removed"].as_array().unwrap().len(), 1);
+    assert_eq!(j["removed"][0], data_file(2, "agg", 7, true));
+    assert_eq!(j["foreign"][0], "data/NOTES.txt");
+    assert!(orphan.exists());
+    let r = floe(&["gc", d]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains(&format!("removed {}", data_file(2, "agg", 7, true))), "{}", r.stdout);
+    assert!(r.stdout.contains("left foreign file data/NOTES.txt"), "{}", r.stdout);
+    assert!(!orphan.exists());
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"mine");
+    assert_eq!(floe(&["verify", d]).code, 0);
+}
+
+/// Rewrites a manifest's JSON body with `edit` and fixes the header's length and CRC, so
+/// that only the edited content is wrong.
+fn edit_manifest(path: &Path, edit: impl Fn(&str) -> String) {
+    let bytes = std::fs::read(path).unwrap();
+    let body = edit(std::str::from_utf8(&bytes[24..]).unwrap());
+    let mut out = bytes[..24].to_vec();
+    out[12..16].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    out[16..20].copy_from_slice(&crc32fast_hash(body.as_bytes()).to_le_bytes());
+    out.extend_from_slice(body.as_bytes());
+    std::fs::write(path, out).unwrap();
+}
+
+/// CRC-32 (IEEE), bitwise: the tests do not depend on the crate's hasher.
+fn crc32fast_hash(b: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &x in b {
+        crc ^= u32::from(x);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn verify_finds_damage_and_names_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pristine = fixture(tmp.path());
+    let case = |name: &str| {
+        let d = tmp.path().join(name).join("cp");
+        copy_dir(&pristine, &d);
+        d
+    };
+
+    // A flipped byte inside the first block of a base file: block checksum and whole-file
+    // CRC; every checkpoint whose chain holds the file is damaged, the savepoint is not.
+    let dir = case("flip");
+    let f = dir.join(data_file(1, "agg", 0, true));
+    let mut b = std::fs::read(&f).unwrap();
+    b[45] ^= 0x40;
+    std::fs::write(&f, &b).unwrap();
+    let r = floe(&["verify", s(&dir), "--json"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let j = r.json();
+    assert_eq!(j["ok"], false);
+    let probs = j["problems"].as_array().unwrap();
+    let block = probs.iter().find(|p| p["what"] == "block checksum mismatch").unwrap();
+    assert_eq!(block["file"], data_file(1, "agg", 0, true));
+    assert_eq!(block["offset"], 40);
+    assert_eq!(block["checkpoints"], serde_json::json!([1, 2, 3, 5]));
+    assert!(probs.iter().any(|p| p["what"].as_str().unwrap().starts_with("whole-file CRC-32")));
+    let status: Vec<&str> =
+        j["checkpoints"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["damaged", "damaged", "damaged", "ok", "damaged"]);
+    let t = floe(&["verify", s(&dir), "4"]);
+    assert_eq!(t.code, 0, "{}", t.stdout);
+    let t = floe(&["verify", s(&dir)]);
+    assert_eq!(t.code, 1);
+    assert!(
+        t.stdout.contains(&format!(
+            "DAMAGED {} at offset 40: block checksum mismatch",
+            data_file(1, "agg", 0, true)
+        )),
+        "{}",
+        t.stdout
+    );
+    let r = floe(&["dump", s(&dir), "2"]);
+    assert_eq!(r.code, 1, "dump of damaged data: {}", r.stderr);
+    assert!(
+        r.stderr.contains(&data_file(1, "agg", 0, true)) && r.stderr.lines().count() == 1,
+        "{}",
+        r.stderr
+    );
+
+    // A truncated increment.
+    let dir = case("truncated");
+    let f = dir.join(data_file(2, "agg", 1, false));
+    let len = std::fs::metadata(&f).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(len - 10).unwrap();
+    let r = floe(&["verify", s(&dir), "3"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains(&data_file(2, "agg", 1, false)), "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("bytes, the manifest says {len}")), "{}", r.stdout);
+
+    // A missing file.
+    let dir = case("missing");
+    std::fs::remove_file(dir.join(data_file(3, "dedup", 0, false))).unwrap();
+    let r = floe(&["verify", s(&dir), "--json"]);
+    assert_eq!(r.code, 1);
+    let j = r.json();
+    let p = &j["problems"][0];
+    assert_eq!(p["file"], data_file(3, "dedup", 0, false));
+    assert_eq!(p["what"], "file is missing");
+    assert_eq!(p["checkpoints"], serde_json::json!([3, 5]));
+
+    // A manifest whose file path points outside the directory (its CRC fixed, so only the
+    // path is wrong). The target is a FIFO: opening it would block, so finishing at all
+    // shows it was never opened.
+    let dir = case("outside");
+    let sentinel = dir.parent().unwrap().join("outside");
+    let fifo = Command::new("mkfifo").arg(&sentinel).status().map(|s| s.success()).unwrap_or(false);
+    if !fifo {
+        std::fs::write(&sentinel, b"not floe's").unwrap();
+    }
+    let incr = data_file(5, "agg", 0, false);
+    edit_manifest(&dir.join(format!("chk-{:020}.manifest", 5)), |body| body.replace(&incr, "../outside"));
+    let r = floe(&["verify", s(&dir), "--json"]);
+    assert_eq!(r.code, 1);
+    let j = r.json();
+    let p = &j["problems"][0];
+    assert_eq!(p["file"], format!("chk-{:020}.manifest", 5));
+    assert!(
+        p["what"].as_str().unwrap().contains("\"../outside\" points outside the checkpoint directory"),
+        "{p}"
+    );
+    assert_eq!(j["checkpoints"][4]["status"], "damaged");
+    assert_eq!(j["checkpoints"][3]["status"], "ok");
+    for args in [&["dump", s(&dir), "5"][..], &["show", s(&dir), "5"][..]] {
+        let r = floe(args);
+        assert_eq!(r.code, 1, "{args:?}");
+        assert!(r.stderr.contains("points outside"), "{}", r.stderr);
+    }
+    let r = floe(&["inspect", s(&dir), "--json"]);
+    assert_eq!(r.code, 1, "inspect reports a damaged manifest with exit 1");
+    let j = r.json();
+    assert_eq!(j["checkpoints"][4]["status"], "damaged");
+    assert!(j["checkpoints"][4]["reason"].as_str().unwrap().contains("outside"));
+    // dump without an id falls back to the newest checkpoint that reads, as recovery does.
+    let r = floe(&["dump", s(&dir), "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json()["id"], 3);
+    if !fifo {
+        assert_eq!(std::fs::read(&sentinel).unwrap(), b"not floe's");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_one_clear_line_and_creates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nope");
+    for cmd in ["inspect", "verify", "dump", "gc", "compact"] {
+        let r = floe(&[cmd, s(&missing)]);
+        assert_eq!(r.code, 2, "{cmd}: {}", r.stderr);
+        assert!(r.stderr.contains("nope") && r.stderr.lines().count() == 1, "{cmd}: {}", r.stderr);
+        assert!(!missing.exists(), "{cmd} created the directory");
+    }
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for args in [&["inspect", s(&empty)][..], &["show", s(&empty), "1"], &["gc", s(&empty), "--dry-run"]] {
+        let r = floe(args);
+        assert_eq!(r.code, 2, "{args:?}");
+        assert!(r.stderr.contains("FLOE marker"), "{}", r.stderr);
+    }
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "a read-only command wrote into the directory");
+
+    let dir = fixture(tmp.path());
+    let d = s(&dir);
+    for args in [
+        &["show", d, "99"][..],
+        &["diff", d, "1", "99"],
+        &["dump", d, "--key", "0xzz"],
+        &["dump", d, "--operator", "nope"],
+        &["dump", d, "--state", "nope"],
+        &["show", d, "-1"],
+        &["show", d],
+        &["frobnicate", d],
+        &[],
+    ] {
+        let r = floe(args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.is_empty());
+    }
+    assert_eq!(floe(&["--help"]).code, 0);
+    // A file given as the directory.
+    let r = floe(&["inspect", s(&dir.join("FLOE"))]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // A manifest full of garbage: reported, no panic.
+    std::fs::write(dir.join(format!("chk-{:020}.manifest", 9)), b"\x89FLOEMAN garbage").unwrap();
+    let r = floe(&["inspect", d]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("damaged"), "{}", r.stdout);
+    assert_eq!(floe(&["verify", d, "9"]).code, 1);
+    assert_eq!(floe(&["dump", d, "9"]).code, 1);
+}
