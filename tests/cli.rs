@@ -219,7 +219,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn data_file(id: u64, op: &str, subtask: u32, full: bool) -> String {
-    format!("data/{id:020}-{op}-{subtask}.{}", if full { "full" } else { "incr" })
+    floe::checkpoint::layout::data_file_name(id, op, subtask, full)
 }
 
 /// The entries of state `state` of operator `op` in a dump document, by key text/guess.
