@@ -90,6 +90,17 @@ pub enum Error {
         /// What was found there.
         why: String,
     },
+    /// A task of a running job failed (the job restarts or fails).
+    #[error("task {task} failed: {reason}")]
+    TaskFailed {
+        /// `operator[subtask]`.
+        task: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A failure injected on purpose (tests, the demo's crash).
+    #[error("injected failure: {0}")]
+    Injected(String),
     /// A background task failed or was cancelled before it reported.
     #[error("background task failed: {0}")]
     Background(String),

@@ -20,6 +20,7 @@ pub use state::{
     StoreConfig, ValueState,
 };
 pub mod checkpoint;
+pub mod demo;
 pub mod executor;
 pub mod format;
 pub mod inspect;

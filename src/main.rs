@@ -1,4 +1,4 @@
-//! `floe`: look into, check and maintain floe checkpoint directories.
+//! `floe`: run the demo job; look into, check and maintain floe checkpoint directories.
 //!
 //! A thin layer over `floe::inspect`: parses arguments, calls the library, prints text or
 //! one JSON document, and maps outcomes to exit codes (0 success; 1 data damaged or
@@ -87,8 +87,34 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    // `demo` is added here (a `Demo { .. }` variant and its arm in `run`), by its own
-    // change: it writes a checkpoint directory from a small generated job.
+    /// The main job: a keyed stateful job with incremental checkpoints, crashed once,
+    /// recovered, run to the end and checked against an independent computation.
+    Demo {
+        /// Demo directory (created; a previous demo's data is replaced).
+        #[arg(long, default_value = "floe-data")]
+        dir: PathBuf,
+        /// Records per source instance (there are two).
+        #[arg(long, default_value_t = 300_000)]
+        records: u64,
+        /// Distinct keys.
+        #[arg(long, default_value_t = 10_000)]
+        keys: u64,
+        /// Seed of the data and of the crash point.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// exactly-once, at-least-once or unaligned.
+        #[arg(long, default_value = "exactly-once")]
+        mode: String,
+        /// Checkpoint interval in milliseconds.
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+        /// Records per second per source (0: as fast as possible).
+        #[arg(long, default_value_t = 100_000.0)]
+        rate: f64,
+        /// Do not crash the job.
+        #[arg(long)]
+        no_crash: bool,
+    },
 }
 
 /// Prints `r` as JSON or text; exit 1 when it reports damage.
@@ -130,6 +156,19 @@ fn progress_bar(json: bool) -> indicatif::ProgressBar {
     bar
 }
 
+fn demo_bar(json: bool) -> indicatif::ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("running {bar:40} {pos}/{len} records ({elapsed}, {per_sec})")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
 fn run(cli: Cli) -> floe::Result<ExitCode> {
     let json = cli.json;
     Ok(match cli.command {
@@ -151,6 +190,41 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
             emit(&report?, json)
         }
         Command::Gc { dir, dry_run } => emit(&inspect::gc(&dir, dry_run)?, json),
+        Command::Demo { dir, records, keys, seed, mode, interval_ms, rate, no_crash } => {
+            let mode = match mode.as_str() {
+                "exactly-once" => floe::executor::Mode::ExactlyOnce,
+                "at-least-once" => floe::executor::Mode::AtLeastOnce,
+                "unaligned" => floe::executor::Mode::Unaligned,
+                other => {
+                    eprintln!("floe: error: unknown mode {other:?} (exactly-once, at-least-once, unaligned)");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let options = floe::demo::DemoOptions {
+                dir,
+                records,
+                keys,
+                seed,
+                mode,
+                interval: std::time::Duration::from_millis(interval_ms.max(1)),
+                crash: !no_crash,
+                rate,
+            };
+            let bar = demo_bar(json);
+            let report = floe::demo::run_demo(&options, &mut |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            });
+            bar.finish_and_clear();
+            let report = report?;
+            let out = if json {
+                serde_json::to_string_pretty(&report).map(|s| s + "\n").unwrap_or_default()
+            } else {
+                report.text()
+            };
+            let _ = std::io::stdout().lock().write_all(out.as_bytes());
+            if report.verified { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
     })
 }
 

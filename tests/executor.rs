@@ -169,7 +169,13 @@ fn random_failure(rng: &mut Rng) -> InjectedFailure {
     } else {
         FailAt::Record(1 + rng.below(if operator == "out" { 300 } else { 1400 }))
     };
-    InjectedFailure { operator: operator.to_string(), subtask: rng.below(parallelism) as u32, at }
+    // Half of the failures are panics, half errors returned by the task.
+    InjectedFailure {
+        operator: operator.to_string(),
+        subtask: rng.below(parallelism) as u32,
+        at,
+        panic: rng.chance(50),
+    }
 }
 
 #[test]
@@ -236,7 +242,8 @@ fn restore_with_another_parallelism_gives_the_same_result() {
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.checkpoint_interval = Some(Duration::from_millis(10));
     config.restart = RestartStrategy { max_attempts: 0, delay: Duration::ZERO };
-    config.failures = vec![InjectedFailure { operator: "sum".into(), subtask: 1, at: FailAt::Record(1200) }];
+    config.failures =
+        vec![InjectedFailure { operator: "sum".into(), subtask: 1, at: FailAt::Record(1200), panic: false }];
     assert!(run_job(&graph(seed, &sink, true, 2, 30_000.0), &config).is_err());
     let (latest, _) = storage.latest_manifest().unwrap().unwrap();
     assert_eq!(latest.operators.iter().filter(|o| o.operator == "sum").count(), 2);

@@ -66,7 +66,12 @@ pub(crate) struct Ack {
 #[derive(Debug)]
 pub(crate) enum Report {
     Ack(Box<Ack>),
-    Failed { task: String, error: String },
+    /// `secondary`: the task failed because another one exited first.
+    Failed {
+        task: String,
+        error: String,
+        secondary: bool,
+    },
     SourceDone,
 }
 

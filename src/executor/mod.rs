@@ -14,7 +14,7 @@ pub use graph::{JobGraph, KeyedProcess, NodeId};
 pub use messages::{Barrier, BarrierKind, TaskCheckpointStats};
 pub use runner::{
     CheckpointLog, CheckpointStats, FailAt, InjectedFailure, JobCommand, JobConfig, JobResult, Mode,
-    RestartStrategy, run_job,
+    RestartStrategy, RestoreStats, run_job,
 };
 pub use sink::{SinkConfig, published_output};
 pub use source::{FileSource, GeneratorSource, IterSource, Source};

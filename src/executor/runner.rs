@@ -51,6 +51,8 @@ pub struct InjectedFailure {
     pub subtask: u32,
     /// When.
     pub at: FailAt,
+    /// Panic (true) or return an error (false) from the task.
+    pub panic: bool,
 }
 
 /// Restart strategy: fixed delay, bounded attempts.
@@ -126,6 +128,8 @@ pub struct JobConfig {
     pub log: Option<CheckpointLog>,
     /// Commands while running.
     pub commands: Option<Arc<parking_lot::Mutex<Receiver<JobCommand>>>>,
+    /// Counts records handled by non-source tasks while the job runs (for progress).
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 impl JobConfig {
@@ -146,6 +150,7 @@ impl JobConfig {
             failures: Vec::new(),
             log: None,
             commands: None,
+            progress: None,
         }
     }
 }
@@ -165,7 +170,22 @@ pub struct JobResult {
     pub last_checkpoint: Option<u64>,
     /// Records handled by non-source tasks, over all attempts.
     pub records_processed: u64,
+    /// Every state restore, per attempt that restored.
+    pub restores: Vec<RestoreStats>,
     /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// What restoring one attempt's state took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreStats {
+    /// The checkpoint restored.
+    pub checkpoint_id: u64,
+    /// Longest chain read by any task (1 = a full snapshot only).
+    pub chain_len: usize,
+    /// Data-file bytes read by all tasks.
+    pub bytes: u64,
+    /// Wall time of the slowest task's restore.
     pub elapsed: Duration,
 }
 
@@ -183,7 +203,7 @@ pub fn run_job<T: Data>(graph: &JobGraph<T>, config: &JobConfig) -> Result<JobRe
     let failures: Arc<Vec<(InjectedFailure, AtomicBool)>> =
         Arc::new(config.failures.iter().map(|f| (f.clone(), AtomicBool::new(false))).collect());
     let mut result = JobResult::default();
-    let records = Arc::new(AtomicU64::new(0));
+    let records = config.progress.clone().unwrap_or_else(|| Arc::new(AtomicU64::new(0)));
     let mut restore = match &config.restore_from {
         Some(p) => Some(RestorePoint {
             dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
@@ -309,6 +329,7 @@ fn run_attempt<T: Data>(
     let mut outputs_iter = outputs.into_iter();
     let mut task_names = Vec::new();
     let inflight = restore.map(|r| inflight_logs::<T>(&r.manifest)).transpose()?.unwrap_or_default();
+    let mut restore_stats: Option<RestoreStats> = None;
     for (ni, n) in graph.nodes.iter().enumerate() {
         for s in 0..n.parallelism {
             let i = index[&(ni, s)];
@@ -355,8 +376,15 @@ fn run_attempt<T: Data>(
                     spec.checkpointer = Some(Checkpointer::new(Arc::clone(storage), &n.name, s));
                     if let Some(r) = restore {
                         let cfg = StoreConfig { max_parallelism: maxp, key_groups: range };
-                        let (store, _) = restore_operator(&r.dir, &r.manifest, &n.name, cfg)?;
+                        let (store, report) = restore_operator(&r.dir, &r.manifest, &n.name, cfg)?;
                         spec.restored_store = Some(store);
+                        let rs = restore_stats.get_or_insert_with(|| RestoreStats {
+                            checkpoint_id: r.manifest.checkpoint_id,
+                            ..RestoreStats::default()
+                        });
+                        rs.chain_len = rs.chain_len.max(report.chain_len);
+                        rs.bytes += report.bytes;
+                        rs.elapsed = rs.elapsed.max(report.elapsed);
                         // In-flight records of any old instance whose keys are now ours.
                         for (op, _, input_idx, rec) in &inflight {
                             if op == &n.name && range.contains(key_group(&key(rec), maxp)) {
@@ -382,6 +410,7 @@ fn run_attempt<T: Data>(
         }
     }
     drop(report_tx);
+    result.restores.extend(restore_stats);
 
     // Tasks exit on Stop (or, when cancelled, at their next check); a task blocked on a full
     // channel is released when its receiver exits and drops the channel.
@@ -476,13 +505,23 @@ fn run_attempt<T: Data>(
         };
         match msg {
             Report::SourceDone => sources_done += 1,
-            Report::Failed { task, error } => {
+            Report::Failed { mut task, mut error, secondary } => {
                 cancel.store(true, Ordering::SeqCst);
+                stop_all(&controls, handles);
+                // Name the root cause: a task that failed only because another had exited
+                // may report first; prefer a primary failure reported meanwhile.
+                if secondary {
+                    while let Ok(m) = report_rx.try_recv() {
+                        if let Report::Failed { task: t, error: e, secondary: false } = m {
+                            (task, error) = (t, e);
+                            break;
+                        }
+                    }
+                }
                 for (_, p) in std::mem::take(&mut pending) {
                     abort(storage, &controls, p, format!("task {task} failed"), result, config);
                 }
-                stop_all(&controls, handles);
-                return Err(Error::Background(format!("task {task} failed: {error}")));
+                return Err(Error::TaskFailed { task, reason: error });
             }
             Report::Ack(ack) => {
                 let id = ack.checkpoint_id;

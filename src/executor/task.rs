@@ -50,6 +50,13 @@ pub(crate) fn instance_of(kg: u32, max_parallelism: u32, parallelism: u32) -> us
     (u64::from(kg) * u64::from(parallelism) / u64::from(max_parallelism)) as usize
 }
 
+/// The error of a send to a task that has exited: a consequence of another failure.
+const DOWNSTREAM_CLOSED: &str = "downstream task exited";
+
+fn downstream_closed() -> Error {
+    Error::Background(DOWNSTREAM_CLOSED.into())
+}
+
 fn send_all<T: Data>(outputs: &mut [Output<T>], record: T) -> Result<()> {
     let n = outputs.len();
     for (i, o) in outputs.iter_mut().enumerate() {
@@ -57,7 +64,7 @@ fn send_all<T: Data>(outputs: &mut [Output<T>], record: T) -> Result<()> {
         let target = o.route(&record);
         let (tx, ch) = &o.senders[target];
         let rec = r.unwrap_or_else(|| record.clone());
-        tx.send((*ch, Element::Record(rec))).map_err(|_| Error::Background("downstream closed".into()))?;
+        tx.send((*ch, Element::Record(rec))).map_err(|_| downstream_closed())?;
     }
     Ok(())
 }
@@ -65,8 +72,7 @@ fn send_all<T: Data>(outputs: &mut [Output<T>], record: T) -> Result<()> {
 fn broadcast<T>(outputs: &[Output<T>], barrier: Barrier) -> Result<()> {
     for o in outputs {
         for (tx, ch) in &o.senders {
-            tx.send((*ch, Element::Barrier(barrier)))
-                .map_err(|_| Error::Background("downstream closed".into()))?;
+            tx.send((*ch, Element::Barrier(barrier))).map_err(|_| downstream_closed())?;
         }
     }
     Ok(())
@@ -106,35 +112,45 @@ impl<T> TaskSpec<T> {
 pub(crate) fn run_task<T: Data>(spec: TaskSpec<T>) {
     let report = spec.report.clone();
     let name = spec.name();
-    let cancel = Arc::clone(&spec.cancel);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || match &spec.kind {
         Kind::Source(_) => run_source(spec),
         _ => run_operator(spec),
     }));
-    let error = match result {
+    let (error, secondary) = match result {
         Ok(Ok(())) => return,
-        Ok(Err(e)) => e.to_string(),
-        Err(p) => p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic".into()),
+        Ok(Err(e)) => {
+            let secondary = matches!(&e, Error::Background(m) if m == DOWNSTREAM_CLOSED);
+            (e.to_string(), secondary)
+        }
+        Err(p) => (
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .map_or_else(|| "panic".to_string(), |m| format!("panic: {m}")),
+            false,
+        ),
     };
-    if !cancel.load(Ordering::SeqCst) {
-        let _ = report.send(Report::Failed { task: name, error });
-    }
+    // Sent even when the job is already cancelled: the coordinator looks for the root
+    // cause among all failures once every task has exited.
+    let _ = report.send(Report::Failed { task: name, error, secondary });
 }
 
-fn check_failure<T>(spec: &TaskSpec<T>, at: FailAt) {
+/// Fails the task if an injected failure is due: an error, or a panic for `panic: true`.
+fn check_failure<T>(spec: &TaskSpec<T>, at: FailAt) -> Result<()> {
     for (f, fired) in spec.failures.iter() {
         if f.operator == spec.operator
             && f.subtask == spec.subtask
             && f.at == at
             && !fired.swap(true, Ordering::SeqCst)
         {
-            panic!("injected failure in {}[{}] at {at:?}", spec.operator, spec.subtask);
+            let what = format!("{}[{}] at {at:?}", spec.operator, spec.subtask);
+            if f.panic {
+                std::panic::panic_any(format!("injected failure: {what}"));
+            }
+            return Err(Error::Injected(what));
         }
     }
+    Ok(())
 }
 
 fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
@@ -191,7 +207,7 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
             Some(r) => {
                 send_all(&mut spec.outputs, r)?;
                 emitted += 1;
-                check_failure(&spec, FailAt::Record(emitted));
+                check_failure(&spec, FailAt::Record(emitted))?;
             }
             None => {
                 done = true;
@@ -352,7 +368,7 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                 let input_idx = spec.channel_input[ch];
                 process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
                 processed += 1;
-                check_failure(&spec, FailAt::Record(processed));
+                check_failure(&spec, FailAt::Record(processed))?;
             }
             Element::Barrier(b) => {
                 let a = aligns.entry(b.id).or_insert_with(|| Align {
@@ -385,7 +401,7 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                     acks.insert(b.id, pending);
                     snapshots += 1;
                     broadcast(&spec.outputs, b)?;
-                    check_failure(&spec, FailAt::CheckpointWrite(snapshots));
+                    check_failure(&spec, FailAt::CheckpointWrite(snapshots))?;
                 }
                 if all {
                     let a = aligns.remove(&b.id);

@@ -1,0 +1,381 @@
+//! `floe demo`: the main job, the first thing a new user runs. A keyed stateful job over a
+//! seeded generator with incremental checkpoints is crashed at a random point, recovers
+//! from its latest checkpoint, runs to the end, and its exactly-once result is checked
+//! against an independent computation from the generator alone.
+//!
+//! Layout of the demo directory: `FLOE-DEMO` (marker), `checkpoints/` (a checkpoint
+//! directory for `floe inspect` and friends), `output/` (the sink's published files).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
+use crate::error::{Error, Result};
+use crate::executor::{
+    FailAt, GeneratorSource, InjectedFailure, JobConfig, JobGraph, KeyedProcess, Mode, RestartStrategy,
+    SinkConfig, published_output, run_job,
+};
+use crate::state::{MapState, Store, StoreConfig, ValueState};
+
+/// Name of the marker file of a demo directory.
+pub const DEMO_MARKER: &str = "FLOE-DEMO";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// The demo directory.
+    pub dir: PathBuf,
+    /// Records per source instance (two instances).
+    pub records: u64,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Seed of the generator and of the crash point.
+    pub seed: u64,
+    /// Checkpointing mode.
+    pub mode: Mode,
+    /// Checkpoint interval.
+    pub interval: Duration,
+    /// Crash the job once (default) or not.
+    pub crash: bool,
+    /// Records per second per source (0: unpaced).
+    pub rate: f64,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            dir: PathBuf::from("floe-data"),
+            records: 300_000,
+            keys: 10_000,
+            seed: 42,
+            mode: Mode::ExactlyOnce,
+            interval: Duration::from_millis(100),
+            crash: true,
+            rate: 100_000.0,
+        }
+    }
+}
+
+/// What the demo did and found.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    /// The checkpoint directory it left.
+    pub checkpoints_dir: PathBuf,
+    /// The sink's output directory.
+    pub output_dir: PathBuf,
+    /// Records generated (all sources).
+    pub records: u64,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Mode name.
+    pub mode: String,
+    /// Completed checkpoints that wrote full data files only.
+    pub checkpoints_full: usize,
+    /// Completed checkpoints with increments.
+    pub checkpoints_incremental: usize,
+    /// Aborted checkpoints (the crash aborts the ones in flight).
+    pub checkpoints_aborted: usize,
+    /// Bytes of full data files written.
+    pub bytes_full: u64,
+    /// Bytes of incremental data files written.
+    pub bytes_incremental: u64,
+    /// The injected crash, if any.
+    pub crash: Option<String>,
+    /// Checkpoint recovered from.
+    pub recovered_from: Option<u64>,
+    /// Files in the longest chain read at recovery.
+    pub recovery_chain_len: usize,
+    /// Time to restore the state.
+    pub recovery_ms: f64,
+    /// Job wall time.
+    pub elapsed_ms: f64,
+    /// Published output lines.
+    pub output_lines: usize,
+    /// Problems found by the check (empty: verified).
+    pub problems: Vec<String>,
+    /// True when the final state and the output equal the independent computation.
+    pub verified: bool,
+}
+
+/// Per key: (count, sum) in a value state and a histogram of value buckets in a map state.
+struct Counter {
+    totals: Option<ValueState<u64, (u64, i64)>>,
+    buckets: Option<MapState<u64, u8, u64>>,
+}
+
+impl KeyedProcess<(u64, i64)> for Counter {
+    fn open(&mut self, store: &mut Store) -> Result<()> {
+        self.totals = Some(store.value_state("totals")?);
+        self.buckets = Some(store.map_state("buckets")?);
+        Ok(())
+    }
+
+    fn process(
+        &mut self,
+        _input: usize,
+        _key: &[u8],
+        (k, v): (u64, i64),
+        store: &mut Store,
+        out: &mut Vec<(u64, i64)>,
+    ) -> Result<()> {
+        let (Some(totals), Some(buckets)) = (&self.totals, &self.buckets) else {
+            return Err(Error::UnknownState("totals".into()));
+        };
+        let (count, sum) = totals.get(store, &k)?.unwrap_or((0, 0));
+        totals.put(store, &k, &(count + 1, sum + v))?;
+        let b = bucket(v);
+        let n = buckets.get(store, &k, &b)?.unwrap_or(0);
+        buckets.put(store, &k, &b, &(n + 1))?;
+        if (count + 1) % 10 == 0 {
+            out.push((k, (count + 1) as i64));
+        }
+        Ok(())
+    }
+}
+
+fn bucket(v: i64) -> u8 {
+    (v.rem_euclid(1000) / 100) as u8
+}
+
+fn seed_of(seed: u64, subtask: u32) -> u64 {
+    seed.wrapping_mul(31).wrapping_add(u64::from(subtask))
+}
+
+fn graph(o: &DemoOptions, output: &Path) -> JobGraph<(u64, i64)> {
+    let mut g = JobGraph::new();
+    let (seed, keys, records, rate) = (o.seed, o.keys, o.records, o.rate);
+    let src = g.source("generator", 2, move |sub, _| {
+        let s = GeneratorSource::new(seed_of(seed, sub), keys, records);
+        Box::new(if rate > 0.0 { s.with_rate(rate) } else { s })
+    });
+    let counted = g.keyed_process(
+        "counter",
+        2,
+        &[src],
+        |r: &(u64, i64)| r.0,
+        || Box::new(Counter { totals: None, buckets: None }),
+    );
+    g.sink(
+        "output",
+        1,
+        counted,
+        SinkConfig { dir: output.to_path_buf(), exactly_once: o.mode != Mode::AtLeastOnce },
+    );
+    g
+}
+
+/// Prepares the demo directory: creates it, or clears a previous demo's data. Anything
+/// else in it is refused and left untouched.
+fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let checkpoints = dir.join("checkpoints");
+    let output = dir.join("output");
+    if dir.exists() {
+        let entries: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| Error::io("read dir", dir, e))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if !entries.is_empty() {
+            let ours = entries.iter().all(|n| n == DEMO_MARKER || n == "checkpoints" || n == "output");
+            if !ours || !dir.join(DEMO_MARKER).is_file() {
+                return Err(Error::NotOurs {
+                    path: dir.to_path_buf(),
+                    why: "it holds something other than a previous floe demo".into(),
+                });
+            }
+            // A previous demo's data: ours by the marker.
+            for d in [&checkpoints, &output] {
+                if d.exists() {
+                    std::fs::remove_dir_all(d).map_err(|e| Error::io("remove", d, e))?;
+                }
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create dir", dir, e))?;
+    std::fs::write(dir.join(DEMO_MARKER), b"floe demo directory\n")
+        .map_err(|e| Error::io("write", dir.join(DEMO_MARKER), e))?;
+    Ok((checkpoints, output))
+}
+
+/// The expected final state, from the generator alone.
+fn expected(o: &DemoOptions) -> BTreeMap<u64, (u64, i64)> {
+    let mut m: BTreeMap<u64, (u64, i64)> = BTreeMap::new();
+    for sub in 0..2 {
+        for i in 0..o.records {
+            let (k, v) = GeneratorSource::record(seed_of(o.seed, sub), o.keys, i);
+            let e = m.entry(k).or_default();
+            e.0 += 1;
+            e.1 += v;
+        }
+    }
+    m
+}
+
+/// Runs the demo. `progress(done, total)` is called about every 50 ms with records handled.
+pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<DemoReport> {
+    if o.records == 0 || o.keys == 0 {
+        return Err(Error::InvalidConfig("records and keys must be at least 1".into()));
+    }
+    let (checkpoints_dir, output_dir) = prepare(&o.dir)?;
+    let storage = CheckpointStorage::open(&checkpoints_dir, StorageConfig::default())?;
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.mode = o.mode;
+    config.checkpoint_interval = Some(o.interval);
+    config.restart = RestartStrategy { max_attempts: 2, delay: Duration::from_millis(10) };
+    // Crash the counter somewhere in the middle of its share of the input.
+    let mut x = o.seed ^ 0x5DEE_CE66;
+    x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let share = o.records.max(2);
+    let at = share / 4 + (x >> 33) % (share / 2).max(1);
+    let crash = InjectedFailure {
+        operator: "counter".into(),
+        subtask: ((x >> 7) & 1) as u32,
+        at: FailAt::Record(at),
+        panic: false,
+    };
+    if o.crash {
+        config.failures = vec![crash.clone()];
+    }
+    let counter = Arc::new(AtomicU64::new(0));
+    config.progress = Some(Arc::clone(&counter));
+    let total = o.records * 2;
+    let g = graph(o, &output_dir);
+    let started = Instant::now();
+    let result = std::thread::scope(|s| {
+        let job = s.spawn(|| run_job(&g, &config));
+        while !job.is_finished() {
+            progress(counter.load(Ordering::Relaxed).min(total), total);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        job.join().map_err(|_| Error::Background("the job thread panicked".into()))?
+    })?;
+    progress(total, total);
+
+    let completed: Vec<_> = result.checkpoints.iter().filter(|c| c.status == "completed").collect();
+    let mut report = DemoReport {
+        checkpoints_dir: checkpoints_dir.clone(),
+        output_dir: output_dir.clone(),
+        records: total,
+        keys: o.keys,
+        seed: o.seed,
+        mode: format!("{:?}", o.mode),
+        checkpoints_full: completed.iter().filter(|c| c.bytes_incremental == 0).count(),
+        checkpoints_incremental: completed.iter().filter(|c| c.bytes_incremental > 0).count(),
+        checkpoints_aborted: result.checkpoints.len() - completed.len(),
+        bytes_full: completed.iter().map(|c| c.bytes_full).sum(),
+        bytes_incremental: completed.iter().map(|c| c.bytes_incremental).sum(),
+        crash: result.failures.first().cloned(),
+        recovered_from: result.restores.first().map(|r| r.checkpoint_id),
+        recovery_chain_len: result.restores.first().map_or(0, |r| r.chain_len),
+        recovery_ms: result.restores.first().map_or(0.0, |r| r.elapsed.as_secs_f64() * 1e3),
+        elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+        output_lines: 0,
+        problems: Vec::new(),
+        verified: false,
+    };
+
+    // The check: final state and published output against the generator alone.
+    let want = expected(o);
+    let last = result.last_checkpoint.ok_or_else(|| Error::NotFound("the final checkpoint".into()))?;
+    let mut r = restore_from_path(&storage.manifest_path(last), "counter", StoreConfig::default())?;
+    let totals: ValueState<u64, (u64, i64)> = r.store.value_state("totals")?;
+    let buckets: MapState<u64, u8, u64> = r.store.map_state("buckets")?;
+    let exactly_once = o.mode != Mode::AtLeastOnce;
+    for (k, w) in &want {
+        let got = totals.get(&r.store, k)?;
+        let ok = if exactly_once { got == Some(*w) } else { got.is_some_and(|g| g.0 >= w.0) };
+        if !ok && report.problems.len() < 10 {
+            report.problems.push(format!("key {k}: state {got:?}, expected {w:?}"));
+        }
+        let hist: u64 = buckets.entries(&r.store, k)?.iter().map(|(_, n)| n).sum();
+        if exactly_once && hist != w.0 && report.problems.len() < 10 {
+            report.problems.push(format!("key {k}: histogram counts {hist}, expected {}", w.0));
+        }
+    }
+    let mut lines = published_output(&output_dir)?;
+    report.output_lines = lines.len();
+    let mut want_lines: Vec<String> = want
+        .iter()
+        .flat_map(|(k, (count, _))| (1..=count / 10).map(move |m| format!("[{k},{}]", m * 10)))
+        .collect();
+    lines.sort();
+    want_lines.sort();
+    if exactly_once && lines != want_lines {
+        report.problems.push(format!(
+            "output has {} lines, the independent computation {} (or they differ)",
+            lines.len(),
+            want_lines.len()
+        ));
+    }
+    if !exactly_once {
+        let mut have: BTreeMap<&String, usize> = BTreeMap::new();
+        for l in &lines {
+            *have.entry(l).or_default() += 1;
+        }
+        let lost = want_lines.iter().filter(|l| have.get(l).is_none_or(|n| *n == 0)).count();
+        if lost > 0 {
+            report.problems.push(format!("{lost} expected output lines are missing"));
+        }
+    }
+    report.verified = report.problems.is_empty();
+    Ok(report)
+}
+
+impl DemoReport {
+    /// The readable report.
+    pub fn text(&self) -> String {
+        let mb = |b: u64| b as f64 / 1e6;
+        let mut s = String::new();
+        s += &format!(
+            "floe demo: {} records over {} keys (seed {}), mode {}, in {:.1} s\n",
+            self.records,
+            self.keys,
+            self.seed,
+            self.mode,
+            self.elapsed_ms / 1e3
+        );
+        s += &format!(
+            "checkpoints: {} completed ({} full, {} incremental), {} aborted; written {:.2} MB full, {:.2} MB incremental\n",
+            self.checkpoints_full + self.checkpoints_incremental,
+            self.checkpoints_full,
+            self.checkpoints_incremental,
+            self.checkpoints_aborted,
+            mb(self.bytes_full),
+            mb(self.bytes_incremental)
+        );
+        match (&self.crash, self.recovered_from) {
+            (Some(c), Some(id)) => {
+                s += &format!("crash: {c}\n");
+                s += &format!(
+                    "recovery: from checkpoint {id} (chain of {} files) in {:.1} ms\n",
+                    self.recovery_chain_len, self.recovery_ms
+                );
+            }
+            (Some(c), None) => {
+                s += &format!("crash: {c}\nrecovery: restarted from scratch (no checkpoint yet)\n")
+            }
+            (None, _) => s += "crash: none (--no-crash)\n",
+        }
+        s += &format!("output: {} lines published to {}\n", self.output_lines, self.output_dir.display());
+        for p in &self.problems {
+            s += &format!("problem: {p}\n");
+        }
+        s += &format!(
+            "verdict: {}\n",
+            if self.verified {
+                "VERIFIED: state and output equal the independent computation"
+            } else {
+                "FAILED"
+            }
+        );
+        s += &format!("next: floe inspect {}\n", self.checkpoints_dir.display());
+        s
+    }
+}
