@@ -258,3 +258,61 @@ fn restore_with_another_parallelism_gives_the_same_result() {
     assert_same_output(&output, &clean.output, "rescaled run");
     assert_eq!(final_state(&storage, result.last_checkpoint.unwrap()), clean.state);
 }
+
+#[test]
+fn savepoint_on_demand_and_start_from_it() {
+    let seed = 5;
+    let clean = run(seed, Mode::ExactlyOnce, None);
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let sink = dir.path().join("out");
+    // A job with periodic checkpoints off takes one savepoint on demand, then fails for good.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = None;
+    config.restart = RestartStrategy { max_attempts: 0, delay: Duration::ZERO };
+    config.commands = Some(Arc::new(parking_lot::Mutex::new(rx)));
+    config.failures =
+        vec![InjectedFailure { operator: "sum".into(), subtask: 0, at: FailAt::Record(2000), panic: false }];
+    tx.send(floe::executor::JobCommand::Savepoint).unwrap();
+    let err = run_job(&graph(seed, &sink, true, 2, 30_000.0), &config).unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    let sp = storage.savepoint_ids().unwrap();
+    assert_eq!(sp.len(), 1, "one savepoint");
+    assert!(storage.checkpoint_ids().unwrap().is_empty(), "no regular checkpoint was taken");
+    let m = floe::checkpoint::read_manifest_file(&storage.savepoint_manifest_path(sp[0])).unwrap();
+    assert_eq!(m.kind, floe::format::ManifestKind::Savepoint);
+    // Start from the savepoint (Flink's -s), with another parallelism.
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.restore_from = Some(storage.savepoint_manifest_path(sp[0]));
+    let result = run_job(&graph(seed, &sink, true, 3, 30_000.0), &config).unwrap();
+    assert_eq!(result.restored_from, vec![Some(sp[0])]);
+    let mut output = published_output(&sink).unwrap();
+    output.sort();
+    assert_same_output(&output, &clean.output, "run from a savepoint");
+    assert_eq!(final_state(&storage, result.last_checkpoint.unwrap()), clean.state);
+}
+
+#[test]
+fn checkpoints_that_time_out_are_aborted_and_fail_the_job_past_the_tolerance() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(5));
+    config.checkpoint_timeout = Duration::ZERO;
+    config.tolerable_failed_checkpoints = 2;
+    config.restart = RestartStrategy { max_attempts: 0, delay: Duration::ZERO };
+    let aborted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = Arc::clone(&aborted);
+    config.log = Some(Arc::new(move |c: &floe::executor::CheckpointStats| {
+        if c.status.starts_with("aborted: timed out") {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }));
+    let err = run_job(&graph(3, &dir.path().join("out"), true, 2, 5_000.0), &config).unwrap_err();
+    assert!(err.to_string().contains("checkpoints failed in a row"), "{err}");
+    assert_eq!(aborted.load(std::sync::atomic::Ordering::SeqCst), 3, "tolerance 2: the third failure fails the job");
+    assert!(storage.checkpoint_ids().unwrap().is_empty());
+    // Aborted checkpoints leave nothing behind.
+    assert!(storage.orphans().unwrap().ours.is_empty(), "{:?}", storage.orphans().unwrap());
+}
