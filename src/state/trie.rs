@@ -15,6 +15,7 @@
 //!   walk for "changed since epoch p" can skip subtrees with `max_stamp <= p`;
 //! - a branch node is never empty.
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 /// Bits of the hash consumed per level.
@@ -133,12 +134,18 @@ impl Entry {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 enum Slot {
     Leaf(Arc<Entry>),
-    Branch(Arc<Node>),
+    Branch(Node),
+    /// Only transient: what a slot holds while its content is being moved elsewhere.
+    #[default]
+    Empty,
 }
 
+/// A node: the header lives with the pointer (in the parent's slot, or in the [`Trie`] for
+/// the root), and the slots in one exact-size allocation. Looking up a child costs one
+/// cache miss per level: the header is already at hand when the slots are loaded.
 #[derive(Clone, Debug)]
 struct Node {
     /// Which of the 32 positions are occupied (unused in buckets).
@@ -146,7 +153,7 @@ struct Node {
     /// Upper bound of the stamps below this node.
     max_stamp: u64,
     /// Occupied positions in index order; in buckets, leaves sorted by `(hash, key)`.
-    slots: Vec<Slot>,
+    slots: Arc<[Slot]>,
 }
 
 #[inline]
@@ -156,7 +163,7 @@ fn index(hash: u64, depth: u32) -> u32 {
 
 impl Node {
     fn empty() -> Node {
-        Node { bitmap: 0, max_stamp: 0, slots: Vec::new() }
+        Node { bitmap: 0, max_stamp: 0, slots: Arc::new([]) }
     }
 
     /// Position in `slots` of hash index `idx`, and whether it is occupied.
@@ -169,14 +176,54 @@ impl Node {
     /// A node one level below `depth` holding just `entry`.
     fn single(entry: Arc<Entry>, depth: u32) -> Node {
         let bitmap = if depth >= MAX_DEPTH { 0 } else { 1 << index(entry.hash, depth) };
-        Node { bitmap, max_stamp: entry.stamp, slots: vec![Slot::Leaf(entry)] }
+        Node { bitmap, max_stamp: entry.stamp, slots: Arc::new([Slot::Leaf(entry)]) }
     }
+}
+
+/// Inserts `slot` at `pos`. The slots are reallocated at their new size; when this node is
+/// not shared they are moved, otherwise cloned (the copy-on-write copy of the node).
+fn insert_slot(slots: &mut Arc<[Slot]>, pos: usize, slot: Slot) {
+    let n = slots.len();
+    let mut slot = Some(slot);
+    let fresh: Arc<[Slot]> = if let Some(old) = Arc::get_mut(slots) {
+        (0..=n)
+            .map(|i| match i.cmp(&pos) {
+                Ordering::Less => std::mem::take(&mut old[i]),
+                Ordering::Equal => slot.take().unwrap_or_default(),
+                Ordering::Greater => std::mem::take(&mut old[i - 1]),
+            })
+            .collect()
+    } else {
+        (0..=n)
+            .map(|i| match i.cmp(&pos) {
+                Ordering::Less => slots[i].clone(),
+                Ordering::Equal => slot.take().unwrap_or_default(),
+                Ordering::Greater => slots[i - 1].clone(),
+            })
+            .collect()
+    };
+    *slots = fresh;
+}
+
+/// Removes and returns the slot at `pos` (moving or cloning the others, as `insert_slot`).
+fn remove_slot(slots: &mut Arc<[Slot]>, pos: usize) -> Slot {
+    let n = slots.len();
+    let (removed, fresh): (Slot, Arc<[Slot]>) = if let Some(old) = Arc::get_mut(slots) {
+        let removed = std::mem::take(&mut old[pos]);
+        let skip = |i: usize| if i < pos { i } else { i + 1 };
+        (removed, (0..n - 1).map(|i| std::mem::take(&mut old[skip(i)])).collect())
+    } else {
+        let skip = |i: usize| if i < pos { i } else { i + 1 };
+        (slots[pos].clone(), (0..n - 1).map(|i| slots[skip(i)].clone()).collect())
+    };
+    *slots = fresh;
+    removed
 }
 
 /// A persistent map from `(hash, key)` to [`Entry`]. Cloning is O(1).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Trie {
-    root: Option<Arc<Node>>,
+    root: Option<Node>,
     /// Number of live (non-tombstone) entries.
     live: u64,
 }
@@ -207,8 +254,9 @@ impl Trie {
     }
 
     /// The entry for `key`, tombstones included.
+    #[inline]
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Arc<Entry>> {
-        let mut node = self.root.as_deref()?;
+        let mut node = self.root.as_ref()?;
         let mut depth = 0;
         loop {
             if depth >= MAX_DEPTH {
@@ -221,7 +269,7 @@ impl Trie {
             if !present {
                 return None;
             }
-            match &node.slots[pos] {
+            match node.slots.get(pos)? {
                 Slot::Leaf(e) => {
                     return (e.hash == hash && *e.key == *key).then_some(e);
                 }
@@ -229,6 +277,7 @@ impl Trie {
                     node = child;
                     depth += 1;
                 }
+                Slot::Empty => return None,
             }
         }
     }
@@ -238,12 +287,14 @@ impl Trie {
     /// `max_stamp` raised to `stamp`; the entry itself may still be shared, which the
     /// caller resolves (see `Entry` users in the store).
     pub fn slot_mut(&mut self, hash: u64, key: &[u8], stamp: u64) -> (&mut Arc<Entry>, bool) {
-        let root = self.root.get_or_insert_with(|| Arc::new(Node::empty()));
+        let root = self.root.get_or_insert_with(Node::empty);
         slot_mut_in(root, 0, hash, key, stamp)
     }
 
     /// Physically removes `key`'s slot. Returns the removed entry.
     pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
+        // A miss copies nothing.
+        self.get(hash, key)?;
         let root = self.root.as_mut()?;
         let removed = remove_in(root, 0, hash, key)?;
         if root.slots.is_empty() {
@@ -298,61 +349,64 @@ impl Trie {
     }
 }
 
+/// The leaf at `pos` of slots that were just made unique.
+fn leaf_mut(slots: &mut Arc<[Slot]>, pos: usize) -> &mut Arc<Entry> {
+    match &mut Arc::make_mut(slots)[pos] {
+        Slot::Leaf(e) => e,
+        _ => unreachable!("a leaf was just found or placed here"),
+    }
+}
+
 fn slot_mut_in<'a>(
-    node: &'a mut Arc<Node>,
+    node: &'a mut Node,
     depth: u32,
     hash: u64,
     key: &[u8],
     stamp: u64,
 ) -> (&'a mut Arc<Entry>, bool) {
-    let n = Arc::make_mut(node);
-    n.max_stamp = n.max_stamp.max(stamp);
+    node.max_stamp = node.max_stamp.max(stamp);
     if depth >= MAX_DEPTH {
-        let found = n.slots.binary_search_by(|s| match s {
+        let found = node.slots.binary_search_by(|s| match s {
             Slot::Leaf(e) => (e.hash, &*e.key).cmp(&(hash, key)),
             // Buckets hold only leaves.
-            Slot::Branch(_) => std::cmp::Ordering::Less,
+            _ => Ordering::Less,
         });
         let (pos, created) = match found {
             Ok(pos) => (pos, false),
             Err(pos) => {
-                n.slots.insert(pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
+                insert_slot(&mut node.slots, pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
                 (pos, true)
             }
         };
-        return match &mut n.slots[pos] {
-            Slot::Leaf(e) => (e, created),
-            Slot::Branch(_) => unreachable!("buckets hold only leaves"),
-        };
+        return (leaf_mut(&mut node.slots, pos), created);
     }
     let idx = index(hash, depth);
-    let (pos, present) = n.position(idx);
+    let (pos, present) = node.position(idx);
     if !present {
-        n.bitmap |= 1 << idx;
-        n.slots.insert(pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
-        return match &mut n.slots[pos] {
-            Slot::Leaf(e) => (e, true),
-            Slot::Branch(_) => unreachable!("just inserted a leaf"),
-        };
+        node.bitmap |= 1 << idx;
+        insert_slot(&mut node.slots, pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
+        return (leaf_mut(&mut node.slots, pos), true);
     }
+    if let Slot::Leaf(e) = &node.slots[pos]
+        && e.hash == hash
+        && *e.key == *key
+    {
+        return (leaf_mut(&mut node.slots, pos), false);
+    }
+    let slots = Arc::make_mut(&mut node.slots);
     // Split a leaf that holds another key into a branch, then descend.
-    if let Slot::Leaf(e) = &n.slots[pos] {
-        if e.hash == hash && *e.key == *key {
-            return match &mut n.slots[pos] {
-                Slot::Leaf(e) => (e, false),
-                Slot::Branch(_) => unreachable!("checked above"),
-            };
-        }
-        let other = Arc::clone(e);
-        n.slots[pos] = Slot::Branch(Arc::new(Node::single(other, depth + 1)));
+    if let Slot::Leaf(_) = &slots[pos]
+        && let Slot::Leaf(other) = std::mem::take(&mut slots[pos])
+    {
+        slots[pos] = Slot::Branch(Node::single(other, depth + 1));
     }
-    match &mut n.slots[pos] {
+    match &mut slots[pos] {
         Slot::Branch(child) => slot_mut_in(child, depth + 1, hash, key, stamp),
-        Slot::Leaf(_) => unreachable!("leaf replaced by a branch above"),
+        _ => unreachable!("leaf replaced by a branch above"),
     }
 }
 
-fn remove_in(node: &mut Arc<Node>, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
+fn remove_in(node: &mut Node, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
     // Read-only search first so that a miss copies nothing.
     let pos = if depth >= MAX_DEPTH {
         node.slots.iter().position(|s| matches!(s, Slot::Leaf(e) if e.hash == hash && *e.key == *key))?
@@ -369,31 +423,56 @@ fn remove_in(node: &mut Arc<Node>, depth: u32, hash: u64, key: &[u8]) -> Option<
         }
         pos
     };
-    let n = Arc::make_mut(node);
-    let removed = match &mut n.slots[pos] {
-        Slot::Leaf(_) => {
-            let Slot::Leaf(e) = n.slots.remove(pos) else { unreachable!("matched a leaf") };
-            n.bitmap = clear_nth_set_bit(n.bitmap, pos);
-            return Some(e);
-        }
-        Slot::Branch(child) => remove_in(child, depth + 1, hash, key)?,
-    };
-    collapse(n, pos);
+    if let Slot::Leaf(_) = &node.slots[pos] {
+        let Slot::Leaf(e) = remove_slot(&mut node.slots, pos) else { unreachable!("matched a leaf") };
+        node.bitmap = clear_nth_set_bit(node.bitmap, pos);
+        return Some(e);
+    }
+    let slots = Arc::make_mut(&mut node.slots);
+    let Slot::Branch(child) = &mut slots[pos] else { return None };
+    let removed = remove_in(child, depth + 1, hash, key)?;
+    collapse(&mut slots[pos]);
+    if matches!(slots[pos], Slot::Empty) {
+        remove_slot(&mut node.slots, pos);
+        node.bitmap = clear_nth_set_bit(node.bitmap, pos);
+    }
     Some(removed)
 }
 
-/// After a removal below `n.slots[pos]`: drop an empty child, and pull a child that holds a
-/// single leaf up into this node (keeps the trie compact and its shape canonical).
-fn collapse(n: &mut Node, pos: usize) {
-    let Slot::Branch(child) = &n.slots[pos] else { return };
-    if child.slots.is_empty() {
-        n.slots.remove(pos);
-        n.bitmap = clear_nth_set_bit(n.bitmap, pos);
-    } else if child.slots.len() == 1
-        && let Slot::Leaf(e) = &child.slots[0]
-    {
-        n.slots[pos] = Slot::Leaf(Arc::clone(e));
+/// After a removal below `slot`: empties a branch that has no slot left (the caller drops
+/// it), and pulls a child that holds a single leaf up into the slot (keeps the trie compact
+/// and its shape canonical).
+fn collapse(slot: &mut Slot) {
+    let Slot::Branch(child) = slot else { return };
+    match child.slots.len() {
+        0 => *slot = Slot::Empty,
+        1 if matches!(child.slots[0], Slot::Leaf(_)) => {
+            let leaf = match Arc::get_mut(&mut child.slots) {
+                Some(only) => std::mem::take(&mut only[0]),
+                None => child.slots[0].clone(),
+            };
+            *slot = leaf;
+        }
+        _ => {}
     }
+}
+
+/// Drops the `Slot::Empty` slots of a unique node and clears their bits.
+fn compact(node: &mut Node) {
+    let mut bits = node.bitmap;
+    let mut kept = 0u32;
+    for s in node.slots.iter() {
+        let low = bits & bits.wrapping_neg();
+        bits &= !low;
+        if !matches!(s, Slot::Empty) {
+            kept |= low;
+        }
+    }
+    let slots = Arc::make_mut(&mut node.slots);
+    let fresh: Arc<[Slot]> =
+        slots.iter_mut().filter(|s| !matches!(s, Slot::Empty)).map(std::mem::take).collect();
+    node.slots = fresh;
+    node.bitmap = kept;
 }
 
 /// Clears the `pos`-th set bit of `bitmap` (the bit of slot `pos`); buckets have an all-zero
@@ -407,10 +486,11 @@ fn clear_nth_set_bit(bitmap: u32, pos: usize) -> u32 {
 }
 
 fn visit<'a>(node: &'a Node, f: &mut impl FnMut(&'a Arc<Entry>)) {
-    for s in &node.slots {
+    for s in node.slots.iter() {
         match s {
             Slot::Leaf(e) => f(e),
             Slot::Branch(c) => visit(c, f),
+            Slot::Empty => {}
         }
     }
 }
@@ -419,7 +499,7 @@ fn visit_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>
     if node.max_stamp <= since {
         return;
     }
-    for s in &node.slots {
+    for s in node.slots.iter() {
         match s {
             Slot::Leaf(e) => {
                 if e.stamp > since {
@@ -427,6 +507,7 @@ fn visit_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>
                 }
             }
             Slot::Branch(c) => visit_since(c, since, f),
+            Slot::Empty => {}
         }
     }
 }
@@ -436,11 +517,12 @@ fn any_needs(node: &Node, since: u64, needs: &impl Fn(&Entry) -> bool) -> bool {
         && node.slots.iter().any(|s| match s {
             Slot::Leaf(e) => e.stamp > since && needs(e),
             Slot::Branch(c) => any_needs(c, since, needs),
+            Slot::Empty => false,
         })
 }
 
 fn retain_in(
-    node: &mut Arc<Node>,
+    node: &mut Node,
     since: u64,
     needs: &impl Fn(&Entry) -> bool,
     f: &mut impl FnMut(&mut Arc<Entry>) -> bool,
@@ -449,36 +531,31 @@ fn retain_in(
     if !any_needs(node, since, needs) {
         return;
     }
-    let n = Arc::make_mut(node);
-    let mut pos = 0;
-    while pos < n.slots.len() {
-        let keep = match &mut n.slots[pos] {
+    let mut emptied = false;
+    for s in Arc::make_mut(&mut node.slots).iter_mut() {
+        match s {
             Slot::Leaf(e) => {
                 if e.stamp > since && needs(e) {
                     let was = e.is_live();
                     let keep = f(e);
                     let now = keep && e.is_live();
                     *live_delta += i64::from(now) - i64::from(was);
-                    keep
-                } else {
-                    true
+                    if !keep {
+                        *s = Slot::Empty;
+                        emptied = true;
+                    }
                 }
             }
             Slot::Branch(c) => {
                 retain_in(c, since, needs, f, live_delta);
-                true
+                collapse(s);
+                emptied |= matches!(s, Slot::Empty);
             }
-        };
-        if keep {
-            let before = n.slots.len();
-            collapse(n, pos);
-            if n.slots.len() == before {
-                pos += 1;
-            }
-        } else {
-            n.bitmap = clear_nth_set_bit(n.bitmap, pos);
-            n.slots.remove(pos);
+            Slot::Empty => {}
         }
+    }
+    if emptied {
+        compact(node);
     }
 }
 
@@ -499,6 +576,7 @@ impl<'a> Iterator for TrieIter<'a> {
                 }
                 Some(Slot::Leaf(e)) => return Some(e),
                 Some(Slot::Branch(c)) => self.stack.push(c.slots.iter()),
+                Some(Slot::Empty) => {}
             }
         }
     }
