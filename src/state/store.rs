@@ -293,7 +293,9 @@ impl Store {
                     l.buf.extend_from_slice(enc);
                     l.count = l.count.saturating_add(count);
                 }
-                v => *v = Value::List(ListValue { buf: enc.to_vec(), count, ..ListValue::default() }),
+                v => {
+                    *v = Value::List(Box::new(ListValue { buf: enc.to_vec(), count, ..ListValue::default() }))
+                }
             }
         });
         Ok(())
@@ -322,7 +324,7 @@ impl Store {
         }
         let loc = self.locate(state, key, StateKind::List)?;
         let epoch = self.epoch;
-        let value = Value::List(ListValue { buf, count, ..ListValue::default() });
+        let value = Value::List(Box::new(ListValue { buf, count, ..ListValue::default() }));
         replace(self.trie_mut(loc), loc.hash, key, epoch, |_| Some(value));
         Ok(())
     }
@@ -349,7 +351,7 @@ impl Store {
         modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
             e.touch(epoch);
             if !matches!(e.value, Value::Map(_)) {
-                e.value = Value::Map(MapValue { trie: Trie::default(), created: epoch });
+                e.value = Value::Map(Box::new(MapValue { trie: Trie::default(), created: epoch }));
             }
             if let Value::Map(m) = &mut e.value {
                 replace(&mut m.trie, mhash, map_key, epoch, |old| match old {

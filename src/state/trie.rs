@@ -30,10 +30,55 @@ pub(crate) enum Value {
     Tomb,
     /// A plain value (`ValueState`, or a `MapState` map value).
     Bytes(Box<[u8]>),
-    /// A list (`ListState`).
-    List(ListValue),
+    /// A list (`ListState`). Boxed, like maps, to keep every entry small.
+    List(Box<ListValue>),
     /// A map (`MapState`): a nested trie keyed by map key.
-    Map(MapValue),
+    Map(Box<MapValue>),
+}
+
+/// Keys up to this length are stored inside the entry (no allocation of their own).
+const INLINE_KEY: usize = 22;
+
+/// An encoded key, stored inline in the entry when short (one cache miss less per lookup,
+/// one allocation less per entry), on the heap otherwise. Dereferences to the key bytes.
+#[derive(Clone)]
+pub(crate) enum Key {
+    /// `bytes[..len]` is the key.
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    /// A key longer than `INLINE_KEY`.
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    /// A copy of `key`.
+    pub fn new(key: &[u8]) -> Key {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY => {
+                let mut bytes = [0u8; INLINE_KEY];
+                bytes[..key.len()].copy_from_slice(key);
+                Key::Inline { len, bytes }
+            }
+            _ => Key::Heap(key.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Key::Heap(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
 }
 
 /// A list value: items encoded back to back as `u32 LE length, bytes`.
@@ -90,7 +135,7 @@ pub(crate) struct Entry {
     /// `key_hash(key)`.
     pub hash: u64,
     /// The encoded key.
-    pub key: Box<[u8]>,
+    pub key: Key,
     /// Epoch of the last write (every mutation stamps, not only copies: FLINK-26968).
     pub stamp: u64,
     /// State before the first write of epoch `stamp`.
@@ -102,7 +147,7 @@ pub(crate) struct Entry {
 impl Entry {
     /// A fresh, empty slot for `key`, created in epoch `stamp`.
     pub fn new(hash: u64, key: &[u8], stamp: u64) -> Entry {
-        Entry { hash, key: key.into(), stamp, prev: Prev::NEW, value: Value::Tomb }
+        Entry { hash, key: Key::new(key), stamp, prev: Prev::NEW, value: Value::Tomb }
     }
 
     /// True unless the entry is a tombstone.
@@ -134,13 +179,27 @@ impl Entry {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+/// A slot: 32 bytes (the leaf's tag lives in the branch pointer's null niche).
+#[derive(Clone, Debug)]
 enum Slot {
     Leaf(Arc<Entry>),
     Branch(Node),
-    /// Only transient: what a slot holds while its content is being moved elsewhere.
-    #[default]
-    Empty,
+}
+
+impl Default for Slot {
+    /// An empty branch, which allocates nothing (`Arc::<[_]>::default()` is static). Only
+    /// transient: what a slot holds while its content is moved elsewhere, or a branch that
+    /// lost its last slot, about to be dropped.
+    fn default() -> Slot {
+        Slot::Branch(Node::empty())
+    }
+}
+
+impl Slot {
+    /// Whether this is an empty branch (see `Default`).
+    fn is_empty_branch(&self) -> bool {
+        matches!(self, Slot::Branch(n) if n.slots.is_empty())
+    }
 }
 
 /// A node: the header lives with the pointer (in the parent's slot, or in the [`Trie`] for
@@ -163,7 +222,7 @@ fn index(hash: u64, depth: u32) -> u32 {
 
 impl Node {
     fn empty() -> Node {
-        Node { bitmap: 0, max_stamp: 0, slots: Arc::new([]) }
+        Node { bitmap: 0, max_stamp: 0, slots: Arc::default() }
     }
 
     /// Position in `slots` of hash index `idx`, and whether it is occupied.
@@ -277,7 +336,6 @@ impl Trie {
                     node = child;
                     depth += 1;
                 }
-                Slot::Empty => return None,
             }
         }
     }
@@ -432,45 +490,40 @@ fn remove_in(node: &mut Node, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<E
     let Slot::Branch(child) = &mut slots[pos] else { return None };
     let removed = remove_in(child, depth + 1, hash, key)?;
     collapse(&mut slots[pos]);
-    if matches!(slots[pos], Slot::Empty) {
+    if slots[pos].is_empty_branch() {
         remove_slot(&mut node.slots, pos);
         node.bitmap = clear_nth_set_bit(node.bitmap, pos);
     }
     Some(removed)
 }
 
-/// After a removal below `slot`: empties a branch that has no slot left (the caller drops
-/// it), and pulls a child that holds a single leaf up into the slot (keeps the trie compact
-/// and its shape canonical).
+/// After a removal below `slot`: pulls a child that holds a single leaf up into the slot
+/// (keeps the trie compact and its shape canonical). A branch left empty stays, for the
+/// caller to drop.
 fn collapse(slot: &mut Slot) {
     let Slot::Branch(child) = slot else { return };
-    match child.slots.len() {
-        0 => *slot = Slot::Empty,
-        1 if matches!(child.slots[0], Slot::Leaf(_)) => {
-            let leaf = match Arc::get_mut(&mut child.slots) {
-                Some(only) => std::mem::take(&mut only[0]),
-                None => child.slots[0].clone(),
-            };
-            *slot = leaf;
-        }
-        _ => {}
+    if child.slots.len() == 1 && matches!(child.slots[0], Slot::Leaf(_)) {
+        let leaf = match Arc::get_mut(&mut child.slots) {
+            Some(only) => std::mem::take(&mut only[0]),
+            None => child.slots[0].clone(),
+        };
+        *slot = leaf;
     }
 }
 
-/// Drops the `Slot::Empty` slots of a unique node and clears their bits.
+/// Drops the empty-branch slots of a unique node and clears their bits.
 fn compact(node: &mut Node) {
     let mut bits = node.bitmap;
     let mut kept = 0u32;
     for s in node.slots.iter() {
         let low = bits & bits.wrapping_neg();
         bits &= !low;
-        if !matches!(s, Slot::Empty) {
+        if !s.is_empty_branch() {
             kept |= low;
         }
     }
     let slots = Arc::make_mut(&mut node.slots);
-    let fresh: Arc<[Slot]> =
-        slots.iter_mut().filter(|s| !matches!(s, Slot::Empty)).map(std::mem::take).collect();
+    let fresh: Arc<[Slot]> = slots.iter_mut().filter(|s| !s.is_empty_branch()).map(std::mem::take).collect();
     node.slots = fresh;
     node.bitmap = kept;
 }
@@ -490,7 +543,6 @@ fn visit<'a>(node: &'a Node, f: &mut impl FnMut(&'a Arc<Entry>)) {
         match s {
             Slot::Leaf(e) => f(e),
             Slot::Branch(c) => visit(c, f),
-            Slot::Empty => {}
         }
     }
 }
@@ -507,7 +559,6 @@ fn visit_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>
                 }
             }
             Slot::Branch(c) => visit_since(c, since, f),
-            Slot::Empty => {}
         }
     }
 }
@@ -517,7 +568,6 @@ fn any_needs(node: &Node, since: u64, needs: &impl Fn(&Entry) -> bool) -> bool {
         && node.slots.iter().any(|s| match s {
             Slot::Leaf(e) => e.stamp > since && needs(e),
             Slot::Branch(c) => any_needs(c, since, needs),
-            Slot::Empty => false,
         })
 }
 
@@ -541,7 +591,7 @@ fn retain_in(
                     let now = keep && e.is_live();
                     *live_delta += i64::from(now) - i64::from(was);
                     if !keep {
-                        *s = Slot::Empty;
+                        *s = Slot::default();
                         emptied = true;
                     }
                 }
@@ -549,9 +599,8 @@ fn retain_in(
             Slot::Branch(c) => {
                 retain_in(c, since, needs, f, live_delta);
                 collapse(s);
-                emptied |= matches!(s, Slot::Empty);
+                emptied |= s.is_empty_branch();
             }
-            Slot::Empty => {}
         }
     }
     if emptied {
@@ -576,7 +625,6 @@ impl<'a> Iterator for TrieIter<'a> {
                 }
                 Some(Slot::Leaf(e)) => return Some(e),
                 Some(Slot::Branch(c)) => self.stack.push(c.slots.iter()),
-                Some(Slot::Empty) => {}
             }
         }
     }
@@ -622,6 +670,13 @@ mod tests {
         assert_eq!(keys(&t), vec![(1, b"z".to_vec())]);
         assert!(t.remove(1, b"z").is_some());
         assert!(t.root.is_none());
+    }
+
+    #[test]
+    fn slots_and_entries_stay_small() {
+        // Memory per entry and cache lines per lookup depend on these.
+        assert_eq!(size_of::<Slot>(), 32);
+        assert_eq!(size_of::<Entry>(), 72);
     }
 
     #[test]
