@@ -349,6 +349,26 @@ impl Trie {
         slot_mut_in(root, 0, hash, key, stamp)
     }
 
+    /// A trie holding `entries`, which must be live and in strictly ascending `(hash, key)`
+    /// order, with every node stamped `stamp` (at least every entry's stamp). Built bottom-up:
+    /// each node is allocated once, at its final size, and no path is copied; the shape is
+    /// the one inserting the entries one by one gives.
+    pub fn from_sorted(entries: Vec<Arc<Entry>>, stamp: u64) -> Trie {
+        debug_assert!(entries.windows(2).all(|w| (w[0].hash, &*w[0].key) < (w[1].hash, &*w[1].key)));
+        if entries.is_empty() {
+            return Trie::default();
+        }
+        let live = entries.iter().filter(|e| e.is_live()).count() as u64;
+        let hashes: Vec<u64> = entries.iter().map(|e| e.hash).collect();
+        let root = build(&hashes, &mut entries.into_iter(), 0, stamp);
+        Trie { root: Some(root), live }
+    }
+
+    /// True when the trie holds no slot at all, not even a tombstone.
+    pub fn is_blank(&self) -> bool {
+        self.root.is_none()
+    }
+
     /// Physically removes `key`'s slot. Returns the removed entry.
     pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
         // A miss copies nothing.
@@ -405,6 +425,37 @@ impl Trie {
         }
         self.live = self.live.saturating_add_signed(live_delta);
     }
+}
+
+/// The node at `depth` holding the entries whose hashes are `hashes` (sorted, all with the
+/// same prefix above `depth`), taken in order from `entries`.
+fn build(hashes: &[u64], entries: &mut impl Iterator<Item = Arc<Entry>>, depth: u32, stamp: u64) -> Node {
+    if depth >= MAX_DEPTH {
+        let slots = entries.take(hashes.len()).map(Slot::Leaf).collect();
+        return Node { bitmap: 0, max_stamp: stamp, slots };
+    }
+    // Sorted hashes with a common prefix have non-decreasing indices at this depth: each run
+    // of equal indices is one slot, a leaf when the run has one entry, a branch otherwise.
+    let mut bitmap = 0u32;
+    for &h in hashes {
+        bitmap |= 1 << index(h, depth);
+    }
+    let mut rest = hashes;
+    let slots = (0..bitmap.count_ones())
+        .map(|_| {
+            let idx = rest.first().map_or(0, |&h| index(h, depth));
+            let run = rest.iter().take_while(|&&h| index(h, depth) == idx).count();
+            let (mine, others) = rest.split_at(run);
+            rest = others;
+            if run == 1 {
+                // Never empty: `hashes` has exactly one hash per entry.
+                entries.next().map(Slot::Leaf).unwrap_or_default()
+            } else {
+                Slot::Branch(build(mine, entries, depth + 1, stamp))
+            }
+        })
+        .collect();
+    Node { bitmap, max_stamp: stamp, slots }
 }
 
 /// The leaf at `pos` of slots that were just made unique.
@@ -677,6 +728,38 @@ mod tests {
         // Memory per entry and cache lines per lookup depend on these.
         assert_eq!(size_of::<Slot>(), 32);
         assert_eq!(size_of::<Entry>(), 72);
+    }
+
+    fn shape(n: &Node, depth: u32, out: &mut Vec<(u32, u32, usize, u64)>) {
+        out.push((depth, n.bitmap, n.slots.len(), n.max_stamp));
+        for s in n.slots.iter() {
+            match s {
+                Slot::Leaf(e) => out.push((depth, u32::MAX, e.key.len(), e.hash)),
+                Slot::Branch(c) => shape(c, depth + 1, out),
+            }
+        }
+    }
+
+    #[test]
+    fn from_sorted_builds_the_same_shape_as_inserts() {
+        let mut t = Trie::default();
+        let mut hashes: Vec<u64> = (0..5000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        // Collisions down to the bucket level, and shared prefixes of every length.
+        hashes.extend([0xABCD_EF01_2345_6780, 0xABCD_EF01_2345_6781, 0xABCD_EF01_2345_6000, 7, 8]);
+        for (i, &h) in hashes.iter().enumerate() {
+            put(&mut t, h, &(i as u64).to_le_bytes(), 3);
+            if i % 3 == 0 {
+                put(&mut t, h, b"same hash", 3);
+            }
+        }
+        let sorted: Vec<Arc<Entry>> = t.iter().cloned().collect();
+        let built = Trie::from_sorted(sorted, 3);
+        assert_eq!(built.len(), t.len());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        shape(t.root.as_ref().unwrap(), 0, &mut a);
+        shape(built.root.as_ref().unwrap(), 0, &mut b);
+        assert_eq!(a, b);
+        assert!(Trie::from_sorted(Vec::new(), 1).is_blank());
     }
 
     #[test]
