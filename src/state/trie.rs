@@ -3,17 +3,22 @@
 //!
 //! Structure: a 32-way hash array mapped trie indexed by the top bits of a key's 64-bit
 //! hash, 5 bits per level. Nodes and entries are reference counted; cloning a [`Trie`]
-//! clones one pointer, which is what makes a snapshot O(1) per trie. A write goes through
-//! [`Arc::make_mut`] along its path: when no snapshot shares a node it is mutated in place
-//! (no copy), otherwise exactly that node is copied (at most 32 pointers). Nodes at
-//! [`MAX_DEPTH`] are *buckets*: plain lists sorted by `(hash, key)` for keys whose top 60
-//! hash bits collide.
+//! clones one pointer, which is what makes a snapshot O(1) per trie. A node's header
+//! (bitmap, `max_stamp`) sits beside the pointer to it, in the parent's slot, and its slots
+//! in one exact-size `Arc<[Slot]>`: a lookup costs one cache miss per level, and short keys
+//! are stored inside their entry. A write goes through [`Arc::make_mut`] along its path:
+//! when no snapshot shares a node it is mutated in place (no copy; adding or removing a slot
+//! moves the slots to an allocation of the new size), otherwise exactly that node is copied
+//! (at most 32 slots). Nodes at [`MAX_DEPTH`] are *buckets*: plain lists sorted by
+//! `(hash, key)` for keys whose top 60 hash bits collide. [`Trie::from_sorted`] builds a
+//! trie bottom-up from entries in order, with the same shape as inserting them.
 //!
 //! Invariants:
 //! - iteration yields entries in ascending `(hash, key)` order, whatever the history;
 //! - `node.max_stamp >= stamp` of every entry below it (conservative after deletes), so a
 //!   walk for "changed since epoch p" can skip subtrees with `max_stamp <= p`;
-//! - a branch node is never empty.
+//! - a branch node is never empty (an empty branch exists only transiently, inside an
+//!   operation, as a placeholder: see `Slot::default`).
 
 use std::cmp::Ordering;
 use std::sync::Arc;
