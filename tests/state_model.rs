@@ -141,7 +141,11 @@ fn run(seed: u64, ops: usize, keys: u64, config: StoreConfig) {
     let key_of = |rng: &mut Rng| -> Vec<u8> {
         // Keys in this store's range only.
         loop {
-            let candidate = format!("k{}", rng.below(keys)).into_bytes();
+            // Every fifth key is longer than the 22 bytes an entry stores inline.
+            let n = rng.below(keys);
+            let candidate =
+                if n.is_multiple_of(5) { format!("k{n}-long-enough-for-the-heap") } else { format!("k{n}") }
+                    .into_bytes();
             if config.key_groups.contains(floe::state::key_group(&candidate, config.max_parallelism)) {
                 return candidate;
             }

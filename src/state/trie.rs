@@ -782,6 +782,24 @@ mod tests {
     }
 
     #[test]
+    fn short_keys_inline_long_keys_on_the_heap() {
+        let mut t = Trie::default();
+        let all: Vec<Vec<u8>> = (0..48u8).map(|n| (0..n).map(|i| i ^ n).collect()).collect();
+        for k in &all {
+            // One hash for all: every comparison goes through the key bytes.
+            put(&mut t, 42, k, 1);
+            assert_eq!(matches!(Key::new(k), Key::Inline { .. }), k.len() <= INLINE_KEY);
+        }
+        for k in &all {
+            assert_eq!(&*t.get(42, k).unwrap().key, &k[..]);
+        }
+        let mut sorted = all.clone();
+        sorted.sort();
+        assert_eq!(keys(&t).into_iter().map(|(_, k)| k).collect::<Vec<_>>(), sorted);
+        assert!(t.get(42, &[0; 30]).is_none());
+    }
+
+    #[test]
     fn clones_share_until_written() {
         let mut t = Trie::default();
         for i in 0..1000u64 {
