@@ -556,15 +556,15 @@ struct Loader<'r> {
     key_group: u32,
     /// The last key taken, `(hash, key)`; for a map state, the key whose map is in `map`.
     last: Option<(u64, &'r [u8])>,
-    /// The entries so far, in order.
-    entries: Vec<Arc<Entry>>,
-    /// The map entries of the last key (map states).
-    map: Vec<Arc<Entry>>,
+    /// The entries so far, in order, with their hashes.
+    entries: Vec<(u64, Arc<Entry>)>,
+    /// The map entries of the last key (map states), with the map keys' hashes.
+    map: Vec<(u64, Arc<Entry>)>,
 }
 
 impl<'r> Loader<'r> {
-    fn entry(&self, hash: u64, key: &[u8], value: Value) -> Arc<Entry> {
-        Arc::new(Entry { value, ..Entry::new(hash, key, self.epoch) })
+    fn entry(&self, hash: u64, key: &[u8], value: Value) -> (u64, Arc<Entry>) {
+        (hash, Arc::new(Entry { value, ..Entry::new(key, self.epoch) }))
     }
 
     /// Takes `r`. `Ok(Some(r))` gives back a record that does not continue the sorted
@@ -600,7 +600,7 @@ impl<'r> Loader<'r> {
             (Record::MapPut { map_key, value, .. }, StateKind::Map) => {
                 let mhash = key_hash(map_key);
                 if self.last == Some((hash, key)) {
-                    let in_order = self.map.last().is_none_or(|m| (m.hash, &*m.key) < (mhash, map_key));
+                    let in_order = self.map.last().is_none_or(|(h, m)| (*h, &*m.key) < (mhash, map_key));
                     if !in_order {
                         return Ok(Some(r));
                     }
@@ -679,8 +679,7 @@ fn replace(
             e.value = v;
         }
     } else if let Some(v) = f(None) {
-        let mut e =
-            Entry { hash, key: slot.key.clone(), stamp: slot.stamp, prev: slot.prev, value: Value::Tomb };
+        let mut e = Entry { key: slot.key.clone(), stamp: slot.stamp, prev: slot.prev, value: Value::Tomb };
         // The same bookkeeping as `Entry::touch`, with the old entry's liveness.
         if slot.stamp != epoch {
             e.prev = Prev::new(slot.stamp, was);

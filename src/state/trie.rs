@@ -17,7 +17,7 @@
 //! - iteration yields entries in ascending `(hash, key)` order, whatever the history;
 //! - `node.max_stamp >= stamp` of every entry below it (conservative after deletes), so a
 //!   walk for "changed since epoch p" can skip subtrees with `max_stamp <= p`;
-//! - a leaf slot's copy of the hash equals its entry's `hash`;
+//! - a leaf slot holds its entry's key hash (entries do not store it);
 //! - a branch node is never empty (an empty branch exists only transiently, inside an
 //!   operation, as a placeholder: see `Slot::default`).
 
@@ -135,8 +135,8 @@ impl Prev {
     }
 }
 
-/// One key's slot. The fields a lookup reads (key, value; the trie keeps a copy of the hash
-/// beside the pointer) come first and are 48 bytes: often in one cache line.
+/// One key's slot. Its hash is kept by the trie, beside the pointer to it. The fields a
+/// lookup reads (key, value) come first and are 48 bytes: often in one cache line.
 #[derive(Clone, Debug)]
 #[repr(C)]
 pub(crate) struct Entry {
@@ -144,8 +144,6 @@ pub(crate) struct Entry {
     pub key: Key,
     /// Current value.
     pub value: Value,
-    /// `key_hash(key)`.
-    pub hash: u64,
     /// Epoch of the last write (every mutation stamps, not only copies: FLINK-26968).
     pub stamp: u64,
     /// State before the first write of epoch `stamp`.
@@ -154,8 +152,8 @@ pub(crate) struct Entry {
 
 impl Entry {
     /// A fresh, empty slot for `key`, created in epoch `stamp`.
-    pub fn new(hash: u64, key: &[u8], stamp: u64) -> Entry {
-        Entry { hash, key: Key::new(key), stamp, prev: Prev::NEW, value: Value::Tomb }
+    pub fn new(key: &[u8], stamp: u64) -> Entry {
+        Entry { key: Key::new(key), stamp, prev: Prev::NEW, value: Value::Tomb }
     }
 
     /// True unless the entry is a tombstone.
@@ -190,9 +188,7 @@ impl Entry {
 /// A slot: 32 bytes (the leaf's tag lives in the branch pointer's null niche).
 #[derive(Clone, Debug)]
 enum Slot {
-    /// An entry, and a copy of its hash (`entry.hash`, always): a lookup compares it without
-    /// touching the entry, and the entry's hot fields (key, value) fit in one cache line
-    /// more often.
+    /// An entry and its key's hash: a lookup compares the hash without touching the entry.
     Leaf(u64, Arc<Entry>),
     Branch(Node),
 }
@@ -207,10 +203,6 @@ impl Default for Slot {
 }
 
 impl Slot {
-    fn leaf(entry: Arc<Entry>) -> Slot {
-        Slot::Leaf(entry.hash, entry)
-    }
-
     /// Whether this is an empty branch (see `Default`).
     fn is_empty_branch(&self) -> bool {
         matches!(self, Slot::Branch(n) if n.slots.is_empty())
@@ -366,17 +358,17 @@ impl Trie {
         slot_mut_in(root, 0, hash, key, stamp)
     }
 
-    /// A trie holding `entries`, which must be live and in strictly ascending `(hash, key)`
-    /// order, with every node stamped `stamp` (at least every entry's stamp). Built bottom-up:
-    /// each node is allocated once, at its final size, and no path is copied; the shape is
-    /// the one inserting the entries one by one gives.
-    pub fn from_sorted(entries: Vec<Arc<Entry>>, stamp: u64) -> Trie {
-        debug_assert!(entries.windows(2).all(|w| (w[0].hash, &*w[0].key) < (w[1].hash, &*w[1].key)));
+    /// A trie holding `entries` (`(hash, entry)`), which must be in strictly ascending
+    /// `(hash, key)` order, with every node stamped `stamp` (at least every entry's stamp).
+    /// Built bottom-up: each node is allocated once, at its final size, and no path is
+    /// copied; the shape is the one inserting the entries one by one gives.
+    pub fn from_sorted(entries: Vec<(u64, Arc<Entry>)>, stamp: u64) -> Trie {
+        debug_assert!(entries.windows(2).all(|w| (w[0].0, &*w[0].1.key) < (w[1].0, &*w[1].1.key)));
         if entries.is_empty() {
             return Trie::default();
         }
-        let live = entries.iter().filter(|e| e.is_live()).count() as u64;
-        let hashes: Vec<u64> = entries.iter().map(|e| e.hash).collect();
+        let live = entries.iter().filter(|(_, e)| e.is_live()).count() as u64;
+        let hashes: Vec<u64> = entries.iter().map(|&(h, _)| h).collect();
         let root = build(&hashes, &mut entries.into_iter(), 0, stamp);
         Trie { root: Some(root), live }
     }
@@ -446,9 +438,14 @@ impl Trie {
 
 /// The node at `depth` holding the entries whose hashes are `hashes` (sorted, all with the
 /// same prefix above `depth`), taken in order from `entries`.
-fn build(hashes: &[u64], entries: &mut impl Iterator<Item = Arc<Entry>>, depth: u32, stamp: u64) -> Node {
+fn build(
+    hashes: &[u64],
+    entries: &mut impl Iterator<Item = (u64, Arc<Entry>)>,
+    depth: u32,
+    stamp: u64,
+) -> Node {
     if depth >= MAX_DEPTH {
-        let slots = entries.take(hashes.len()).map(Slot::leaf).collect();
+        let slots = entries.take(hashes.len()).map(|(h, e)| Slot::Leaf(h, e)).collect();
         return Node { bitmap: 0, max_stamp: stamp, slots };
     }
     // Sorted hashes with a common prefix have non-decreasing indices at this depth: each run
@@ -466,7 +463,7 @@ fn build(hashes: &[u64], entries: &mut impl Iterator<Item = Arc<Entry>>, depth: 
             rest = others;
             if run == 1 {
                 // Never empty: `hashes` has exactly one hash per entry.
-                entries.next().map(Slot::leaf).unwrap_or_default()
+                entries.next().map(|(h, e)| Slot::Leaf(h, e)).unwrap_or_default()
             } else {
                 Slot::Branch(build(mine, entries, depth + 1, stamp))
             }
@@ -500,7 +497,7 @@ fn slot_mut_in<'a>(
         let (pos, created) = match found {
             Ok(pos) => (pos, false),
             Err(pos) => {
-                insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(hash, key, stamp))));
+                insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(key, stamp))));
                 (pos, true)
             }
         };
@@ -510,7 +507,7 @@ fn slot_mut_in<'a>(
     let (pos, present) = node.position(idx);
     if !present {
         node.bitmap |= 1 << idx;
-        insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(hash, key, stamp))));
+        insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(key, stamp))));
         return (leaf_mut(&mut node.slots, pos), true);
     }
     if let Slot::Leaf(h, e) = &node.slots[pos]
@@ -714,7 +711,21 @@ mod tests {
     }
 
     fn keys(t: &Trie) -> Vec<(u64, Vec<u8>)> {
-        t.iter().map(|e| (e.hash, e.key.to_vec())).collect()
+        fn walk(n: &Node, out: &mut Vec<(u64, Vec<u8>)>) {
+            for s in n.slots.iter() {
+                match s {
+                    Slot::Leaf(h, e) => out.push((*h, e.key.to_vec())),
+                    Slot::Branch(c) => walk(c, out),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if let Some(root) = &t.root {
+            walk(root, &mut out);
+        }
+        let by_iter: Vec<Vec<u8>> = t.iter().map(|e| e.key.to_vec()).collect();
+        assert_eq!(by_iter, out.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>());
+        out
     }
 
     #[test]
@@ -746,7 +757,7 @@ mod tests {
     fn slots_and_entries_stay_small() {
         // Memory per entry and cache lines per lookup depend on these.
         assert_eq!(size_of::<Slot>(), 32);
-        assert_eq!(size_of::<Entry>(), 72);
+        assert_eq!(size_of::<Entry>(), 64);
     }
 
     fn shape(n: &Node, depth: u32, out: &mut Vec<(u32, u32, usize, u64)>) {
@@ -771,7 +782,8 @@ mod tests {
                 put(&mut t, h, b"same hash", 3);
             }
         }
-        let sorted: Vec<Arc<Entry>> = t.iter().cloned().collect();
+        let sorted: Vec<(u64, Arc<Entry>)> =
+            keys(&t).into_iter().map(|(h, k)| (h, Arc::clone(t.get(h, &k).unwrap()))).collect();
         let built = Trie::from_sorted(sorted, 3);
         assert_eq!(built.len(), t.len());
         let (mut a, mut b) = (Vec::new(), Vec::new());
