@@ -506,7 +506,7 @@ impl Store {
             max_parallelism: self.config.max_parallelism,
             key_group,
             last: None,
-            entries: Vec::new(),
+            entries: Vec::with_capacity(records.size_hint().0),
             map: Vec::new(),
         };
         let mut outcome = Ok(None);
