@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use floe::StateId;
-use floe::state::{StateDescriptor, StateKind, Store};
+use floe::state::{Record, StateDescriptor, StateKind, Store};
 
 /// Counts live heap bytes so the benchmark can report memory per entry.
 struct Counting;
@@ -249,7 +249,50 @@ fn summary(_: &mut Criterion) {
         16 + VALUE_LEN,
         floe_bytes as f64 / map_bytes as f64
     );
-    black_box((&store, &map));
+    drop(map);
+
+    // Restore: the full records of a snapshot of the store, loaded into a new store with
+    // bulk_load, against inserting the same entries into a HashMap one by one.
+    let snap = store.snapshot();
+    let groups: Vec<Vec<Record<'_>>> = (0..store.config().max_parallelism)
+        .map(|kg| {
+            let mut recs = Vec::new();
+            snap.for_each_record(id, kg, None, &mut |r| recs.push(r)).unwrap();
+            recs
+        })
+        .collect();
+    let bulk = median(5, || {
+        let mut s = Store::new();
+        let id = s.register(StateDescriptor::raw("bench", StateKind::Value)).unwrap();
+        let t = Instant::now();
+        for (kg, recs) in groups.iter().enumerate() {
+            s.bulk_load(id, kg as u32, recs.iter().copied()).unwrap();
+        }
+        let d = t.elapsed();
+        assert_eq!(s.len(id), n);
+        d
+    });
+    let map_insert = median(5, || {
+        let mut m = HashMap::new();
+        let t = Instant::now();
+        for r in groups.iter().flatten() {
+            if let Record::Put { key, value } = *r {
+                m.insert(key.to_vec(), value.to_vec());
+            }
+        }
+        let d = t.elapsed();
+        assert_eq!(m.len() as u64, n);
+        d
+    });
+    println!(
+        "bulk_load of {n} entries: floe {:>7.1} ms  HashMap inserts {:>7.1} ms  ratio {:.2}x (target: faster)",
+        bulk.as_secs_f64() * 1e3,
+        map_insert.as_secs_f64() * 1e3,
+        map_insert.as_secs_f64() / bulk.as_secs_f64()
+    );
+    drop(groups);
+    drop(snap);
+    black_box(&store);
 }
 
 criterion_group!(benches, snapshot_cost, throughput, summary);

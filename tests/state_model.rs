@@ -47,9 +47,45 @@ fn apply(store: &mut Store, snap: &Snapshot, since: Option<u64>) -> Vec<(u32, St
     seen
 }
 
+/// How `bulk_load_all` presents a full snapshot's records.
+#[derive(Clone, Copy, Debug)]
+enum Feed {
+    /// As `for_each_record` emits them: the bottom-up path.
+    Sorted,
+    /// Reversed: the order check fails at once, or later for one-record groups.
+    Reversed,
+    /// Shuffled by `Rng`: falls back to `apply` somewhere in the middle.
+    Shuffled(u64),
+    /// Twice in a row: the second load finds the group not empty.
+    Twice,
+}
+
+/// Loads every record of the full snapshot `snap` with `Store::bulk_load`, group by group.
+fn bulk_load_all(store: &mut Store, snap: &Snapshot, feed: Feed) {
+    for i in 0..3u32 {
+        for kg in snap.key_groups().iter() {
+            let mut recs = Vec::new();
+            snap.for_each_record(state(i), kg, None, &mut |r| recs.push(r)).unwrap();
+            match feed {
+                Feed::Sorted => {}
+                Feed::Reversed => recs.reverse(),
+                Feed::Shuffled(seed) => {
+                    let mut rng = Rng::new(seed ^ u64::from(kg));
+                    for j in (1..recs.len()).rev() {
+                        recs.swap(j, rng.below(j as u64 + 1) as usize);
+                    }
+                }
+                Feed::Twice => store.bulk_load(state(i), kg, recs.iter().copied()).unwrap(),
+            }
+            store.bulk_load(state(i), kg, recs).unwrap();
+        }
+    }
+}
+
 fn rebuild(config: StoreConfig, base: &Snapshot, chain: &[(Snapshot, u64)]) -> Model {
     let mut s = new_store(config);
-    apply(&mut s, base, None);
+    // The restore path: the base through bulk_load, increments on top through apply.
+    bulk_load_all(&mut s, base, Feed::Sorted);
     for (snap, parent) in chain {
         apply(&mut s, snap, Some(*parent));
     }
@@ -78,7 +114,11 @@ fn run(seed: u64, ops: usize, keys: u64, config: StoreConfig) {
     let key_of = |rng: &mut Rng| -> Vec<u8> {
         // Keys in this store's range only.
         loop {
-            let candidate = format!("k{}", rng.below(keys)).into_bytes();
+            // Every fifth key is longer than the 22 bytes an entry stores inline.
+            let n = rng.below(keys);
+            let candidate =
+                if n.is_multiple_of(5) { format!("k{n}-long-enough-for-the-heap") } else { format!("k{n}") }
+                    .into_bytes();
             if config.key_groups.contains(floe::state::key_group(&candidate, config.max_parallelism)) {
                 return candidate;
             }
@@ -215,8 +255,14 @@ fn run(seed: u64, ops: usize, keys: u64, config: StoreConfig) {
             }
         }
     }
-    let final_model = materialize(&store.snapshot());
+    let last = store.snapshot();
+    let final_model = materialize(&last);
     assert_eq!(final_model, model);
+    for feed in [Feed::Sorted, Feed::Reversed, Feed::Shuffled(seed), Feed::Twice] {
+        let mut s = new_store(config);
+        bulk_load_all(&mut s, &last, feed);
+        assert_eq!(materialize(&s.snapshot()), model, "bulk_load ({feed:?}) differs from the snapshot");
+    }
     let _ = appends_seen;
 }
 
@@ -313,4 +359,27 @@ fn snapshot_is_isolated_while_another_thread_reads_it() {
     assert_eq!(reader.join().unwrap(), 20);
     assert!(n > 0);
     drop(snap);
+}
+
+#[test]
+fn bulk_load_validates_lists_and_routes_foreign_keys() {
+    let mut store = new_store(StoreConfig::default());
+    let kg = floe::state::key_group(b"k", 128);
+    // A length running past the end, as `apply` rejects it.
+    let bad = [Record::Put { key: b"k", value: &[9, 0, 0, 0, 1] }];
+    assert!(store.bulk_load(LIST, kg, bad).is_err());
+    assert!(store.list_get(LIST, b"k").unwrap().is_none());
+    // A record of another key group is applied where it belongs.
+    let other = (0..100u32).map(|i| i.to_le_bytes()).find(|k| floe::state::key_group(k, 128) != kg).unwrap();
+    let recs = [Record::Put { key: b"k", value: b"v" }, Record::Put { key: &other, value: b"w" }];
+    store.bulk_load(VALUE, kg, recs).unwrap();
+    assert_eq!(store.get(VALUE, b"k").unwrap(), Some(&b"v"[..]));
+    assert_eq!(store.get(VALUE, &other).unwrap(), Some(&b"w"[..]));
+    // Map entries of one key out of order, and a duplicate: the later value wins.
+    let mk = |m: &'static [u8], v: &'static [u8]| Record::MapPut { key: b"k", map_key: m, value: v };
+    store.bulk_load(MAP, kg, [mk(b"b", b"1"), mk(b"a", b"2"), mk(b"b", b"3")]).unwrap();
+    let map: Vec<(&[u8], &[u8])> = store.map_iter(MAP, b"k").unwrap().collect();
+    assert_eq!(map.len(), 2);
+    assert_eq!(store.map_get(MAP, b"k", b"b").unwrap(), Some(&b"3"[..]));
+    assert!(store.bulk_load(VALUE, 128, []).is_err());
 }

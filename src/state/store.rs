@@ -293,7 +293,9 @@ impl Store {
                     l.buf.extend_from_slice(enc);
                     l.count = l.count.saturating_add(count);
                 }
-                v => *v = Value::List(ListValue { buf: enc.to_vec(), count, ..ListValue::default() }),
+                v => {
+                    *v = Value::List(Box::new(ListValue { buf: enc.to_vec(), count, ..ListValue::default() }))
+                }
             }
         });
         Ok(())
@@ -322,7 +324,7 @@ impl Store {
         }
         let loc = self.locate(state, key, StateKind::List)?;
         let epoch = self.epoch;
-        let value = Value::List(ListValue { buf, count, ..ListValue::default() });
+        let value = Value::List(Box::new(ListValue { buf, count, ..ListValue::default() }));
         replace(self.trie_mut(loc), loc.hash, key, epoch, |_| Some(value));
         Ok(())
     }
@@ -349,7 +351,7 @@ impl Store {
         modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
             e.touch(epoch);
             if !matches!(e.value, Value::Map(_)) {
-                e.value = Value::Map(MapValue { trie: Trie::default(), created: epoch });
+                e.value = Value::Map(Box::new(MapValue { trie: Trie::default(), created: epoch }));
             }
             if let Value::Map(m) = &mut e.value {
                 replace(&mut m.trie, mhash, map_key, epoch, |old| match old {
@@ -469,6 +471,59 @@ impl Store {
         }
     }
 
+    /// Fills key group `key_group` of `state` from the records of a full snapshot, in the
+    /// order [`Snapshot::for_each_record`] emits them with `since == None`: ascending
+    /// `(key_hash(key), key)`, `Put` for value and list states, `MapPut` for map states (the
+    /// entries of one key consecutive, in ascending `(key_hash(map_key), map_key)`). When the
+    /// group holds nothing yet, the trie is built bottom-up: every node is allocated once at
+    /// its final size and no path is copied.
+    ///
+    /// Any other input is still loaded correctly, one record at a time through
+    /// [`Store::apply`]: all of it when the group is not empty, otherwise everything from the
+    /// first record that breaks the order, has another kind, or belongs to another key group.
+    /// List encodings are validated as `apply` does; on an error, the records before it stay
+    /// applied, as with `apply`.
+    pub fn bulk_load<'r>(
+        &mut self,
+        state: StateId,
+        key_group: u32,
+        records: impl IntoIterator<Item = Record<'r>>,
+    ) -> Result<()> {
+        let table =
+            self.states.get(state.index()).ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
+        let range = self.config.key_groups;
+        if !range.contains(key_group) {
+            return Err(Error::KeyGroupOutOfRange { key_group, start: range.start, end: range.end });
+        }
+        let group = (key_group - range.start) as usize;
+        let mut records = records.into_iter();
+        if !table.groups[group].is_blank() {
+            return records.try_for_each(|r| self.apply(state, &r));
+        }
+        let mut loader = Loader {
+            kind: table.desc.kind,
+            epoch: self.epoch,
+            max_parallelism: self.config.max_parallelism,
+            key_group,
+            last: None,
+            entries: Vec::with_capacity(records.size_hint().0),
+            map: Vec::new(),
+        };
+        let mut outcome = Ok(None);
+        for r in records.by_ref() {
+            outcome = loader.push(r);
+            if !matches!(outcome, Ok(None)) {
+                break;
+            }
+        }
+        self.states[state.index()].groups[group] = loader.finish();
+        if let Some(first) = outcome? {
+            self.apply(state, &first)?;
+            records.try_for_each(|r| self.apply(state, &r))?;
+        }
+        Ok(())
+    }
+
     /// Applies every record of `snapshot` (all of it when `since` is `None`, or the
     /// increment since epoch `since`) to the states of the same names in this store,
     /// registering missing states. Groups outside this store's range are skipped.
@@ -490,6 +545,100 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+/// Builds one key group's trie from sorted full-snapshot records (see `Store::bulk_load`).
+struct Loader<'r> {
+    kind: StateKind,
+    epoch: u64,
+    max_parallelism: u32,
+    key_group: u32,
+    /// The last key taken, `(hash, key)`; for a map state, the key whose map is in `map`.
+    last: Option<(u64, &'r [u8])>,
+    /// The entries so far, in order, with their hashes.
+    entries: Vec<(u64, Arc<Entry>)>,
+    /// The map entries of the last key (map states), with the map keys' hashes.
+    map: Vec<(u64, Arc<Entry>)>,
+}
+
+impl<'r> Loader<'r> {
+    fn entry(&self, hash: u64, key: &[u8], value: Value) -> (u64, Arc<Entry>) {
+        (hash, Arc::new(Entry { value, ..Entry::new(key, self.epoch) }))
+    }
+
+    /// Takes `r`. `Ok(Some(r))` gives back a record that does not continue the sorted
+    /// sequence (the caller applies it and the rest one by one).
+    fn push(&mut self, r: Record<'r>) -> Result<Option<Record<'r>>> {
+        let key = r.key();
+        let hash = key_hash(key);
+        if super::keygroup::key_group_of_hash(hash, self.max_parallelism) != self.key_group {
+            return Ok(Some(r));
+        }
+        let kind = self.kind;
+        let bad = |what: &str| Error::InvalidRecord(format!("{what} record for a {} state", kind.as_str()));
+        match (r, kind) {
+            (Record::Put { value, .. }, StateKind::Value) => {
+                if !self.advance(hash, key) {
+                    return Ok(Some(r));
+                }
+                let e = self.entry(hash, key, Value::Bytes(value.into()));
+                self.entries.push(e);
+            }
+            (Record::Put { value, .. }, StateKind::List) => {
+                let count = list::count_items(value).ok_or_else(|| bad("malformed list"))?;
+                if !self.advance(hash, key) {
+                    return Ok(Some(r));
+                }
+                // An empty list is no list (`apply` deletes the key).
+                if count > 0 {
+                    let list = ListValue { buf: value.to_vec(), count, ..ListValue::default() };
+                    let e = self.entry(hash, key, Value::List(Box::new(list)));
+                    self.entries.push(e);
+                }
+            }
+            (Record::MapPut { map_key, value, .. }, StateKind::Map) => {
+                let mhash = key_hash(map_key);
+                if self.last == Some((hash, key)) {
+                    let in_order = self.map.last().is_none_or(|(h, m)| (*h, &*m.key) < (mhash, map_key));
+                    if !in_order {
+                        return Ok(Some(r));
+                    }
+                } else if !self.advance(hash, key) {
+                    return Ok(Some(r));
+                }
+                let e = self.entry(mhash, map_key, Value::Bytes(value.into()));
+                self.map.push(e);
+            }
+            _ => return Ok(Some(r)),
+        }
+        Ok(None)
+    }
+
+    /// Moves on to `key` if it comes after the last one, closing the last key's map.
+    fn advance(&mut self, hash: u64, key: &'r [u8]) -> bool {
+        if self.last.is_some_and(|last| last >= (hash, key)) {
+            return false;
+        }
+        self.close_map();
+        self.last = Some((hash, key));
+        true
+    }
+
+    /// Adds the map collected in `map` as the entry of the last key.
+    fn close_map(&mut self) {
+        if self.map.is_empty() {
+            return;
+        }
+        let Some((hash, key)) = self.last else { return };
+        let trie = Trie::from_sorted(std::mem::take(&mut self.map), self.epoch);
+        let e = self.entry(hash, key, Value::Map(Box::new(MapValue { trie, created: self.epoch })));
+        self.entries.push(e);
+    }
+
+    fn finish(mut self) -> Trie {
+        self.close_map();
+        Trie::from_sorted(self.entries, self.epoch)
     }
 }
 
@@ -530,8 +679,7 @@ fn replace(
             e.value = v;
         }
     } else if let Some(v) = f(None) {
-        let mut e =
-            Entry { hash, key: slot.key.clone(), stamp: slot.stamp, prev: slot.prev, value: Value::Tomb };
+        let mut e = Entry { key: slot.key.clone(), stamp: slot.stamp, prev: slot.prev, value: Value::Tomb };
         // The same bookkeeping as `Entry::touch`, with the old entry's liveness.
         if slot.stamp != epoch {
             e.prev = Prev::new(slot.stamp, was);

@@ -3,18 +3,25 @@
 //!
 //! Structure: a 32-way hash array mapped trie indexed by the top bits of a key's 64-bit
 //! hash, 5 bits per level. Nodes and entries are reference counted; cloning a [`Trie`]
-//! clones one pointer, which is what makes a snapshot O(1) per trie. A write goes through
-//! [`Arc::make_mut`] along its path: when no snapshot shares a node it is mutated in place
-//! (no copy), otherwise exactly that node is copied (at most 32 pointers). Nodes at
-//! [`MAX_DEPTH`] are *buckets*: plain lists sorted by `(hash, key)` for keys whose top 60
-//! hash bits collide.
+//! clones one pointer, which is what makes a snapshot O(1) per trie. A node's header
+//! (bitmap, `max_stamp`) sits beside the pointer to it, in the parent's slot, and its slots
+//! in one exact-size `Arc<[Slot]>`: a lookup costs one cache miss per level, and short keys
+//! are stored inside their entry. A write goes through [`Arc::make_mut`] along its path:
+//! when no snapshot shares a node it is mutated in place (no copy; adding or removing a slot
+//! moves the slots to an allocation of the new size), otherwise exactly that node is copied
+//! (at most 32 slots). Nodes at [`MAX_DEPTH`] are *buckets*: plain lists sorted by
+//! `(hash, key)` for keys whose top 60 hash bits collide. [`Trie::from_sorted`] builds a
+//! trie bottom-up from entries in order, with the same shape as inserting them.
 //!
 //! Invariants:
 //! - iteration yields entries in ascending `(hash, key)` order, whatever the history;
 //! - `node.max_stamp >= stamp` of every entry below it (conservative after deletes), so a
 //!   walk for "changed since epoch p" can skip subtrees with `max_stamp <= p`;
-//! - a branch node is never empty.
+//! - a leaf slot holds its entry's key hash (entries do not store it);
+//! - a branch node is never empty (an empty branch exists only transiently, inside an
+//!   operation, as a placeholder: see `Slot::default`).
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 /// Bits of the hash consumed per level.
@@ -29,10 +36,55 @@ pub(crate) enum Value {
     Tomb,
     /// A plain value (`ValueState`, or a `MapState` map value).
     Bytes(Box<[u8]>),
-    /// A list (`ListState`).
-    List(ListValue),
+    /// A list (`ListState`). Boxed, like maps, to keep every entry small.
+    List(Box<ListValue>),
     /// A map (`MapState`): a nested trie keyed by map key.
-    Map(MapValue),
+    Map(Box<MapValue>),
+}
+
+/// Keys up to this length are stored inside the entry (no allocation of their own).
+const INLINE_KEY: usize = 22;
+
+/// An encoded key, stored inline in the entry when short (one cache miss less per lookup,
+/// one allocation less per entry), on the heap otherwise. Dereferences to the key bytes.
+#[derive(Clone)]
+pub(crate) enum Key {
+    /// `bytes[..len]` is the key.
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    /// A key longer than `INLINE_KEY`.
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    /// A copy of `key`.
+    pub fn new(key: &[u8]) -> Key {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY => {
+                let mut bytes = [0u8; INLINE_KEY];
+                bytes[..key.len()].copy_from_slice(key);
+                Key::Inline { len, bytes }
+            }
+            _ => Key::Heap(key.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Key::Heap(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
 }
 
 /// A list value: items encoded back to back as `u32 LE length, bytes`.
@@ -83,25 +135,25 @@ impl Prev {
     }
 }
 
-/// One key's slot.
+/// One key's slot. Its hash is kept by the trie, beside the pointer to it. The fields a
+/// lookup reads (key, value) come first and are 48 bytes: often in one cache line.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub(crate) struct Entry {
-    /// `key_hash(key)`.
-    pub hash: u64,
     /// The encoded key.
-    pub key: Box<[u8]>,
+    pub key: Key,
+    /// Current value.
+    pub value: Value,
     /// Epoch of the last write (every mutation stamps, not only copies: FLINK-26968).
     pub stamp: u64,
     /// State before the first write of epoch `stamp`.
     pub prev: Prev,
-    /// Current value.
-    pub value: Value,
 }
 
 impl Entry {
     /// A fresh, empty slot for `key`, created in epoch `stamp`.
-    pub fn new(hash: u64, key: &[u8], stamp: u64) -> Entry {
-        Entry { hash, key: key.into(), stamp, prev: Prev::NEW, value: Value::Tomb }
+    pub fn new(key: &[u8], stamp: u64) -> Entry {
+        Entry { key: Key::new(key), stamp, prev: Prev::NEW, value: Value::Tomb }
     }
 
     /// True unless the entry is a tombstone.
@@ -133,12 +185,33 @@ impl Entry {
     }
 }
 
+/// A slot: 32 bytes (the leaf's tag lives in the branch pointer's null niche).
 #[derive(Clone, Debug)]
 enum Slot {
-    Leaf(Arc<Entry>),
-    Branch(Arc<Node>),
+    /// An entry and its key's hash: a lookup compares the hash without touching the entry.
+    Leaf(u64, Arc<Entry>),
+    Branch(Node),
 }
 
+impl Default for Slot {
+    /// An empty branch, which allocates nothing (`Arc::<[_]>::default()` is static). Only
+    /// transient: what a slot holds while its content is moved elsewhere, or a branch that
+    /// lost its last slot, about to be dropped.
+    fn default() -> Slot {
+        Slot::Branch(Node::empty())
+    }
+}
+
+impl Slot {
+    /// Whether this is an empty branch (see `Default`).
+    fn is_empty_branch(&self) -> bool {
+        matches!(self, Slot::Branch(n) if n.slots.is_empty())
+    }
+}
+
+/// A node: the header lives with the pointer (in the parent's slot, or in the [`Trie`] for
+/// the root), and the slots in one exact-size allocation. Looking up a child costs one
+/// cache miss per level: the header is already at hand when the slots are loaded.
 #[derive(Clone, Debug)]
 struct Node {
     /// Which of the 32 positions are occupied (unused in buckets).
@@ -146,7 +219,7 @@ struct Node {
     /// Upper bound of the stamps below this node.
     max_stamp: u64,
     /// Occupied positions in index order; in buckets, leaves sorted by `(hash, key)`.
-    slots: Vec<Slot>,
+    slots: Arc<[Slot]>,
 }
 
 #[inline]
@@ -156,7 +229,7 @@ fn index(hash: u64, depth: u32) -> u32 {
 
 impl Node {
     fn empty() -> Node {
-        Node { bitmap: 0, max_stamp: 0, slots: Vec::new() }
+        Node { bitmap: 0, max_stamp: 0, slots: Arc::default() }
     }
 
     /// Position in `slots` of hash index `idx`, and whether it is occupied.
@@ -166,17 +239,58 @@ impl Node {
         ((self.bitmap & (bit - 1)).count_ones() as usize, self.bitmap & bit != 0)
     }
 
-    /// A node one level below `depth` holding just `entry`.
-    fn single(entry: Arc<Entry>, depth: u32) -> Node {
-        let bitmap = if depth >= MAX_DEPTH { 0 } else { 1 << index(entry.hash, depth) };
-        Node { bitmap, max_stamp: entry.stamp, slots: vec![Slot::Leaf(entry)] }
+    /// A node at `depth` holding just `entry` (of hash `hash`), with the stamp bound
+    /// `max_stamp` (at least the entry's stamp): made without touching the entry.
+    fn single(hash: u64, entry: Arc<Entry>, depth: u32, max_stamp: u64) -> Node {
+        let bitmap = if depth >= MAX_DEPTH { 0 } else { 1 << index(hash, depth) };
+        Node { bitmap, max_stamp, slots: Arc::new([Slot::Leaf(hash, entry)]) }
     }
+}
+
+/// Inserts `slot` at `pos`. The slots are reallocated at their new size; when this node is
+/// not shared they are moved, otherwise cloned (the copy-on-write copy of the node).
+fn insert_slot(slots: &mut Arc<[Slot]>, pos: usize, slot: Slot) {
+    let n = slots.len();
+    let mut slot = Some(slot);
+    let fresh: Arc<[Slot]> = if let Some(old) = Arc::get_mut(slots) {
+        (0..=n)
+            .map(|i| match i.cmp(&pos) {
+                Ordering::Less => std::mem::take(&mut old[i]),
+                Ordering::Equal => slot.take().unwrap_or_default(),
+                Ordering::Greater => std::mem::take(&mut old[i - 1]),
+            })
+            .collect()
+    } else {
+        (0..=n)
+            .map(|i| match i.cmp(&pos) {
+                Ordering::Less => slots[i].clone(),
+                Ordering::Equal => slot.take().unwrap_or_default(),
+                Ordering::Greater => slots[i - 1].clone(),
+            })
+            .collect()
+    };
+    *slots = fresh;
+}
+
+/// Removes and returns the slot at `pos` (moving or cloning the others, as `insert_slot`).
+fn remove_slot(slots: &mut Arc<[Slot]>, pos: usize) -> Slot {
+    let n = slots.len();
+    let (removed, fresh): (Slot, Arc<[Slot]>) = if let Some(old) = Arc::get_mut(slots) {
+        let removed = std::mem::take(&mut old[pos]);
+        let skip = |i: usize| if i < pos { i } else { i + 1 };
+        (removed, (0..n - 1).map(|i| std::mem::take(&mut old[skip(i)])).collect())
+    } else {
+        let skip = |i: usize| if i < pos { i } else { i + 1 };
+        (slots[pos].clone(), (0..n - 1).map(|i| slots[skip(i)].clone()).collect())
+    };
+    *slots = fresh;
+    removed
 }
 
 /// A persistent map from `(hash, key)` to [`Entry`]. Cloning is O(1).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Trie {
-    root: Option<Arc<Node>>,
+    root: Option<Node>,
     /// Number of live (non-tombstone) entries.
     live: u64,
 }
@@ -207,13 +321,14 @@ impl Trie {
     }
 
     /// The entry for `key`, tombstones included.
+    #[inline]
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Arc<Entry>> {
-        let mut node = self.root.as_deref()?;
+        let mut node = self.root.as_ref()?;
         let mut depth = 0;
         loop {
             if depth >= MAX_DEPTH {
                 return node.slots.iter().find_map(|s| match s {
-                    Slot::Leaf(e) if e.hash == hash && *e.key == *key => Some(e),
+                    Slot::Leaf(h, e) if *h == hash && *e.key == *key => Some(e),
                     _ => None,
                 });
             }
@@ -221,9 +336,9 @@ impl Trie {
             if !present {
                 return None;
             }
-            match &node.slots[pos] {
-                Slot::Leaf(e) => {
-                    return (e.hash == hash && *e.key == *key).then_some(e);
+            match node.slots.get(pos)? {
+                Slot::Leaf(h, e) => {
+                    return (*h == hash && *e.key == *key).then_some(e);
                 }
                 Slot::Branch(child) => {
                     node = child;
@@ -236,14 +351,37 @@ impl Trie {
     /// The slot for `key`, created as an empty tombstone stamped `stamp` if absent
     /// (`created` tells). Every node on the path is made unique (copy-on-write) and has its
     /// `max_stamp` raised to `stamp`; the entry itself may still be shared, which the
-    /// caller resolves (see `Entry` users in the store).
+    /// caller resolves (see `Entry` users in the store). An entry put in its place must have
+    /// the same hash and key.
     pub fn slot_mut(&mut self, hash: u64, key: &[u8], stamp: u64) -> (&mut Arc<Entry>, bool) {
-        let root = self.root.get_or_insert_with(|| Arc::new(Node::empty()));
+        let root = self.root.get_or_insert_with(Node::empty);
         slot_mut_in(root, 0, hash, key, stamp)
+    }
+
+    /// A trie holding `entries` (`(hash, entry)`), which must be in strictly ascending
+    /// `(hash, key)` order, with every node stamped `stamp` (at least every entry's stamp).
+    /// Built bottom-up: each node is allocated once, at its final size, and no path is
+    /// copied; the shape is the one inserting the entries one by one gives.
+    pub fn from_sorted(entries: Vec<(u64, Arc<Entry>)>, stamp: u64) -> Trie {
+        debug_assert!(entries.windows(2).all(|w| (w[0].0, &*w[0].1.key) < (w[1].0, &*w[1].1.key)));
+        if entries.is_empty() {
+            return Trie::default();
+        }
+        let live = entries.iter().filter(|(_, e)| e.is_live()).count() as u64;
+        let hashes: Vec<u64> = entries.iter().map(|&(h, _)| h).collect();
+        let root = build(&hashes, &mut entries.into_iter(), 0, stamp);
+        Trie { root: Some(root), live }
+    }
+
+    /// True when the trie holds no slot at all, not even a tombstone.
+    pub fn is_blank(&self) -> bool {
+        self.root.is_none()
     }
 
     /// Physically removes `key`'s slot. Returns the removed entry.
     pub fn remove(&mut self, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
+        // A miss copies nothing.
+        self.get(hash, key)?;
         let root = self.root.as_mut()?;
         let removed = remove_in(root, 0, hash, key)?;
         if root.slots.is_empty() {
@@ -298,102 +436,163 @@ impl Trie {
     }
 }
 
+/// The node at `depth` holding the entries whose hashes are `hashes` (sorted, all with the
+/// same prefix above `depth`), taken in order from `entries`.
+fn build(
+    hashes: &[u64],
+    entries: &mut impl Iterator<Item = (u64, Arc<Entry>)>,
+    depth: u32,
+    stamp: u64,
+) -> Node {
+    if depth >= MAX_DEPTH {
+        let slots = entries.take(hashes.len()).map(|(h, e)| Slot::Leaf(h, e)).collect();
+        return Node { bitmap: 0, max_stamp: stamp, slots };
+    }
+    // Sorted hashes with a common prefix have non-decreasing indices at this depth: each run
+    // of equal indices is one slot, a leaf when the run has one entry, a branch otherwise.
+    let mut bitmap = 0u32;
+    for &h in hashes {
+        bitmap |= 1 << index(h, depth);
+    }
+    let mut rest = hashes;
+    let slots = (0..bitmap.count_ones())
+        .map(|_| {
+            let idx = rest.first().map_or(0, |&h| index(h, depth));
+            let run = rest.iter().take_while(|&&h| index(h, depth) == idx).count();
+            let (mine, others) = rest.split_at(run);
+            rest = others;
+            if run == 1 {
+                // Never empty: `hashes` has exactly one hash per entry.
+                entries.next().map(|(h, e)| Slot::Leaf(h, e)).unwrap_or_default()
+            } else {
+                Slot::Branch(build(mine, entries, depth + 1, stamp))
+            }
+        })
+        .collect();
+    Node { bitmap, max_stamp: stamp, slots }
+}
+
+/// The leaf at `pos` of slots that were just made unique.
+fn leaf_mut(slots: &mut Arc<[Slot]>, pos: usize) -> &mut Arc<Entry> {
+    match &mut Arc::make_mut(slots)[pos] {
+        Slot::Leaf(_, e) => e,
+        _ => unreachable!("a leaf was just found or placed here"),
+    }
+}
+
 fn slot_mut_in<'a>(
-    node: &'a mut Arc<Node>,
+    node: &'a mut Node,
     depth: u32,
     hash: u64,
     key: &[u8],
     stamp: u64,
 ) -> (&'a mut Arc<Entry>, bool) {
-    let n = Arc::make_mut(node);
-    n.max_stamp = n.max_stamp.max(stamp);
+    node.max_stamp = node.max_stamp.max(stamp);
     if depth >= MAX_DEPTH {
-        let found = n.slots.binary_search_by(|s| match s {
-            Slot::Leaf(e) => (e.hash, &*e.key).cmp(&(hash, key)),
+        let found = node.slots.binary_search_by(|s| match s {
+            Slot::Leaf(h, e) => (*h, &*e.key).cmp(&(hash, key)),
             // Buckets hold only leaves.
-            Slot::Branch(_) => std::cmp::Ordering::Less,
+            _ => Ordering::Less,
         });
         let (pos, created) = match found {
             Ok(pos) => (pos, false),
             Err(pos) => {
-                n.slots.insert(pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
+                insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(key, stamp))));
                 (pos, true)
             }
         };
-        return match &mut n.slots[pos] {
-            Slot::Leaf(e) => (e, created),
-            Slot::Branch(_) => unreachable!("buckets hold only leaves"),
-        };
+        return (leaf_mut(&mut node.slots, pos), created);
     }
     let idx = index(hash, depth);
-    let (pos, present) = n.position(idx);
+    let (pos, present) = node.position(idx);
     if !present {
-        n.bitmap |= 1 << idx;
-        n.slots.insert(pos, Slot::Leaf(Arc::new(Entry::new(hash, key, stamp))));
-        return match &mut n.slots[pos] {
-            Slot::Leaf(e) => (e, true),
-            Slot::Branch(_) => unreachable!("just inserted a leaf"),
-        };
+        node.bitmap |= 1 << idx;
+        insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(key, stamp))));
+        return (leaf_mut(&mut node.slots, pos), true);
     }
-    // Split a leaf that holds another key into a branch, then descend.
-    if let Slot::Leaf(e) = &n.slots[pos] {
-        if e.hash == hash && *e.key == *key {
-            return match &mut n.slots[pos] {
-                Slot::Leaf(e) => (e, false),
-                Slot::Branch(_) => unreachable!("checked above"),
-            };
-        }
-        let other = Arc::clone(e);
-        n.slots[pos] = Slot::Branch(Arc::new(Node::single(other, depth + 1)));
+    if let Slot::Leaf(h, e) = &node.slots[pos]
+        && *h == hash
+        && *e.key == *key
+    {
+        return (leaf_mut(&mut node.slots, pos), false);
     }
-    match &mut n.slots[pos] {
+    let max_stamp = node.max_stamp;
+    let slots = Arc::make_mut(&mut node.slots);
+    // Split a leaf that holds another key into a branch, then descend. The new branch takes
+    // this node's stamp bound (the descent raises it to `stamp` anyway).
+    if let Slot::Leaf(..) = &slots[pos]
+        && let Slot::Leaf(h, other) = std::mem::take(&mut slots[pos])
+    {
+        slots[pos] = Slot::Branch(Node::single(h, other, depth + 1, max_stamp));
+    }
+    match &mut slots[pos] {
         Slot::Branch(child) => slot_mut_in(child, depth + 1, hash, key, stamp),
-        Slot::Leaf(_) => unreachable!("leaf replaced by a branch above"),
+        _ => unreachable!("leaf replaced by a branch above"),
     }
 }
 
-fn remove_in(node: &mut Arc<Node>, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
+fn remove_in(node: &mut Node, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
     // Read-only search first so that a miss copies nothing.
     let pos = if depth >= MAX_DEPTH {
-        node.slots.iter().position(|s| matches!(s, Slot::Leaf(e) if e.hash == hash && *e.key == *key))?
+        node.slots.iter().position(|s| matches!(s, Slot::Leaf(h, e) if *h == hash && *e.key == *key))?
     } else {
         let idx = index(hash, depth);
         let (pos, present) = node.position(idx);
         if !present {
             return None;
         }
-        if let Slot::Leaf(e) = &node.slots[pos]
-            && !(e.hash == hash && *e.key == *key)
+        if let Slot::Leaf(h, e) = &node.slots[pos]
+            && !(*h == hash && *e.key == *key)
         {
             return None;
         }
         pos
     };
-    let n = Arc::make_mut(node);
-    let removed = match &mut n.slots[pos] {
-        Slot::Leaf(_) => {
-            let Slot::Leaf(e) = n.slots.remove(pos) else { unreachable!("matched a leaf") };
-            n.bitmap = clear_nth_set_bit(n.bitmap, pos);
-            return Some(e);
-        }
-        Slot::Branch(child) => remove_in(child, depth + 1, hash, key)?,
-    };
-    collapse(n, pos);
+    if let Slot::Leaf(..) = &node.slots[pos] {
+        let Slot::Leaf(_, e) = remove_slot(&mut node.slots, pos) else { unreachable!("matched a leaf") };
+        node.bitmap = clear_nth_set_bit(node.bitmap, pos);
+        return Some(e);
+    }
+    let slots = Arc::make_mut(&mut node.slots);
+    let Slot::Branch(child) = &mut slots[pos] else { return None };
+    let removed = remove_in(child, depth + 1, hash, key)?;
+    collapse(&mut slots[pos]);
+    if slots[pos].is_empty_branch() {
+        remove_slot(&mut node.slots, pos);
+        node.bitmap = clear_nth_set_bit(node.bitmap, pos);
+    }
     Some(removed)
 }
 
-/// After a removal below `n.slots[pos]`: drop an empty child, and pull a child that holds a
-/// single leaf up into this node (keeps the trie compact and its shape canonical).
-fn collapse(n: &mut Node, pos: usize) {
-    let Slot::Branch(child) = &n.slots[pos] else { return };
-    if child.slots.is_empty() {
-        n.slots.remove(pos);
-        n.bitmap = clear_nth_set_bit(n.bitmap, pos);
-    } else if child.slots.len() == 1
-        && let Slot::Leaf(e) = &child.slots[0]
-    {
-        n.slots[pos] = Slot::Leaf(Arc::clone(e));
+/// After a removal below `slot`: pulls a child that holds a single leaf up into the slot
+/// (keeps the trie compact and its shape canonical). A branch left empty stays, for the
+/// caller to drop.
+fn collapse(slot: &mut Slot) {
+    let Slot::Branch(child) = slot else { return };
+    if child.slots.len() == 1 && matches!(child.slots[0], Slot::Leaf(..)) {
+        let leaf = match Arc::get_mut(&mut child.slots) {
+            Some(only) => std::mem::take(&mut only[0]),
+            None => child.slots[0].clone(),
+        };
+        *slot = leaf;
     }
+}
+
+/// Drops the empty-branch slots of a unique node and clears their bits.
+fn compact(node: &mut Node) {
+    let mut bits = node.bitmap;
+    let mut kept = 0u32;
+    for s in node.slots.iter() {
+        let low = bits & bits.wrapping_neg();
+        bits &= !low;
+        if !s.is_empty_branch() {
+            kept |= low;
+        }
+    }
+    let slots = Arc::make_mut(&mut node.slots);
+    let fresh: Arc<[Slot]> = slots.iter_mut().filter(|s| !s.is_empty_branch()).map(std::mem::take).collect();
+    node.slots = fresh;
+    node.bitmap = kept;
 }
 
 /// Clears the `pos`-th set bit of `bitmap` (the bit of slot `pos`); buckets have an all-zero
@@ -407,9 +606,9 @@ fn clear_nth_set_bit(bitmap: u32, pos: usize) -> u32 {
 }
 
 fn visit<'a>(node: &'a Node, f: &mut impl FnMut(&'a Arc<Entry>)) {
-    for s in &node.slots {
+    for s in node.slots.iter() {
         match s {
-            Slot::Leaf(e) => f(e),
+            Slot::Leaf(_, e) => f(e),
             Slot::Branch(c) => visit(c, f),
         }
     }
@@ -419,9 +618,9 @@ fn visit_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>
     if node.max_stamp <= since {
         return;
     }
-    for s in &node.slots {
+    for s in node.slots.iter() {
         match s {
-            Slot::Leaf(e) => {
+            Slot::Leaf(_, e) => {
                 if e.stamp > since {
                     f(e)
                 }
@@ -434,13 +633,13 @@ fn visit_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>
 fn any_needs(node: &Node, since: u64, needs: &impl Fn(&Entry) -> bool) -> bool {
     node.max_stamp > since
         && node.slots.iter().any(|s| match s {
-            Slot::Leaf(e) => e.stamp > since && needs(e),
+            Slot::Leaf(_, e) => e.stamp > since && needs(e),
             Slot::Branch(c) => any_needs(c, since, needs),
         })
 }
 
 fn retain_in(
-    node: &mut Arc<Node>,
+    node: &mut Node,
     since: u64,
     needs: &impl Fn(&Entry) -> bool,
     f: &mut impl FnMut(&mut Arc<Entry>) -> bool,
@@ -449,36 +648,30 @@ fn retain_in(
     if !any_needs(node, since, needs) {
         return;
     }
-    let n = Arc::make_mut(node);
-    let mut pos = 0;
-    while pos < n.slots.len() {
-        let keep = match &mut n.slots[pos] {
-            Slot::Leaf(e) => {
+    let mut emptied = false;
+    for s in Arc::make_mut(&mut node.slots).iter_mut() {
+        match s {
+            Slot::Leaf(_, e) => {
                 if e.stamp > since && needs(e) {
                     let was = e.is_live();
                     let keep = f(e);
                     let now = keep && e.is_live();
                     *live_delta += i64::from(now) - i64::from(was);
-                    keep
-                } else {
-                    true
+                    if !keep {
+                        *s = Slot::default();
+                        emptied = true;
+                    }
                 }
             }
             Slot::Branch(c) => {
                 retain_in(c, since, needs, f, live_delta);
-                true
+                collapse(s);
+                emptied |= s.is_empty_branch();
             }
-        };
-        if keep {
-            let before = n.slots.len();
-            collapse(n, pos);
-            if n.slots.len() == before {
-                pos += 1;
-            }
-        } else {
-            n.bitmap = clear_nth_set_bit(n.bitmap, pos);
-            n.slots.remove(pos);
         }
+    }
+    if emptied {
+        compact(node);
     }
 }
 
@@ -497,7 +690,7 @@ impl<'a> Iterator for TrieIter<'a> {
                 None => {
                     self.stack.pop();
                 }
-                Some(Slot::Leaf(e)) => return Some(e),
+                Some(Slot::Leaf(_, e)) => return Some(e),
                 Some(Slot::Branch(c)) => self.stack.push(c.slots.iter()),
             }
         }
@@ -518,7 +711,21 @@ mod tests {
     }
 
     fn keys(t: &Trie) -> Vec<(u64, Vec<u8>)> {
-        t.iter().map(|e| (e.hash, e.key.to_vec())).collect()
+        fn walk(n: &Node, out: &mut Vec<(u64, Vec<u8>)>) {
+            for s in n.slots.iter() {
+                match s {
+                    Slot::Leaf(h, e) => out.push((*h, e.key.to_vec())),
+                    Slot::Branch(c) => walk(c, out),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if let Some(root) = &t.root {
+            walk(root, &mut out);
+        }
+        let by_iter: Vec<Vec<u8>> = t.iter().map(|e| e.key.to_vec()).collect();
+        assert_eq!(by_iter, out.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>());
+        out
     }
 
     #[test]
@@ -544,6 +751,64 @@ mod tests {
         assert_eq!(keys(&t), vec![(1, b"z".to_vec())]);
         assert!(t.remove(1, b"z").is_some());
         assert!(t.root.is_none());
+    }
+
+    #[test]
+    fn slots_and_entries_stay_small() {
+        // Memory per entry and cache lines per lookup depend on these.
+        assert_eq!(size_of::<Slot>(), 32);
+        assert_eq!(size_of::<Entry>(), 64);
+    }
+
+    fn shape(n: &Node, depth: u32, out: &mut Vec<(u32, u32, usize, u64)>) {
+        out.push((depth, n.bitmap, n.slots.len(), n.max_stamp));
+        for s in n.slots.iter() {
+            match s {
+                Slot::Leaf(h, e) => out.push((depth, u32::MAX, e.key.len(), *h)),
+                Slot::Branch(c) => shape(c, depth + 1, out),
+            }
+        }
+    }
+
+    #[test]
+    fn from_sorted_builds_the_same_shape_as_inserts() {
+        let mut t = Trie::default();
+        let mut hashes: Vec<u64> = (0..5000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        // Collisions down to the bucket level, and shared prefixes of every length.
+        hashes.extend([0xABCD_EF01_2345_6780, 0xABCD_EF01_2345_6781, 0xABCD_EF01_2345_6000, 7, 8]);
+        for (i, &h) in hashes.iter().enumerate() {
+            put(&mut t, h, &(i as u64).to_le_bytes(), 3);
+            if i % 3 == 0 {
+                put(&mut t, h, b"same hash", 3);
+            }
+        }
+        let sorted: Vec<(u64, Arc<Entry>)> =
+            keys(&t).into_iter().map(|(h, k)| (h, Arc::clone(t.get(h, &k).unwrap()))).collect();
+        let built = Trie::from_sorted(sorted, 3);
+        assert_eq!(built.len(), t.len());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        shape(t.root.as_ref().unwrap(), 0, &mut a);
+        shape(built.root.as_ref().unwrap(), 0, &mut b);
+        assert_eq!(a, b);
+        assert!(Trie::from_sorted(Vec::new(), 1).is_blank());
+    }
+
+    #[test]
+    fn short_keys_inline_long_keys_on_the_heap() {
+        let mut t = Trie::default();
+        let all: Vec<Vec<u8>> = (0..48u8).map(|n| (0..n).map(|i| i ^ n).collect()).collect();
+        for k in &all {
+            // One hash for all: every comparison goes through the key bytes.
+            put(&mut t, 42, k, 1);
+            assert_eq!(matches!(Key::new(k), Key::Inline { .. }), k.len() <= INLINE_KEY);
+        }
+        for k in &all {
+            assert_eq!(&*t.get(42, k).unwrap().key, &k[..]);
+        }
+        let mut sorted = all.clone();
+        sorted.sort();
+        assert_eq!(keys(&t).into_iter().map(|(_, k)| k).collect::<Vec<_>>(), sorted);
+        assert!(t.get(42, &[0; 30]).is_none());
     }
 
     #[test]
