@@ -311,7 +311,11 @@ fn checkpoints_that_time_out_are_aborted_and_fail_the_job_past_the_tolerance() {
     }));
     let err = run_job(&graph(3, &dir.path().join("out"), true, 2, 5_000.0), &config).unwrap_err();
     assert!(err.to_string().contains("checkpoints failed in a row"), "{err}");
-    assert_eq!(aborted.load(std::sync::atomic::Ordering::SeqCst), 3, "tolerance 2: the third failure fails the job");
+    assert_eq!(
+        aborted.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "tolerance 2: the third failure fails the job"
+    );
     assert!(storage.checkpoint_ids().unwrap().is_empty());
     // Aborted checkpoints leave nothing behind.
     assert!(storage.orphans().unwrap().ours.is_empty(), "{:?}", storage.orphans().unwrap());
