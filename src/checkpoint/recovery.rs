@@ -100,7 +100,7 @@ pub fn load_chain(
     for d in &op.states {
         ids.push(store.register(d.clone())?);
     }
-    for f in files {
+    for (pos, f) in files.iter().enumerate() {
         for (d, &id) in op.states.iter().zip(&ids) {
             let Some(si) = f.state_index(&d.name) else { continue };
             if f.states()[si as usize].kind != d.kind {
@@ -112,6 +112,20 @@ pub fn load_chain(
             }
             let mut scratch = Vec::new();
             for kg in range.iter() {
+                if pos == 0 {
+                    // The base: decode the group's blocks and build its trie bottom-up.
+                    let blocks = f.blocks_of(si, kg);
+                    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); blocks.len()];
+                    let mut records = Vec::new();
+                    for (b, buf) in blocks.iter().zip(bufs.iter_mut()) {
+                        records.push((b.offset, f.records_in(b, buf)?));
+                    }
+                    let first = records.first().map_or(0, |(o, _)| *o);
+                    store
+                        .bulk_load(id, kg, records.into_iter().flat_map(|(_, r)| r))
+                        .map_err(|e| Error::corrupt(f.path(), first, format!("records do not load: {e}")))?;
+                    continue;
+                }
                 for b in f.blocks_of(si, kg) {
                     f.for_each_record_in(b, &mut scratch, &mut |r| {
                         store.apply(id, &r).map_err(|e| {

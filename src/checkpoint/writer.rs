@@ -63,37 +63,41 @@ pub(crate) fn write_snapshot_file(
     publish(io, dir, rel, header.checkpoint_id, |out: &mut dyn Write| {
         let mut w = DataFileWriter::new(out, &path, header, states)?;
         let threads = threads.max(1);
-        // Batches keep memory bounded while both cores compress.
-        for batch in units.chunks(8 * threads) {
-            let per = batch.len().div_ceil(threads);
-            let results: Vec<Result<Vec<Vec<EncodedBlock>>>> = std::thread::scope(|s| {
-                let handles: Vec<_> = batch
-                    .chunks(per)
-                    .map(|part| {
-                        s.spawn(move || {
-                            part.iter()
-                                .map(|&(st, kg)| encode_unit(snapshot, st, kg, since, target))
-                                .collect::<Result<Vec<_>>>()
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(crate::Error::Background("a compression thread panicked".into()))
-                        })
-                    })
-                    .collect()
-            });
-            for part in results {
-                for unit in part? {
-                    for b in &unit {
+        // Encoders take units round-robin and send their blocks through a bounded channel;
+        // this thread writes them in unit order as they arrive, so compression on every
+        // core overlaps with I/O and memory stays bounded by the channel.
+        std::thread::scope(|s| -> Result<()> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Result<Vec<EncodedBlock>>)>(4 * threads);
+            for t in 0..threads {
+                let tx = tx.clone();
+                let units = &units;
+                s.spawn(move || {
+                    for (i, &(st, kg)) in units.iter().enumerate().skip(t).step_by(threads) {
+                        let r = encode_unit(snapshot, st, kg, since, target);
+                        let failed = r.is_err();
+                        if tx.send((i, r)).is_err() || failed {
+                            return;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            let mut waiting = std::collections::BTreeMap::new();
+            let mut next = 0usize;
+            for (i, r) in rx.iter() {
+                waiting.insert(i, r?);
+                while let Some(blocks) = waiting.remove(&next) {
+                    for b in &blocks {
                         w.write_block(b)?;
                     }
+                    next += 1;
                 }
             }
-        }
+            if next != units.len() {
+                return Err(crate::Error::Background("a compression thread stopped early".into()));
+            }
+            Ok(())
+        })?;
         let (summary, _) = w.finish()?;
         Ok(summary)
     })

@@ -5,16 +5,16 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-pub(crate) struct Cursor<'a> {
+pub(crate) struct Cursor<'a, 'p> {
     buf: &'a [u8],
     pos: usize,
     /// Absolute file offset of `buf[0]`, for error messages.
     base: u64,
-    path: &'a Path,
+    path: &'p Path,
 }
 
-impl<'a> Cursor<'a> {
-    pub fn new(buf: &'a [u8], base: u64, path: &'a Path) -> Self {
+impl<'a, 'p> Cursor<'a, 'p> {
+    pub fn new(buf: &'a [u8], base: u64, path: &'p Path) -> Self {
         Cursor { buf, pos: 0, base, path }
     }
 

@@ -583,9 +583,30 @@ impl DataFile {
         f: &mut dyn FnMut(Record<'_>) -> Result<()>,
     ) -> Result<()> {
         self.read_block(b, scratch)?;
+        self.parse_block(b, scratch, &mut |r| f(r))
+    }
+
+    /// Reads one block into `buf` and returns its checked records, which borrow `buf`.
+    pub fn records_in<'b>(&self, b: &BlockInfo, buf: &'b mut Vec<u8>) -> Result<Vec<Record<'b>>> {
+        self.read_block(b, buf)?;
+        let mut out = Vec::with_capacity(b.records as usize);
+        self.parse_block(b, buf, &mut |r| {
+            out.push(r);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Decodes and checks the records of a block already read into `raw`.
+    fn parse_block<'b>(
+        &self,
+        b: &BlockInfo,
+        raw: &'b [u8],
+        f: &mut dyn FnMut(Record<'b>) -> Result<()>,
+    ) -> Result<()> {
         let kind = self.states[b.state as usize].kind;
         let full = self.header.kind == FileKind::Full;
-        let mut c = Cursor::new(scratch, 0, &self.path);
+        let mut c = Cursor::new(raw, 0, &self.path);
         let where_ = |at: u64| format!("block at {} (+{at} uncompressed)", b.offset);
         let mut n = 0u32;
         let mut last: Option<(u64, &[u8])> = None;
