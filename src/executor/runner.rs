@@ -289,10 +289,15 @@ fn run_attempt<T: Data>(
     // Channels: each task has one input; each (edge, upstream subtask) is a channel index.
     let mut inputs = Vec::new();
     let mut senders = Vec::new();
+    let mut priority_rx = Vec::new();
+    let mut priority_tx = Vec::new();
     for _ in 0..index.len() {
         let (tx, rx) = mpsc::sync_channel(config.channel_capacity);
         senders.push(tx);
         inputs.push(Some(rx));
+        let (ptx, prx) = mpsc::channel();
+        priority_tx.push(ptx);
+        priority_rx.push(Some(prx));
     }
     let mut channel_input: Vec<Vec<usize>> = vec![Vec::new(); index.len()];
     let mut outputs: Vec<Vec<Output<T>>> = (0..index.len()).map(|_| Vec::new()).collect();
@@ -301,6 +306,7 @@ fn run_attempt<T: Data>(
             let upn = &graph.nodes[up.0];
             for us in 0..upn.parallelism {
                 let mut targets = Vec::new();
+                let mut priority = Vec::new();
                 let forward_pairs = matches!(part, Partitioning::Forward) && upn.parallelism == n.parallelism;
                 for ds in 0..n.parallelism {
                     if forward_pairs && ds != us {
@@ -310,9 +316,13 @@ fn run_attempt<T: Data>(
                     let ch = channel_input[di].len();
                     channel_input[di].push(edge);
                     targets.push((senders[di].clone(), ch));
+                    priority.push(priority_tx[di].clone());
                 }
+                let sent = vec![0; targets.len()];
                 outputs[index[&(up.0, us)]].push(Output {
                     senders: targets,
+                    priority,
+                    sent,
                     partitioning: part.clone(),
                     max_parallelism: maxp,
                     rr: us as usize,
@@ -321,6 +331,7 @@ fn run_attempt<T: Data>(
         }
     }
     drop(senders);
+    drop(priority_tx);
     let (report_tx, report_rx) = mpsc::channel::<Report>();
     let cancel = Arc::new(AtomicBool::new(false));
     let mut controls: Vec<Sender<Control>> = Vec::new();
@@ -344,6 +355,7 @@ fn run_attempt<T: Data>(
                 mode: config.mode,
                 max_parallelism: maxp,
                 input: inputs[i].take(),
+                priority: priority_rx[i].take(),
                 channel_input: std::mem::take(&mut channel_input[i]),
                 outputs: outputs_iter.next().unwrap_or_default(),
                 control: crx,

@@ -22,6 +22,10 @@ use crate::state::{KeyGroupRange, Store};
 pub(crate) struct Output<T> {
     /// One sender per downstream subtask, with the channel index the receiver knows it by.
     pub senders: Vec<(SyncSender<Envelope<T>>, usize)>,
+    /// Priority (unaligned) barrier path to the same subtasks.
+    pub priority: Vec<Sender<PriorityBarrier>>,
+    /// Records sent to each subtask so far (an unaligned barrier carries the count).
+    pub sent: Vec<u64>,
     pub partitioning: Partitioning<T>,
     pub max_parallelism: u32,
     pub rr: usize,
@@ -65,14 +69,26 @@ fn send_all<T: Data>(outputs: &mut [Output<T>], record: T) -> Result<()> {
         let (tx, ch) = &o.senders[target];
         let rec = r.unwrap_or_else(|| record.clone());
         tx.send((*ch, Element::Record(rec))).map_err(|_| downstream_closed())?;
+        o.sent[target] += 1;
     }
     Ok(())
 }
 
-fn broadcast<T>(outputs: &[Output<T>], barrier: Barrier) -> Result<()> {
+/// An unaligned barrier on the priority path: (channel at the receiver, barrier, records
+/// the sender had sent on that channel before it).
+pub(crate) type PriorityBarrier = (usize, Barrier, u64);
+
+/// Sends a barrier to every downstream subtask: in band (behind the records already sent),
+/// or, for an unaligned checkpoint, on the priority path, overtaking queued records.
+fn broadcast<T>(outputs: &[Output<T>], barrier: Barrier, mode: Mode) -> Result<()> {
+    let overtake = mode == Mode::Unaligned && !barrier.aligned;
     for o in outputs {
-        for (tx, ch) in &o.senders {
-            tx.send((*ch, Element::Barrier(barrier))).map_err(|_| downstream_closed())?;
+        for (i, (tx, ch)) in o.senders.iter().enumerate() {
+            if overtake {
+                o.priority[i].send((*ch, barrier, o.sent[i])).map_err(|_| downstream_closed())?;
+            } else {
+                tx.send((*ch, Element::Barrier(barrier))).map_err(|_| downstream_closed())?;
+            }
         }
     }
     Ok(())
@@ -88,6 +104,8 @@ pub(crate) struct TaskSpec<T> {
     pub mode: Mode,
     pub max_parallelism: u32,
     pub input: Option<Receiver<Envelope<T>>>,
+    /// Unaligned barriers from upstream.
+    pub priority: Option<Receiver<PriorityBarrier>>,
     /// Input edge of each channel.
     pub channel_input: Vec<usize>,
     pub outputs: Vec<Output<T>>,
@@ -183,7 +201,7 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
             match msg {
                 Control::Trigger(b) => {
                     let position = source.position();
-                    broadcast(&spec.outputs, b)?;
+                    broadcast(&spec.outputs, b, spec.mode)?;
                     let stats = TaskCheckpointStats { task: spec.name(), ..Default::default() };
                     let ack = Ack {
                         checkpoint_id: b.id,
@@ -234,6 +252,8 @@ struct Align {
     hold: bool,
     /// Snapshot at the first barrier and log in-flight records (unaligned).
     unaligned: bool,
+    /// Unaligned: per channel, the number of records that precede the barrier.
+    upto: Vec<Option<u64>>,
     seen: Vec<bool>,
     count: usize,
     started: Instant,
@@ -276,14 +296,16 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
         Kind::Source(_) => return Err(Error::Background("source in operator loop".into())),
     };
     let input = spec.input.take().ok_or_else(|| Error::Background("operator without input".into()))?;
-    let n_channels = spec.channel_input.len();
-    let mut drain: VecDeque<Envelope<T>> = VecDeque::new();
-    let mut held: VecDeque<Envelope<T>> = VecDeque::new();
-    let mut aligns: BTreeMap<u64, Align> = BTreeMap::new();
-    let mut acks: BTreeMap<u64, PendingAck> = BTreeMap::new();
-    let mut completed_handles: BTreeMap<u64, StateHandle> = BTreeMap::new();
+    let mut st = Checkpointing {
+        aligns: BTreeMap::new(),
+        acks: BTreeMap::new(),
+        completed_handles: BTreeMap::new(),
+        held: VecDeque::new(),
+        drain: VecDeque::new(),
+        received: vec![0; spec.channel_input.len()],
+        snapshots: 0,
+    };
     let mut processed = 0u64;
-    let mut snapshots = 0u64;
     let mut out_buf: Vec<T> = Vec::new();
     let mut input_closed = false;
 
@@ -299,21 +321,22 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
         // Control messages.
         while let Ok(msg) = spec.control.try_recv() {
             match msg {
-                Control::Complete(id) => on_complete(&mut logic, &mut completed_handles, id)?,
+                Control::Complete(id) => on_complete(&mut logic, &mut st.completed_handles, id)?,
                 Control::Abort(id) => {
                     if let Logic::Keyed { cp: Some(cp), .. } = &mut logic {
                         cp.notify_aborted(id);
                     }
-                    completed_handles.remove(&id);
+                    st.completed_handles.remove(&id);
                 }
                 Control::Stop => return Ok(()),
                 Control::Trigger(_) => {}
             }
         }
-        // Finished background writes.
-        poll_acks(&spec, &mut acks, &mut completed_handles);
+        // Finished background writes, and unaligned barriers.
+        poll_acks(&spec, &mut st.acks, &mut st.completed_handles);
+        take_priority(&mut spec, &mut logic, &mut st)?;
 
-        let (ch, element) = if let Some(e) = drain.pop_front() {
+        let (ch, element) = if let Some(e) = st.drain.pop_front() {
             e
         } else if input_closed {
             // Upstream is gone (the job is ending): keep serving control messages (a
@@ -321,13 +344,13 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
             match spec.control.recv_timeout(Duration::from_millis(5)) {
                 Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
                 Ok(Control::Complete(id)) => {
-                    on_complete(&mut logic, &mut completed_handles, id)?;
+                    on_complete(&mut logic, &mut st.completed_handles, id)?;
                     continue;
                 }
                 Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
             }
         } else {
-            match input.recv_timeout(Duration::from_millis(5)) {
+            match input.recv_timeout(Duration::from_millis(1)) {
                 Ok(e) => e,
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => {
@@ -336,97 +359,156 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                 }
             }
         };
-        // Exactly-once: a channel that delivered the barrier being aligned is held back.
-        if let Some(a) = aligns.values_mut().next()
-            && a.hold
-            && a.seen[ch]
-        {
+        // Unaligned barriers sent before this record are already queued: take them first.
+        take_priority(&mut spec, &mut logic, &mut st)?;
+        // A channel that delivered the barrier being aligned is held back.
+        if let Some(a) = st.aligns.values_mut().find(|a| a.hold && a.seen[ch]) {
             if matches!(element, Element::Record(_)) {
                 a.buffered += 1;
             }
-            held.push_back((ch, element));
+            st.held.push_back((ch, element));
             continue;
         }
         match element {
             Element::Record(r) => {
-                if spec.mode == Mode::Unaligned {
-                    // Records still ahead of a barrier on their channel are part of the
-                    // checkpoint's channel state.
-                    for a in aligns.values_mut() {
-                        if a.unaligned && !a.seen[ch] {
-                            a.log.push((
-                                spec.channel_input[ch] as u32,
-                                postcard::to_allocvec(&r).map_err(|e| Error::Codec {
-                                    state: "in-flight record".into(),
-                                    source: e,
-                                })?,
-                            ));
-                            a.buffered += 1;
-                        }
+                st.received[ch] += 1;
+                let n = st.received[ch];
+                // Records still ahead of an unaligned barrier on their channel are part of
+                // that checkpoint's channel state.
+                for a in st.aligns.values_mut().filter(|a| a.unaligned) {
+                    if a.upto[ch].is_none_or(|upto| n <= upto) {
+                        let bytes = postcard::to_allocvec(&r)
+                            .map_err(|e| Error::Codec { state: "in-flight record".into(), source: e })?;
+                        a.log.push((spec.channel_input[ch] as u32, bytes));
+                        a.buffered += 1;
                     }
                 }
                 let input_idx = spec.channel_input[ch];
                 process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
                 processed += 1;
                 check_failure(&spec, FailAt::Record(processed))?;
+                finish_unaligned(&spec, &mut st)?;
             }
-            Element::Barrier(b) => {
-                let a = aligns.entry(b.id).or_insert_with(|| Align {
-                    hold: spec.mode == Mode::ExactlyOnce || (spec.mode == Mode::Unaligned && b.aligned),
-                    unaligned: spec.mode == Mode::Unaligned && !b.aligned,
-                    seen: vec![false; n_channels],
-                    count: 0,
-                    started: Instant::now(),
-                    buffered: 0,
-                    log: Vec::new(),
-                    snapshotted: false,
-                });
-                if !a.seen[ch] {
-                    a.seen[ch] = true;
-                    a.count += 1;
-                }
-                let all = a.count == n_channels;
-                let first = a.count == 1;
-                let snap_now = if a.unaligned { first } else { all };
-                if snap_now && !a.snapshotted {
-                    a.snapshotted = true;
-                    let stats = TaskCheckpointStats {
-                        task: spec.name(),
-                        alignment: a.started.elapsed(),
-                        buffered_records: a.buffered,
-                        ..Default::default()
-                    };
-                    let waiting_log = a.unaligned && !all;
-                    let pending = snapshot(&spec, &mut logic, b, stats, waiting_log)?;
-                    acks.insert(b.id, pending);
-                    snapshots += 1;
-                    broadcast(&spec.outputs, b)?;
-                    check_failure(&spec, FailAt::CheckpointWrite(snapshots))?;
-                }
-                if all {
-                    let a = aligns.remove(&b.id);
-                    if let (Some(a), Some(p)) = (a, acks.get_mut(&b.id)) {
-                        if p.waiting_log {
-                            p.waiting_log = false;
-                            p.stats.alignment = a.started.elapsed();
-                            p.stats.buffered_records = a.buffered;
-                            p.inflight = Some(postcard::to_allocvec(&a.log).map_err(|e| Error::Codec {
-                                state: "in-flight records".into(),
-                                source: e,
-                            })?);
-                        } else if a.hold {
-                            p.stats.buffered_records = a.buffered;
-                        }
-                    }
-                    // Held-back input is processed before anything new.
-                    while let Some(e) = held.pop_back() {
-                        drain.push_front(e);
-                    }
-                }
-                poll_acks(&spec, &mut acks, &mut completed_handles);
-            }
+            Element::Barrier(b) => on_barrier(&mut spec, &mut logic, &mut st, ch, b, None)?,
         }
     }
+}
+
+/// A task's checkpointing state.
+struct Checkpointing<T> {
+    aligns: BTreeMap<u64, Align>,
+    acks: BTreeMap<u64, PendingAck>,
+    completed_handles: BTreeMap<u64, StateHandle>,
+    held: VecDeque<Envelope<T>>,
+    drain: VecDeque<Envelope<T>>,
+    /// Records taken from each channel.
+    received: Vec<u64>,
+    snapshots: u64,
+}
+
+/// Handles the unaligned barriers waiting on the priority path.
+fn take_priority<T: Data>(
+    spec: &mut TaskSpec<T>,
+    logic: &mut Logic<T>,
+    st: &mut Checkpointing<T>,
+) -> Result<()> {
+    loop {
+        let next = match &spec.priority {
+            Some(p) => p.try_recv().ok(),
+            None => None,
+        };
+        let Some((ch, b, upto)) = next else { return Ok(()) };
+        on_barrier(spec, logic, st, ch, b, Some(upto))?;
+    }
+}
+
+/// Barrier `b` arrived on channel `ch`: in band (`upto` None) or on the priority path after
+/// `upto` records of that channel.
+fn on_barrier<T: Data>(
+    spec: &mut TaskSpec<T>,
+    logic: &mut Logic<T>,
+    st: &mut Checkpointing<T>,
+    ch: usize,
+    b: Barrier,
+    upto: Option<u64>,
+) -> Result<()> {
+    let n_channels = st.received.len();
+    let a = st.aligns.entry(b.id).or_insert_with(|| Align {
+        hold: spec.mode == Mode::ExactlyOnce || (spec.mode == Mode::Unaligned && b.aligned),
+        unaligned: upto.is_some(),
+        upto: vec![None; n_channels],
+        seen: vec![false; n_channels],
+        count: 0,
+        started: Instant::now(),
+        buffered: 0,
+        log: Vec::new(),
+        snapshotted: false,
+    });
+    if !a.seen[ch] {
+        a.seen[ch] = true;
+        a.count += 1;
+        a.upto[ch] = upto;
+    }
+    let all = a.count == n_channels;
+    // Unaligned: snapshot at the first barrier; otherwise once every input delivered it.
+    let snap_now = if a.unaligned { a.count == 1 } else { all };
+    if snap_now && !a.snapshotted {
+        a.snapshotted = true;
+        let stats = TaskCheckpointStats {
+            task: spec.name(),
+            alignment: if a.unaligned { Duration::ZERO } else { a.started.elapsed() },
+            buffered_records: a.buffered,
+            ..Default::default()
+        };
+        let waiting_log = a.unaligned;
+        let pending = snapshot(spec, logic, b, stats, waiting_log)?;
+        st.acks.insert(b.id, pending);
+        st.snapshots += 1;
+        broadcast(&spec.outputs, b, spec.mode)?;
+        check_failure(spec, FailAt::CheckpointWrite(st.snapshots))?;
+    }
+    if a.unaligned {
+        return finish_unaligned(spec, st);
+    }
+    if all {
+        let a = st.aligns.remove(&b.id);
+        if let (Some(a), Some(p)) = (a, st.acks.get_mut(&b.id))
+            && a.hold
+        {
+            p.stats.buffered_records = a.buffered;
+        }
+        // Held-back input is processed before anything new.
+        while let Some(e) = st.held.pop_back() {
+            st.drain.push_front(e);
+        }
+    }
+    poll_acks(spec, &mut st.acks, &mut st.completed_handles);
+    Ok(())
+}
+
+/// Closes the in-flight logs of unaligned checkpoints whose barriers have arrived on every
+/// channel and whose preceding records have all been taken.
+fn finish_unaligned<T: Data>(spec: &TaskSpec<T>, st: &mut Checkpointing<T>) -> Result<()> {
+    let received = &st.received;
+    let done: Vec<u64> = st
+        .aligns
+        .iter()
+        .filter(|(_, a)| {
+            a.unaligned && a.upto.iter().zip(received).all(|(u, r)| u.is_some_and(|upto| *r >= upto))
+        })
+        .map(|(&id, _)| id)
+        .collect();
+    for id in done {
+        let (Some(a), Some(p)) = (st.aligns.remove(&id), st.acks.get_mut(&id)) else { continue };
+        p.waiting_log = false;
+        p.stats.buffered_records = a.buffered;
+        p.inflight = Some(
+            postcard::to_allocvec(&a.log)
+                .map_err(|e| Error::Codec { state: "in-flight records".into(), source: e })?,
+        );
+    }
+    poll_acks(spec, &mut st.acks, &mut st.completed_handles);
+    Ok(())
 }
 
 /// Checkpoint `id` completed: confirm the store's snapshot, publish the sink's output.
