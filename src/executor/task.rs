@@ -259,7 +259,8 @@ struct Align {
     started: Instant,
     buffered: u64,
     /// Unaligned: records logged as in-flight channel state.
-    log: Vec<(u32, Vec<u8>)>,
+    /// (channel, position in channel, input index, encoded record).
+    log: Vec<(usize, u64, u32, Vec<u8>)>,
     snapshotted: bool,
 }
 
@@ -297,6 +298,9 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
     };
     let input = spec.input.take().ok_or_else(|| Error::Background("operator without input".into()))?;
     let mut st = Checkpointing {
+        input,
+        ahead: VecDeque::new(),
+        priority: VecDeque::new(),
         aligns: BTreeMap::new(),
         acks: BTreeMap::new(),
         completed_handles: BTreeMap::new(),
@@ -336,7 +340,11 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
         poll_acks(&spec, &mut st.acks, &mut st.completed_handles);
         take_priority(&mut spec, &mut logic, &mut st)?;
 
-        let (ch, element) = if let Some(e) = st.drain.pop_front() {
+        // Elements read earlier come first; every unaligned barrier sent before they were
+        // read was taken just above.
+        let (ch, element, seq) = if let Some(e) = st.drain.pop_front() {
+            e
+        } else if let Some(e) = st.ahead.pop_front() {
             e
         } else if input_closed {
             // Upstream is gone (the job is ending): keep serving control messages (a
@@ -350,8 +358,18 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                 Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
             }
         } else {
-            match input.recv_timeout(Duration::from_millis(1)) {
-                Ok(e) => e,
+            match st.input.recv_timeout(Duration::from_millis(1)) {
+                Ok(e) => {
+                    let e = on_read(&spec, &mut st, e)?;
+                    // An unaligned barrier sent before this record may have arrived since
+                    // the check above: take it before the record is processed.
+                    if let Some(pb) = spec.priority.as_ref().and_then(|p| p.try_recv().ok()) {
+                        st.priority.push_back(pb);
+                        st.ahead.push_front(e);
+                        continue;
+                    }
+                    e
+                }
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => {
                     input_closed = true;
@@ -359,30 +377,16 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                 }
             }
         };
-        // Unaligned barriers sent before this record are already queued: take them first.
-        take_priority(&mut spec, &mut logic, &mut st)?;
         // A channel that delivered the barrier being aligned is held back.
         if let Some(a) = st.aligns.values_mut().find(|a| a.hold && a.seen[ch]) {
             if matches!(element, Element::Record(_)) {
                 a.buffered += 1;
             }
-            st.held.push_back((ch, element));
+            st.held.push_back((ch, element, seq));
             continue;
         }
         match element {
             Element::Record(r) => {
-                st.received[ch] += 1;
-                let n = st.received[ch];
-                // Records still ahead of an unaligned barrier on their channel are part of
-                // that checkpoint's channel state.
-                for a in st.aligns.values_mut().filter(|a| a.unaligned) {
-                    if a.upto[ch].is_none_or(|upto| n <= upto) {
-                        let bytes = postcard::to_allocvec(&r)
-                            .map_err(|e| Error::Codec { state: "in-flight record".into(), source: e })?;
-                        a.log.push((spec.channel_input[ch] as u32, bytes));
-                        a.buffered += 1;
-                    }
-                }
                 let input_idx = spec.channel_input[ch];
                 process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
                 processed += 1;
@@ -396,30 +400,87 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
 
 /// A task's checkpointing state.
 struct Checkpointing<T> {
+    input: Receiver<Envelope<T>>,
+    /// Records read ahead of processing to reach an unaligned barrier's position.
+    ahead: VecDeque<Local<T>>,
+    /// Priority barriers taken from the channel but not handled yet.
+    priority: VecDeque<PriorityBarrier>,
     aligns: BTreeMap<u64, Align>,
     acks: BTreeMap<u64, PendingAck>,
     completed_handles: BTreeMap<u64, StateHandle>,
-    held: VecDeque<Envelope<T>>,
-    drain: VecDeque<Envelope<T>>,
-    /// Records taken from each channel.
+    held: VecDeque<Local<T>>,
+    drain: VecDeque<Local<T>>,
+    /// Records read from each channel (processed or not).
     received: Vec<u64>,
     snapshots: u64,
 }
 
-/// Handles the unaligned barriers waiting on the priority path.
+/// Encodes a record for an in-flight log.
+fn log_entry<T: Data>(spec: &TaskSpec<T>, ch: usize, seq: u64, r: &T) -> Result<(usize, u64, u32, Vec<u8>)> {
+    let bytes =
+        postcard::to_allocvec(r).map_err(|e| Error::Codec { state: "in-flight record".into(), source: e })?;
+    Ok((ch, seq, spec.channel_input[ch] as u32, bytes))
+}
+
+/// An element read from the input channel, with its position: for a record, how many
+/// records of its channel were read up to and including it.
+type Local<T> = (usize, Element<T>, u64);
+
+/// An element was read from the input channel: number it, and log a record as channel state
+/// of every unaligned checkpoint whose barrier on that channel it precedes (or that has not
+/// arrived yet).
+fn on_read<T: Data>(spec: &TaskSpec<T>, st: &mut Checkpointing<T>, (ch, e): Envelope<T>) -> Result<Local<T>> {
+    let Element::Record(r) = &e else { return Ok((ch, e, st.received[ch])) };
+    st.received[ch] += 1;
+    let n = st.received[ch];
+    for a in st.aligns.values_mut().filter(|a| a.unaligned) {
+        if a.upto[ch].is_none_or(|upto| n <= upto) {
+            a.log.push(log_entry(spec, ch, n, r)?);
+            a.buffered += 1;
+        }
+    }
+    Ok((ch, e, n))
+}
+
+/// Handles the unaligned barriers waiting on the priority path, then reads ahead (without
+/// processing) every record that precedes them, so the checkpoint's channel state is complete
+/// without waiting for this task to process its backlog.
 fn take_priority<T: Data>(
     spec: &mut TaskSpec<T>,
     logic: &mut Logic<T>,
     st: &mut Checkpointing<T>,
 ) -> Result<()> {
+    let mut any = false;
     loop {
-        let next = match &spec.priority {
-            Some(p) => p.try_recv().ok(),
-            None => None,
+        let next = match (st.priority.pop_front(), &spec.priority) {
+            (Some(pb), _) => Some(pb),
+            (None, Some(p)) => p.try_recv().ok(),
+            (None, None) => None,
         };
-        let Some((ch, b, upto)) = next else { return Ok(()) };
+        let Some((ch, b, upto)) = next else { break };
+        any = true;
         on_barrier(spec, logic, st, ch, b, Some(upto))?;
     }
+    if !any {
+        return Ok(());
+    }
+    // The records before a barrier were sent before it, so they are in the channel now.
+    while st
+        .aligns
+        .values()
+        .any(|a| a.unaligned && a.upto.iter().zip(&st.received).any(|(u, r)| u.is_some_and(|upto| *r < upto)))
+    {
+        match st.input.recv_timeout(Duration::from_millis(100)) {
+            Ok(e) => {
+                let e = on_read(spec, st, e)?;
+                st.ahead.push_back(e);
+            }
+            Err(RecvTimeoutError::Timeout) if spec.cancel.load(Ordering::SeqCst) => return Ok(()),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    finish_unaligned(spec, st)
 }
 
 /// Barrier `b` arrived on channel `ch`: in band (`upto` None) or on the priority path after
@@ -448,12 +509,30 @@ fn on_barrier<T: Data>(
         a.seen[ch] = true;
         a.count += 1;
         a.upto[ch] = upto;
+        // Records of this channel read before its barrier was taken were logged on the
+        // assumption that they precede it; those that follow it are not channel state.
+        if let Some(upto) = upto {
+            let before = a.log.len();
+            a.log.retain(|(c, seq, _, _)| *c != ch || *seq <= upto);
+            a.buffered -= (before - a.log.len()) as u64;
+        }
     }
     let all = a.count == n_channels;
     // Unaligned: snapshot at the first barrier; otherwise once every input delivered it.
     let snap_now = if a.unaligned { a.count == 1 } else { all };
     if snap_now && !a.snapshotted {
         a.snapshotted = true;
+        if a.unaligned {
+            // Records read but not processed yet are not in the snapshot: channel state.
+            for (c, e, seq) in st.drain.iter().chain(&st.held).chain(&st.ahead) {
+                if let Element::Record(r) = e
+                    && a.upto[*c].is_none_or(|upto| *seq <= upto)
+                {
+                    a.log.push(log_entry(spec, *c, *seq, r)?);
+                    a.buffered += 1;
+                }
+            }
+        }
         let stats = TaskCheckpointStats {
             task: spec.name(),
             alignment: if a.unaligned { Duration::ZERO } else { a.started.elapsed() },
@@ -503,7 +582,7 @@ fn finish_unaligned<T: Data>(spec: &TaskSpec<T>, st: &mut Checkpointing<T>) -> R
         p.waiting_log = false;
         p.stats.buffered_records = a.buffered;
         p.inflight = Some(
-            postcard::to_allocvec(&a.log)
+            postcard::to_allocvec(&a.log.iter().map(|(_, _, input, r)| (*input, r)).collect::<Vec<_>>())
                 .map_err(|e| Error::Codec { state: "in-flight records".into(), source: e })?,
         );
     }
