@@ -30,7 +30,14 @@ impl KeyedProcess<Rec> for Sum {
         self.st = Some(store.value_state("sum")?);
         Ok(())
     }
-    fn process(&mut self, _: usize, _: &[u8], r: Rec, store: &mut Store, _: &mut Vec<Rec>) -> floe::Result<()> {
+    fn process(
+        &mut self,
+        _: usize,
+        _: &[u8],
+        r: Rec,
+        store: &mut Store,
+        _: &mut Vec<Rec>,
+    ) -> floe::Result<()> {
         let Some(st) = &self.st else { return Ok(()) };
         let (c, s) = st.get(store, &r.0)?.unwrap_or((0, 0));
         st.put(store, &r.0, &(c + 1, s + r.1))
@@ -68,7 +75,9 @@ fn skewed(mode: Mode, records: u64) -> (Vec<CheckpointStats>, f64) {
     config.channel_capacity = 1024;
     let mut g = JobGraph::new();
     let a = g.source("slow-src", 1, move |_, _| Box::new(GeneratorSource::new(2, 10_000, records / 4)));
-    let b = g.source("fast-src", 1, move |_, _| Box::new(GeneratorSource::new(3, 10_000, records).with_rate(400_000.0)));
+    let b = g.source("fast-src", 1, move |_, _| {
+        Box::new(GeneratorSource::new(3, 10_000, records).with_rate(400_000.0))
+    });
     let slow = g.map("slow", 1, a, |r| {
         let t = Instant::now();
         while t.elapsed() < Duration::from_micros(20) {
