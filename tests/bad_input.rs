@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Rng;
+use common::{MV, Rng, copy_dir, materialize_by_name};
 use floe::Error;
 use floe::checkpoint::{
     CheckpointStorage, Checkpointer, StorageConfig, Target, load_chain, restore_from_path,
 };
 use floe::format::{DataFile, FileKind, MAX_BLOCK_LEN, Manifest, compression};
-use floe::state::{StateDescriptor, StateKind, Store, StoreConfig, ValueRef};
+use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
 
 // ---- allocation tracking: the largest single allocation made by the current thread ----
 
@@ -65,33 +65,11 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
 
 // ---- the undamaged directory ----------------------------------------------------------
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum MV {
-    Bytes(Vec<u8>),
-    List(Vec<Vec<u8>>),
-    Map(BTreeMap<Vec<u8>, Vec<u8>>),
-}
-
 /// Every live entry, by (state name, key).
 type Model = BTreeMap<(String, Vec<u8>), MV>;
 
 fn materialize(store: &mut Store) -> Model {
-    let snap = store.snapshot();
-    let mut m = Model::new();
-    for d in snap.descriptors() {
-        let id = snap.state_id(&d.name).unwrap();
-        for kg in snap.key_groups().iter() {
-            for e in snap.entries(id, kg).unwrap() {
-                let v = match e.value {
-                    ValueRef::Bytes(b) => MV::Bytes(b.to_vec()),
-                    ValueRef::List(items) => MV::List(items.map(<[u8]>::to_vec).collect()),
-                    ValueRef::Map(it) => MV::Map(it.map(|(k, v)| (k.to_vec(), v.to_vec())).collect()),
-                };
-                assert!(m.insert((d.name.clone(), e.key.to_vec()), v).is_none(), "key listed twice");
-            }
-        }
-    }
-    m
+    materialize_by_name(&store.snapshot())
 }
 
 const OP: &str = "op";
@@ -206,19 +184,6 @@ fn fixture() -> Fixture {
 fn restore_from_disk(manifest: &Path) -> floe::Result<Model> {
     let mut r = restore_from_path(manifest, OP, StoreConfig::default())?;
     Ok(materialize(&mut r.store))
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 // ---- judging one damaged file ---------------------------------------------------------

@@ -5,6 +5,10 @@
 //! the directory (without opening what it points at); dump is unchanged by compaction;
 //! gc removes orphans and leaves foreign files; bad input exits 2 without panicking.
 
+mod common;
+
+use common::copy_dir;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -203,19 +207,6 @@ fn listing(dir: &Path) -> BTreeMap<PathBuf, (u64, std::time::SystemTime)> {
         }
     }
     out
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
 }
 
 fn data_file(id: u64, op: &str, subtask: u32, full: bool) -> String {

@@ -80,3 +80,23 @@ pub fn materialize(snap: &floe::Snapshot) -> Model {
     }
     m
 }
+
+/// Every live entry of a snapshot, keyed by (state name, key).
+pub fn materialize_by_name(snap: &floe::Snapshot) -> std::collections::BTreeMap<(String, Vec<u8>), MV> {
+    let names: Vec<String> = snap.descriptors().map(|d| d.name.clone()).collect();
+    materialize(snap).into_iter().map(|((i, k), v)| ((names[i as usize].clone(), k), v)).collect()
+}
+
+/// Copies a directory tree (tests work on copies, never on fixtures in place).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
