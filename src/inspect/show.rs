@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::{Report, human_bytes, iso8601, open_read_only, rel, resolve};
 use crate::error::Result;
 use crate::format::{DataFile, FileKind};
-use crate::state::{Codec, KeyGroupRange, StateKind};
+use crate::state::{Codec, KeyGroupRange, StateDescriptor};
 
 /// One file of a chain.
 #[derive(Debug, Clone, Serialize)]
@@ -52,18 +52,9 @@ impl Sizes {
 /// One state of an operator instance: descriptor and sizes over its chain.
 #[derive(Debug, Clone, Serialize)]
 pub struct StateInfo {
-    /// State name.
-    pub name: String,
-    /// `value`, `list` or `map`.
-    pub kind: StateKind,
-    /// `raw` or `postcard`.
-    pub codec: Codec,
-    /// Key type.
-    pub key_type: String,
-    /// Map key type (map states).
-    pub map_key_type: Option<String>,
-    /// Value type.
-    pub value_type: String,
+    /// The state's descriptor (name, kind, codec, types), its fields inline in JSON.
+    #[serde(flatten)]
+    pub descriptor: StateDescriptor,
     /// Block sizes summed over the chain's files.
     pub sizes: Sizes,
 }
@@ -171,15 +162,7 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
             .states
             .iter()
             .zip(per_state)
-            .map(|(d, sizes)| StateInfo {
-                name: d.name.clone(),
-                kind: d.kind,
-                codec: d.codec,
-                key_type: d.key_type.clone(),
-                map_key_type: d.map_key_type.clone(),
-                value_type: d.value_type.clone(),
-                sizes,
-            })
+            .map(|(d, sizes)| StateInfo { descriptor: d.clone(), sizes })
             .collect();
         instances.push(InstanceInfo {
             operator: op.operator.clone(),
@@ -210,7 +193,7 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
         o.key_groups.push(inst.key_groups);
         o.sizes.add(&inst.sizes);
         for s in &inst.states {
-            o.states.entry(s.name.clone()).or_default().add(&s.sizes);
+            o.states.entry(s.descriptor.name.clone()).or_default().add(&s.sizes);
         }
     }
     Ok(ShowReport {
@@ -289,19 +272,20 @@ impl Report for ShowReport {
                 }
             }
             for st in &i.states {
-                let types = match &st.map_key_type {
-                    Some(mk) => format!("{} -> {mk} -> {}", st.key_type, st.value_type),
-                    None => format!("{} -> {}", st.key_type, st.value_type),
+                let d = &st.descriptor;
+                let types = match &d.map_key_type {
+                    Some(mk) => format!("{} -> {mk} -> {}", d.key_type, d.value_type),
+                    None => format!("{} -> {}", d.key_type, d.value_type),
                 };
-                let codec = match st.codec {
+                let codec = match d.codec {
                     Codec::Raw => "raw",
                     Codec::Postcard => "postcard",
                 };
                 let _ = writeln!(
                     s,
                     "  state {} ({}, {codec}, {types}): {}",
-                    st.name,
-                    st.kind.as_str(),
+                    d.name,
+                    d.kind.as_str(),
                     sizes_text(&st.sizes)
                 );
             }
