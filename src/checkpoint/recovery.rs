@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use super::storage::{CheckpointStorage, read_manifest_file};
 use crate::error::{Error, Result};
 use crate::format::{DataFile, FileKind, Manifest, ManifestKind, OperatorState};
-use crate::state::{KeyGroupRange, Store, StoreConfig};
+use std::collections::HashMap;
+
+use crate::state::{KeyGroupRange, Record, StateId, StateKind, Store, StoreConfig, key_hash};
 
 /// Checkpoints that could not be used, with the reason.
 pub type Skipped = Vec<(u64, String)>;
@@ -88,7 +90,11 @@ pub fn open_chain(dir: &Path, manifest: &Manifest, op: &OperatorState) -> Result
 }
 
 /// Applies the records of `files` (a chain, in order) for the key groups `range` into
-/// `store`, registering the states of `op`.
+/// `store`, registering the states of `op`. One key group at a time: the base file's records
+/// are bulk-loaded (built bottom-up); for value states the increments are first folded (last
+/// write wins) and merged in key order with the base, so a chain costs one bulk load, not
+/// one random update per changed key; list and map states apply their increments record by
+/// record.
 pub fn load_chain(
     store: &mut Store,
     files: &[DataFile],
@@ -96,47 +102,162 @@ pub fn load_chain(
     range: KeyGroupRange,
 ) -> Result<()> {
     let range = range.intersect(&op.key_groups);
-    let mut ids = Vec::with_capacity(op.states.len());
     for d in &op.states {
-        ids.push(store.register(d.clone())?);
-    }
-    for (pos, f) in files.iter().enumerate() {
-        for (d, &id) in op.states.iter().zip(&ids) {
-            let Some(si) = f.state_index(&d.name) else { continue };
-            if f.states()[si as usize].kind != d.kind {
+        let id = store.register(d.clone())?;
+        // The state's index in each file (absent: the state held nothing then).
+        let mut sis = Vec::with_capacity(files.len());
+        for f in files {
+            let si = f.state_index(&d.name);
+            if let Some(si) = si
+                && f.states()[si as usize].kind != d.kind
+            {
                 return Err(Error::corrupt(
                     f.path(),
                     0,
                     format!("state {} has another kind in this file", d.name),
                 ));
             }
-            let mut scratch = Vec::new();
-            for kg in range.iter() {
-                if pos == 0 {
-                    // The base: decode the group's blocks and build its trie bottom-up.
-                    let blocks = f.blocks_of(si, kg);
-                    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); blocks.len()];
-                    let mut records = Vec::new();
-                    for (b, buf) in blocks.iter().zip(bufs.iter_mut()) {
-                        records.push((b.offset, f.records_in(b, buf)?));
-                    }
-                    let first = records.first().map_or(0, |(o, _)| *o);
-                    store
-                        .bulk_load(id, kg, records.into_iter().flat_map(|(_, r)| r))
-                        .map_err(|e| Error::corrupt(f.path(), first, format!("records do not load: {e}")))?;
-                    continue;
-                }
-                for b in f.blocks_of(si, kg) {
-                    f.for_each_record_in(b, &mut scratch, &mut |r| {
-                        store.apply(id, &r).map_err(|e| {
-                            Error::corrupt(f.path(), b.offset, format!("record does not apply: {e}"))
-                        })
-                    })?;
-                }
+            sis.push(si);
+        }
+        for kg in range.iter() {
+            if d.kind == StateKind::Value {
+                load_value_group(store, files, &sis, id, kg)?;
+            } else {
+                load_group_by_records(store, files, &sis, id, kg)?;
             }
         }
     }
     Ok(())
+}
+
+/// The checked records of one (state, key group) of a file, with their block's offset.
+fn decode_group<'b>(
+    f: &DataFile,
+    si: u32,
+    kg: u32,
+    bufs: &'b mut Vec<Vec<u8>>,
+) -> Result<Vec<(u64, Record<'b>)>> {
+    let blocks = f.blocks_of(si, kg);
+    bufs.clear();
+    bufs.resize(blocks.len(), Vec::new());
+    let mut out = Vec::new();
+    for (b, buf) in blocks.iter().zip(bufs.iter_mut()) {
+        out.extend(f.records_in(b, buf)?.into_iter().map(|r| (b.offset, r)));
+    }
+    Ok(out)
+}
+
+/// Base bulk-loaded, then each increment's records applied in order.
+fn load_group_by_records(
+    store: &mut Store,
+    files: &[DataFile],
+    sis: &[Option<u32>],
+    id: StateId,
+    kg: u32,
+) -> Result<()> {
+    for (pos, (f, si)) in files.iter().zip(sis).enumerate() {
+        let Some(si) = *si else { continue };
+        let mut bufs = Vec::new();
+        let records = decode_group(f, si, kg, &mut bufs)?;
+        let Some(&(first, _)) = records.first() else { continue };
+        if pos == 0 {
+            store
+                .bulk_load(id, kg, records.into_iter().map(|(_, r)| r))
+                .map_err(|e| Error::corrupt(f.path(), first, format!("records do not load: {e}")))?;
+        } else {
+            for (off, r) in records {
+                store
+                    .apply(id, &r)
+                    .map_err(|e| Error::corrupt(f.path(), off, format!("record does not apply: {e}")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A folded change of a value state: (key hash, key, new value or deleted).
+type Change<'a> = (u64, &'a [u8], Option<&'a [u8]>);
+
+/// A value state's key group: increments folded, merged with the base in `(hash, key)`
+/// order, bulk-loaded once.
+fn load_value_group(
+    store: &mut Store,
+    files: &[DataFile],
+    sis: &[Option<u32>],
+    id: StateId,
+    kg: u32,
+) -> Result<()> {
+    let Some(base_file) = files.first() else { return Ok(()) };
+    let mut base_bufs = Vec::new();
+    let base = match sis.first().copied().flatten() {
+        Some(si) => decode_group(base_file, si, kg, &mut base_bufs)?,
+        None => Vec::new(),
+    };
+    let mut inc_bufs: Vec<Vec<Vec<u8>>> = vec![Vec::new(); files.len().saturating_sub(1)];
+    let mut changes: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
+    for ((f, si), bufs) in files.iter().zip(sis).skip(1).zip(inc_bufs.iter_mut()) {
+        let Some(si) = *si else { continue };
+        for (off, r) in decode_group(f, si, kg, bufs)? {
+            match r {
+                Record::Put { key, value } => changes.insert(key, Some(value)),
+                Record::Delete { key } => changes.insert(key, None),
+                other => {
+                    return Err(Error::corrupt(
+                        f.path(),
+                        off,
+                        format!("{} record in a value state", other.kind_name()),
+                    ));
+                }
+            };
+        }
+    }
+    let mut sorted: Vec<Change<'_>> = changes.into_iter().map(|(k, v)| (key_hash(k), k, v)).collect();
+    sorted.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut merged: Vec<Record<'_>> = Vec::with_capacity(base.len() + sorted.len());
+    let mut j = 0;
+    let mut last: Option<(u64, &[u8])> = None;
+    for &(off, r) in &base {
+        let Record::Put { key, value: _ } = r else {
+            return Err(Error::corrupt(
+                base_file.path(),
+                off,
+                format!("{} record in a full file", r.kind_name()),
+            ));
+        };
+        let h = key_hash(key);
+        // The merge needs the base in order across blocks too (each block was checked).
+        if last.is_some_and(|l| l >= (h, key)) {
+            return Err(Error::corrupt(
+                base_file.path(),
+                off,
+                "keys of a key group are not in ascending order across blocks",
+            ));
+        }
+        last = Some((h, key));
+        while j < sorted.len() && (sorted[j].0, sorted[j].1) < (h, key) {
+            if let Some(value) = sorted[j].2 {
+                merged.push(Record::Put { key: sorted[j].1, value });
+            }
+            j += 1;
+        }
+        if j < sorted.len() && (sorted[j].0, sorted[j].1) == (h, key) {
+            if let Some(value) = sorted[j].2 {
+                merged.push(Record::Put { key, value });
+            }
+            j += 1;
+        } else {
+            merged.push(r);
+        }
+    }
+    for &(_, key, value) in &sorted[j..] {
+        if let Some(value) = value {
+            merged.push(Record::Put { key, value });
+        }
+    }
+    let first = base.first().map_or(0, |(o, _)| *o);
+    store
+        .bulk_load(id, kg, merged)
+        .map_err(|e| Error::corrupt(base_file.path(), first, format!("records do not load: {e}")))
 }
 
 /// Restores operator `operator` from `manifest` (whose files are relative to `dir`) into a
