@@ -528,13 +528,16 @@ impl CheckpointStorage {
     }
 
     fn orphans_inner(&self) -> Result<Orphans> {
+        // One listing serves both: a manifest appearing between two listings could otherwise
+        // be newer than `newest` while its files were not counted as referenced.
+        let ids = self.checkpoint_ids()?;
         let mut referenced = BTreeSet::new();
-        for id in self.checkpoint_ids()? {
+        for &id in &ids {
             let m = self.read_manifest(id)?;
             referenced.extend(m.files.into_iter().map(|f| f.path));
         }
         let in_flight = self.in_flight.lock().clone();
-        let newest = self.checkpoint_ids()?.last().copied().unwrap_or(0);
+        let newest = ids.last().copied().unwrap_or(0);
         let mut out = Orphans::default();
         let data = self.root.join(DATA_DIR);
         // A directory opened read-only may lack the data folder: then it holds no data file.
