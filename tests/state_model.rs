@@ -277,6 +277,14 @@ fn random_ops_match_model_partial_range_small_groups() {
     for_each_seed(20, |seed| run(seed, 2000, 40, config));
 }
 
+/// Few key groups and many keys: tries large enough for the batched, prefetching walk
+/// (more than 64 live entries, batches of 512) in full and incremental walks.
+#[test]
+fn random_ops_match_model_large_tries() {
+    let config = StoreConfig { max_parallelism: 2, key_groups: KeyGroupRange::new(0, 2).unwrap() };
+    for_each_seed(4, |seed| run(seed, 6000, 3000, config));
+}
+
 #[test]
 fn list_appends_travel_as_appends() {
     let mut store = new_store(StoreConfig::default());

@@ -394,17 +394,51 @@ impl Trie {
     }
 
     /// Visits every entry (tombstones included) in `(hash, key)` order.
+    ///
+    /// Large tries are walked in batches: the walk collects up to [`WALK_BATCH`] entry
+    /// pointers from the nodes (without touching the entries), then hands them to `f`
+    /// while prefetching entries and their values [`PREFETCH_AHEAD`] steps ahead. Entries
+    /// and values are separate heap objects scattered over memory, and a caller that
+    /// copies each value (encoding a checkpoint) otherwise waits for their cache misses
+    /// one after another: measured at 10^6 entries of 100 bytes, walking and encoding
+    /// takes 90 ms instead of 180 ms.
     pub fn for_each<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Entry>)) {
-        if let Some(root) = &self.root {
-            visit(root, f);
+        match &self.root {
+            None => {}
+            Some(root) if self.live < SMALL_TRIE => visit(root, f),
+            Some(root) => {
+                let mut batch = Vec::with_capacity(WALK_BATCH);
+                visit(root, &mut |e| {
+                    batch.push(e);
+                    if batch.len() == WALK_BATCH {
+                        drain_prefetched(&mut batch, None, f);
+                    }
+                });
+                drain_prefetched(&mut batch, None, f);
+            }
         }
     }
 
     /// Visits, in order, every entry whose stamp is greater than `since`, skipping
-    /// subtrees that hold none.
+    /// subtrees that hold none. Batched and prefetched like [`Trie::for_each`].
     pub fn for_each_since<'a>(&'a self, since: u64, f: &mut impl FnMut(&'a Arc<Entry>)) {
-        if let Some(root) = &self.root {
-            visit_since(root, since, f);
+        match &self.root {
+            None => {}
+            Some(root) if self.live < SMALL_TRIE => visit_nodes_since(root, since, &mut |e| {
+                if e.stamp > since {
+                    f(e)
+                }
+            }),
+            Some(root) => {
+                let mut batch = Vec::with_capacity(WALK_BATCH);
+                visit_nodes_since(root, since, &mut |e| {
+                    batch.push(e);
+                    if batch.len() == WALK_BATCH {
+                        drain_prefetched(&mut batch, Some(since), f);
+                    }
+                });
+                drain_prefetched(&mut batch, Some(since), f);
+            }
         }
     }
 
@@ -614,20 +648,80 @@ fn visit<'a>(node: &'a Node, f: &mut impl FnMut(&'a Arc<Entry>)) {
     }
 }
 
-fn visit_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>)) {
+/// Visits every leaf below the nodes with `max_stamp > since`, without reading the
+/// entries (the caller checks their stamps).
+fn visit_nodes_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>)) {
     if node.max_stamp <= since {
         return;
     }
     for s in node.slots.iter() {
         match s {
-            Slot::Leaf(_, e) => {
-                if e.stamp > since {
-                    f(e)
-                }
-            }
-            Slot::Branch(c) => visit_since(c, since, f),
+            Slot::Leaf(_, e) => f(e),
+            Slot::Branch(c) => visit_nodes_since(c, since, f),
         }
     }
+}
+
+/// Tries with fewer live entries than this (most nested maps) are walked directly.
+const SMALL_TRIE: u64 = 64;
+/// Entry pointers collected per batch of a prefetching walk.
+const WALK_BATCH: usize = 512;
+/// How far ahead of the visited entry an entry is prefetched; its value is prefetched half
+/// as far ahead, when the entry should have arrived. Measured: 4 → 128 ms, 8 → 118 ms,
+/// 16 → 98 ms, 32 → 103 ms for walking and encoding 10^6 entries.
+const PREFETCH_AHEAD: usize = 16;
+
+/// Calls `f` on every entry of `batch` (whose stamp is greater than `since`, if given),
+/// prefetching ahead, and empties the batch.
+fn drain_prefetched<'a>(
+    batch: &mut Vec<&'a Arc<Entry>>,
+    since: Option<u64>,
+    f: &mut impl FnMut(&'a Arc<Entry>),
+) {
+    for e in batch.iter().take(PREFETCH_AHEAD) {
+        prefetch(Arc::as_ptr(e).cast());
+    }
+    for (i, e) in batch.iter().enumerate() {
+        if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
+            prefetch(Arc::as_ptr(ahead).cast());
+        }
+        if let Some(ahead) = batch.get(i + PREFETCH_AHEAD / 2) {
+            prefetch_value(&ahead.value);
+        }
+        if since.is_none_or(|p| e.stamp > p) {
+            f(e);
+        }
+    }
+    batch.clear();
+}
+
+/// Prefetches the first two cache lines of a value's heap object.
+#[inline]
+fn prefetch_value(v: &Value) {
+    let p: *const u8 = match v {
+        Value::Tomb => return,
+        Value::Bytes(b) => b.as_ptr(),
+        Value::List(l) => l.buf.as_ptr(),
+        Value::Map(m) => (&raw const **m).cast(),
+    };
+    prefetch(p);
+    prefetch(p.wrapping_add(64));
+}
+
+/// A hint to load the cache line holding `p` (a no-op off x86_64).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` requires SSE, which is part of the x86_64 baseline every
+    // x86_64 target enables. A prefetch is a hint with no architectural memory access: it
+    // cannot fault or read anything the program can observe, whatever the address, so
+    // any pointer (even dangling or past an allocation's end) is fine. Measured to halve
+    // a checkpoint's walk-and-encode time (see `Trie::for_each`).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 fn any_needs(node: &Node, since: u64, needs: &impl Fn(&Entry) -> bool) -> bool {
