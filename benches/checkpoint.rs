@@ -15,7 +15,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, Compression, StorageConfig, Target};
 use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
 
 fn env(name: &str, default: u64) -> u64 {
@@ -65,6 +65,7 @@ fn main() {
 
     let (mut full_t, mut full_b, mut inc_t, mut inc_b, mut raw_t) = (vec![], 0u64, vec![], 0u64, vec![]);
     let (mut rec_full, mut rec_chain, mut hashmap_t) = (vec![], vec![], vec![]);
+    let (mut fixed_t, mut fixed_b) = ([vec![], vec![]], [0u64; 2]);
     for run in 0..runs {
         let root = dir.path().join(format!("run{run}"));
         let config = StorageConfig {
@@ -110,6 +111,22 @@ fn main() {
         drop(f);
         std::fs::remove_file(&raw_path).unwrap();
 
+        // The same full checkpoint with each fixed compression setting, for comparison
+        // (the default, used above, is `Compression::Adaptive`).
+        for (i, compression) in [Compression::Lz4, Compression::None].into_iter().enumerate() {
+            let other = CheckpointStorage::open(
+                root.join(format!("fixed-{i}")),
+                StorageConfig { compression, ..StorageConfig::default() },
+            )
+            .unwrap();
+            let mut ocp = Checkpointer::new(Arc::clone(&other), "op", 0);
+            let t = Instant::now();
+            let (h, _) = ocp.snapshot(&mut store, 1, Target::Checkpoint).unwrap().wait().unwrap();
+            other.commit(1, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+            fixed_t[i].push(t.elapsed());
+            fixed_b[i] = h.operator.bytes_written;
+        }
+
         // Ten increments of 1% churn each.
         let mut x = 0x2545_F491_4F6C_DD1Du64 ^ run as u64;
         for cid in 2..=11u64 {
@@ -153,12 +170,22 @@ fn main() {
     let (rec_full, rec_chain, hashmap_t) = (Stats(rec_full), Stats(rec_chain), Stats(hashmap_t));
     let mb = |b: u64| b as f64 / 1e6;
     println!(
-        "full checkpoint:        min {:>8.1} ms  median {:>8.1} ms  {:>8.2} MB  ({:.0} MB/s)",
+        "full checkpoint (Adaptive): min {:>8.1} ms  median {:>8.1} ms  {:>8.2} MB  ({:.0} MB/s)",
         full_t.min() * 1e3,
         full_t.median() * 1e3,
         mb(full_b),
         mb(full_b) / full_t.median()
     );
+    for (i, name) in ["Lz4", "None"].iter().enumerate() {
+        let t = Stats(fixed_t[i].clone());
+        println!(
+            "  with Compression::{name:<5} min {:>8.1} ms  median {:>8.1} ms  {:>8.2} MB  ({:.0} MB/s)",
+            t.min() * 1e3,
+            t.median() * 1e3,
+            mb(fixed_b[i]),
+            mb(fixed_b[i]) / t.median()
+        );
+    }
     println!(
         "raw write+fsync same:   min {:>8.1} ms  median {:>8.1} ms  ({:.0} MB/s); full/raw throughput {:.2}x [>= 0.7x]",
         raw_t.min() * 1e3,

@@ -390,7 +390,7 @@ fn breakdown(store: &mut Store, id: StateId, runs: usize) -> Breakdown {
                     records += 1;
                     if buf.len() >= 64 << 10 {
                         if stage == 1 {
-                            sink += encode_block(0, kg, &buf, records, first).bytes.len();
+                            sink += encode_block(0, kg, &mut buf, records, first, true).bytes.len();
                         } else {
                             sink += buf.len();
                         }
@@ -401,7 +401,7 @@ fn breakdown(store: &mut Store, id: StateId, runs: usize) -> Breakdown {
                 .unwrap();
                 if records > 0 {
                     if stage == 1 {
-                        sink += encode_block(0, kg, &buf, records, first).bytes.len();
+                        sink += encode_block(0, kg, &mut buf, records, first, true).bytes.len();
                     }
                     buf.clear();
                 }

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, Compression, StorageConfig, Target};
 use floe::format::DataFile;
 use floe::state::{KeyGroupRange, StateDescriptor, StateId, StateKind, Store, StoreConfig, key_group};
 use serde_json::{Value as Json, json};
@@ -67,6 +67,9 @@ impl Job {
             policy: ChainPolicy { max_increments: 10, max_chain_ratio: 100.0 },
             block_target: 64 << 10,
             threads: 1,
+            // Fixed choices, so the vectors' bytes do not depend on the disk's speed.
+            compression: Compression::Lz4,
+            sync_every: 0,
         };
         let storage = CheckpointStorage::open(root, config)?;
         let mut stores = Vec::new();

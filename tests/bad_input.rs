@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{MV, Rng, copy_dir, materialize_by_name};
 use floe::Error;
 use floe::checkpoint::{
-    CheckpointStorage, Checkpointer, StorageConfig, Target, load_chain, restore_from_path,
+    CheckpointStorage, Checkpointer, Compression, StorageConfig, Target, load_chain, restore_from_path,
 };
 use floe::format::{DataFile, FileKind, MAX_BLOCK_LEN, Manifest, compression};
 use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
@@ -103,11 +103,13 @@ fn key(i: u32) -> Vec<u8> {
     format!("key-{i:03}").into_bytes()
 }
 
-/// A directory holding checkpoint 1 (full) and 2 (an increment on top of it).
+/// A directory holding checkpoint 1 (full) and 2 (an increment on top of it), with
+/// LZ4-compressed blocks (and stored ones where LZ4 does not shrink a block).
 fn fixture() -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ckpt");
-    let storage = CheckpointStorage::open(&dir, StorageConfig::default()).unwrap();
+    let config = StorageConfig { compression: Compression::Lz4, ..StorageConfig::default() };
+    let storage = CheckpointStorage::open(&dir, config).unwrap();
     let mut store = Store::new();
     let v = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
     let l = store.register(StateDescriptor::raw("l", StateKind::List)).unwrap();

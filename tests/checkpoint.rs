@@ -298,6 +298,162 @@ fn io_fault_at_every_step_never_damages_the_previous_checkpoint() {
     eprintln!("fault sweep over {} steps: {outcomes:?}", end - start);
 }
 
+#[test]
+fn io_fault_during_write_behind_never_damages_the_previous_checkpoint() {
+    // As above, with the data file synced in the background every 2 KiB (blocks of 1 KiB),
+    // so faults also hit the syncer thread's fdatasyncs. Their number and interleaving
+    // with the writer vary from run to run, so each run is judged on its own: whatever
+    // failed, recovery after power loss yields checkpoint 2 or 3, exactly.
+    let config = StorageConfig { sync_every: 2048, block_target: 1024, ..StorageConfig::default() };
+    let mut models = Vec::new();
+    let mut s = new_store(StoreConfig::default());
+    for round in 1..=3 {
+        evolve(&mut s, 11, round, 8000, 6000);
+        models.push(materialize(&s.snapshot()));
+    }
+    // Checkpoints 1 and 2 are written without faults (their background syncs vary in
+    // number, so faults are counted from a fresh storage that writes checkpoint 3).
+    let run = |dir: &Path, io: Arc<FaultyIo>| -> (bool, u64) {
+        let mut store = new_store(StoreConfig::default());
+        {
+            let storage = CheckpointStorage::open(dir, config.clone()).unwrap();
+            let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+            for round in 1..=2 {
+                evolve(&mut store, 11, round, 8000, 6000);
+                assert!(
+                    try_checkpoint(&storage, &mut cp, &mut store, round),
+                    "checkpoint {round} must succeed"
+                );
+            }
+        }
+        let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
+        let storage = CheckpointStorage::open_with_io(dir, config.clone(), handle).unwrap();
+        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+        let start = io.steps();
+        evolve(&mut store, 11, 3, 8000, 6000);
+        (try_checkpoint(&storage, &mut cp, &mut store, 3), start)
+    };
+    let dry = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(u64::MAX, Fault::Fail);
+    let (ok, start) = run(dry.path(), io.clone());
+    assert!(ok);
+    let end = io.steps();
+    let syncs = io.log().iter().skip(start as usize).filter(|(k, _)| *k == "fdatasync").count();
+    assert!(syncs >= 2, "the dry run synced in the background only {syncs} times");
+    let mut hit = BTreeMap::new();
+    for fault in [Fault::Fail, Fault::Tear] {
+        // A few steps past the dry run's end too, in case this run takes more.
+        for n in start..end + 4 {
+            let dir = tempfile::tempdir().unwrap();
+            let io = FaultyIo::new(n, fault);
+            let (ok, _) = run(dir.path(), io.clone());
+            let kind = io.log().get(n as usize).map_or("none", |(k, _)| *k);
+            io.crash();
+            let storage = CheckpointStorage::open(dir.path(), config.clone()).unwrap();
+            let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+            let id = r.report.checkpoint_id;
+            let step = format!("step {n} ({fault:?} {kind})");
+            if ok {
+                assert_eq!(id, 3, "{step}: a completed checkpoint was not chosen");
+            }
+            assert!(id == 2 || id == 3, "{step}: recovered {id}");
+            assert_eq!(materialize(&r.store.snapshot()), models[id as usize - 1], "{step}: wrong state");
+            assert!(r.report.skipped.is_empty(), "{step}: {:?}", r.report.skipped);
+            *hit.entry(kind).or_insert(0) += 1;
+        }
+    }
+    eprintln!("write-behind fault sweep over {} steps: faults by step kind {hit:?}", end - start);
+    assert!(hit.get("fdatasync").copied().unwrap_or(0) >= 2, "no fault hit a background sync: {hit:?}");
+}
+
+/// Every compression setting writes files that recover to the same state: `None` stores
+/// every block, `Lz4` compresses what LZ4 shrinks, and `Adaptive` compresses while the disk
+/// lags (here a disk whose every background sync takes 20 ms).
+#[test]
+fn compression_settings_write_recoverable_files() {
+    use floe::checkpoint::Compression;
+    use floe::checkpoint::io::{DataSyncer, Io, IoFile, StdIo};
+    use floe::format::{DataFile, compression};
+
+    struct SlowDisk;
+    struct SlowFile(Box<dyn IoFile>);
+    struct SlowSyncer(Box<dyn DataSyncer>);
+    impl std::io::Write for SlowFile {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.0.flush()
+        }
+    }
+    impl IoFile for SlowFile {
+        fn sync_all(&mut self) -> std::io::Result<()> {
+            self.0.sync_all()
+        }
+        fn data_syncer(&self) -> std::io::Result<Box<dyn DataSyncer>> {
+            Ok(Box::new(SlowSyncer(self.0.data_syncer()?)))
+        }
+    }
+    impl DataSyncer for SlowSyncer {
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            self.0.sync_data()
+        }
+    }
+    impl Io for SlowDisk {
+        fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn IoFile>> {
+            Ok(Box::new(SlowFile(StdIo.create_new(path)?)))
+        }
+        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+            StdIo.rename(from, to)
+        }
+        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+            StdIo.sync_dir(dir)
+        }
+        fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+            StdIo.remove_file(path)
+        }
+        fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+            StdIo.create_dir_all(path)
+        }
+    }
+
+    let build = || {
+        let mut store = new_store(StoreConfig::default());
+        for i in 0..40_000u32 {
+            // Compressible values: a counter and a repeated pattern.
+            let v = format!("{i:08}-{}", "abcdefgh".repeat(8));
+            store.put(V, format!("key-{i}").as_bytes(), v.as_bytes()).unwrap();
+        }
+        store
+    };
+    let model = materialize(&build().snapshot());
+    let mut stats = BTreeMap::new();
+    for (name, compression, slow) in [
+        ("none", Compression::None, false),
+        ("lz4", Compression::Lz4, false),
+        ("adaptive on a slow disk", Compression::Adaptive, true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig { compression, sync_every: 64 << 10, ..StorageConfig::default() };
+        let io: Arc<dyn Io> = if slow { Arc::new(SlowDisk) } else { Arc::new(StdIo) };
+        let storage = CheckpointStorage::open_with_io(dir.path(), config, io).unwrap();
+        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+        checkpoint(&storage, &mut cp, &mut build(), 1);
+        assert_eq!(recover_model(dir.path(), 1, StoreConfig::default()), model, "{name}");
+        let rel = &storage.read_manifest(1).unwrap().files[0].path;
+        let file = DataFile::open(&dir.path().join(rel)).unwrap();
+        let blocks = file.blocks();
+        let lz4 = blocks.iter().filter(|b| b.compression == compression::LZ4_BLOCK).count();
+        stats.insert(name, (lz4, blocks.len()));
+    }
+    eprintln!("LZ4 blocks / blocks: {stats:?}");
+    assert_eq!(stats["none"].0, 0, "{stats:?}");
+    assert_eq!(stats["lz4"].0, stats["lz4"].1, "{stats:?}");
+    let (lz4, all) = stats["adaptive on a slow disk"];
+    assert!(lz4 * 2 > all, "a lagging disk should get mostly compressed blocks: {stats:?}");
+}
+
 /// Child side of the kill test: writes checkpoints forever, printing each completed id.
 #[test]
 #[ignore = "run by kill_test_child_processes as a child process"]

@@ -73,7 +73,10 @@ impl CheckpointStorage {
             let states: Vec<FileState> =
                 op.states.iter().map(|d| FileState { name: d.name.clone(), kind: d.kind }).collect();
             let target_len = self.config().block_target;
-            let summary = publish(self.io(), &dir, &rel, new_id, |out: &mut dyn Write| {
+            // Offline: no checkpoint waits, so adaptive compression means compressing.
+            let compress = self.config().compression.fixed().unwrap_or(true);
+            let sync_every = self.config().sync_every;
+            let summary = publish(self.io(), &dir, &rel, new_id, sync_every, |out: &mut dyn Write, _| {
                 let mut w = DataFileWriter::new(out, &path, header, states)?;
                 // Blocks must come in (state, key group) order: one state at a time, one
                 // key group at a time, loading only that state's records of that group.
@@ -88,7 +91,7 @@ impl CheckpointStorage {
                         let mut store = Store::with_config(config)?;
                         load_chain(&mut store, &files, &one, config.key_groups)?;
                         let snap = store.snapshot();
-                        for mut b in encode_unit(&snap, 0, kg, None, target_len)? {
+                        for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress)? {
                             b.state = si;
                             w.write_block(&b)?;
                         }

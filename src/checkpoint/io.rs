@@ -14,6 +14,17 @@ use parking_lot::Mutex;
 pub trait IoFile: Write + Send {
     /// Makes the written bytes durable (`fsync`).
     fn sync_all(&mut self) -> io::Result<()>;
+    /// A second handle on the file with which another thread makes the bytes written so
+    /// far durable while this handle goes on writing.
+    fn data_syncer(&self) -> io::Result<Box<dyn DataSyncer>>;
+}
+
+/// Makes a file's written bytes durable from another thread (`fdatasync`: the data and
+/// only the metadata needed to read it back). Used while a file is being written; the
+/// final sync is always [`IoFile::sync_all`].
+pub trait DataSyncer: Send {
+    /// Makes every byte written to the file before the call durable.
+    fn sync_data(&mut self) -> io::Result<()>;
 }
 
 /// File-system operations used to publish checkpoints.
@@ -48,6 +59,17 @@ impl Write for StdFile {
 impl IoFile for StdFile {
     fn sync_all(&mut self) -> io::Result<()> {
         self.0.sync_all()
+    }
+    fn data_syncer(&self) -> io::Result<Box<dyn DataSyncer>> {
+        Ok(Box::new(StdSyncer(self.0.try_clone()?)))
+    }
+}
+
+struct StdSyncer(std::fs::File);
+
+impl DataSyncer for StdSyncer {
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
     }
 }
 
@@ -189,6 +211,33 @@ impl IoFile for FaultyFile {
         self.inner.sync_all()?;
         if let Some(f) = self.io.files.lock().get_mut(&self.path) {
             f.1 = f.0;
+        }
+        Ok(())
+    }
+    fn data_syncer(&self) -> io::Result<Box<dyn DataSyncer>> {
+        Ok(Box::new(FaultySyncer {
+            inner: self.inner.try_clone()?,
+            path: self.path.clone(),
+            io: Arc::clone(&self.io),
+        }))
+    }
+}
+
+/// A `FaultyFile`'s syncer: each sync is a step that can fail.
+struct FaultySyncer {
+    inner: std::fs::File,
+    path: PathBuf,
+    io: Arc<FaultyIo>,
+}
+
+impl DataSyncer for FaultySyncer {
+    fn sync_data(&mut self) -> io::Result<()> {
+        // What was written before the sync started is what it makes durable.
+        let written = self.io.files.lock().get(&self.path).map(|f| f.0);
+        self.io.step("fdatasync", &self.path).map_err(|_| injected())?;
+        self.inner.sync_data()?;
+        if let (Some(w), Some(f)) = (written, self.io.files.lock().get_mut(&self.path)) {
+            f.1 = f.1.max(w);
         }
         Ok(())
     }

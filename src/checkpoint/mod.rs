@@ -15,6 +15,6 @@ pub use recovery::{
     Recovered, RecoveryReport, Skipped, load_chain, open_chain, restore_from_path, restore_operator,
 };
 pub use storage::{
-    ChainPolicy, CheckpointStorage, CleanupReport, Orphans, ParentChain, StateHandle, StorageConfig, Target,
-    read_manifest_file,
+    ChainPolicy, CheckpointStorage, CleanupReport, Compression, DEFAULT_SYNC_EVERY, Orphans, ParentChain,
+    StateHandle, StorageConfig, Target, read_manifest_file,
 };

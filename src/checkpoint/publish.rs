@@ -1,23 +1,110 @@
 //! Atomic publication of one file: write under a temp name, fsync, rename, fsync the
 //! directory. A crash at any step leaves either no file or the complete file under its
 //! final name (plus, at worst, a temp file that cleanup removes).
+//!
+//! Large files are also synced *while* they are written (write-behind): every
+//! `sync_every` bytes, a syncer thread makes what was written so far durable, so the disk
+//! works during encoding instead of all at the final fsync, and [`SyncProgress`] tells the
+//! producer whether the disk keeps up.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 
-use super::io::{Io, IoFile};
+use super::io::{DataSyncer, Io, IoFile};
 use crate::error::{Error, Result};
+
+/// Write buffer of a published file: small writes (headers, index, compressed blocks) are
+/// gathered, writes at least this large go straight to the file.
+const BUFFER: usize = 64 << 10;
 
 /// Prefix of temp files; `tmp-<checkpoint id>-...` so cleanup can tell whose they are.
 pub const TMP_PREFIX: &str = "tmp-";
 
-/// Writes `dir/rel` atomically through `io`, with `f` producing the contents.
+/// How far the disk is behind a file being published.
+#[derive(Debug, Default)]
+pub struct SyncProgress {
+    /// Bytes handed to the file.
+    written: AtomicU64,
+    /// Bytes known durable (as of the last background sync).
+    synced: AtomicU64,
+    /// Whether write-behind runs (without it, nothing is durable before the end).
+    active: AtomicBool,
+}
+
+impl SyncProgress {
+    /// Bytes written but not yet known durable, or `None` without write-behind.
+    pub fn lag(&self) -> Option<u64> {
+        self.active
+            .load(Ordering::Relaxed)
+            .then(|| self.written.load(Ordering::Relaxed).saturating_sub(self.synced.load(Ordering::Relaxed)))
+    }
+}
+
+/// The file being published, with a syncer thread asked to sync every `every` bytes.
+struct WriteBehind<'p> {
+    file: Box<dyn IoFile>,
+    every: u64,
+    written: u64,
+    requested: u64,
+    progress: &'p SyncProgress,
+    /// Sends the byte count to make durable; `None` until the first request.
+    requests: Option<mpsc::Sender<u64>>,
+    /// Where the syncer thread is started (scoped to the publication).
+    start: &'p dyn Fn(Box<dyn DataSyncer>) -> std::io::Result<mpsc::Sender<u64>>,
+}
+
+impl Write for WriteBehind<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        self.progress.written.store(self.written, Ordering::Relaxed);
+        if self.every > 0 && self.written - self.requested >= self.every {
+            if self.requests.is_none() {
+                self.requests = Some((self.start)(self.file.data_syncer()?)?);
+            }
+            if let Some(tx) = &self.requests {
+                // A closed channel means the syncer failed; its error surfaces at the end.
+                if tx.send(self.written).is_err() {
+                    return Err(std::io::Error::other("background fdatasync failed"));
+                }
+            }
+            self.requested = self.written;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// The syncer: syncs up to the latest requested byte count, until the requests end.
+fn run_syncer(
+    mut syncer: Box<dyn DataSyncer>,
+    rx: mpsc::Receiver<u64>,
+    progress: &SyncProgress,
+) -> std::io::Result<()> {
+    while let Ok(mut upto) = rx.recv() {
+        while let Ok(later) = rx.try_recv() {
+            upto = later;
+        }
+        syncer.sync_data()?;
+        progress.synced.store(upto, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Writes `dir/rel` atomically through `io`, with `f` producing the contents. With
+/// `sync_every > 0`, the temp file is also synced in the background every that many bytes,
+/// and `f` can watch the disk's lag through the [`SyncProgress`].
 pub fn publish<T>(
     io: &dyn Io,
     dir: &Path,
     rel: &str,
     checkpoint_id: u64,
-    f: impl FnOnce(&mut dyn Write) -> Result<T>,
+    sync_every: u64,
+    f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
 ) -> Result<T> {
     let final_path = dir.join(rel);
     let parent = final_path.parent().unwrap_or(dir).to_path_buf();
@@ -26,18 +113,57 @@ pub fn publish<T>(
     if final_path.exists() {
         return Err(Error::NotOurs { path: final_path, why: "a file of that name already exists".into() });
     }
-    let result = (|| {
+    let progress = SyncProgress::default();
+    progress.active.store(sync_every > 0, Ordering::Relaxed);
+    let result = std::thread::scope(|s| {
+        let syncer = std::cell::RefCell::new(None);
+        let start = |d: Box<dyn DataSyncer>| -> std::io::Result<mpsc::Sender<u64>> {
+            let (tx, rx) = mpsc::channel();
+            let progress = &progress;
+            let handle = std::thread::Builder::new()
+                .name("floe-sync".into())
+                .spawn_scoped(s, move || run_syncer(d, rx, progress))?;
+            *syncer.borrow_mut() = Some(handle);
+            Ok(tx)
+        };
         let file = io.create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        let value = f(&mut w)?;
-        let mut file: Box<dyn IoFile> =
-            w.into_inner().map_err(|e| Error::io("write", &tmp, e.into_error()))?;
-        file.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        let behind = WriteBehind {
+            file,
+            every: sync_every,
+            written: 0,
+            requested: 0,
+            progress: &progress,
+            requests: None,
+            start: &start,
+        };
+        // Writes of a whole block or more (data blocks are ~64 KiB) bypass the buffer.
+        let mut w = BufWriter::with_capacity(BUFFER, behind);
+        let produced = f(&mut w, &progress);
+        let behind = w.into_inner().map_err(|e| Error::io("write", &tmp, e.into_error()));
+        // Stop the syncer (ending its requests) and collect its verdict before the final
+        // fsync: a failed background sync fails the publication, whatever fsync says later.
+        let (mut file, requests) = match behind {
+            Ok(b) => (Some(b.file), b.requests),
+            Err(e) => {
+                let _ = syncer.borrow_mut().take().map(|h| h.join());
+                return Err(e);
+            }
+        };
+        drop(requests);
+        if let Some(h) = syncer.borrow_mut().take() {
+            h.join()
+                .map_err(|_| Error::Background("the fdatasync thread panicked".into()))?
+                .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+        }
+        let value = produced?;
+        if let Some(file) = file.as_mut() {
+            file.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        }
         drop(file);
         io.rename(&tmp, &final_path).map_err(|e| Error::io("rename", &tmp, e))?;
         io.sync_dir(&parent).map_err(|e| Error::io("fsync dir", &parent, e))?;
         Ok(value)
-    })();
+    });
     if result.is_err() {
         // Best effort: the temp file is ours; a leftover is removed by cleanup later.
         let _ = io.remove_file(&tmp);

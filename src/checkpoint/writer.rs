@@ -6,45 +6,51 @@ use std::path::Path;
 
 use super::io::Io;
 use super::publish::publish;
+use super::storage::StorageConfig;
 use crate::error::Result;
 use crate::format::datafile::encode_record;
 use crate::format::{DataFileWriter, DataHeader, EncodedBlock, FileState, FileSummary, encode_block};
 use crate::state::{Snapshot, StateId, key_hash};
 
 /// Encodes the records of one (state, key group) of `snapshot` into blocks of about
-/// `target` uncompressed bytes.
+/// `target` uncompressed bytes, asking `compress` before each block whether to compress it.
 pub(crate) fn encode_unit(
     snapshot: &Snapshot,
     state: u32,
     key_group: u32,
     since: Option<u64>,
     target: usize,
+    compress: &dyn Fn() -> bool,
 ) -> Result<Vec<EncodedBlock>> {
     let mut blocks = Vec::new();
-    let mut buf = Vec::with_capacity(target + 1024);
+    let capacity = target + 1024;
+    let mut buf = Vec::with_capacity(capacity);
     let mut records = 0u32;
     let mut first_hash = 0u64;
     snapshot.for_each_record(StateId::from_index(state), key_group, since, &mut |r| {
         if records == 0 {
             first_hash = key_hash(r.key());
+            buf.reserve(capacity);
         }
         encode_record(&mut buf, &r);
         records += 1;
         if buf.len() >= target {
-            blocks.push(encode_block(state, key_group, &buf, records, first_hash));
-            buf.clear();
+            blocks.push(encode_block(state, key_group, &mut buf, records, first_hash, compress()));
             records = 0;
         }
     })?;
     if records > 0 {
-        blocks.push(encode_block(state, key_group, &buf, records, first_hash));
+        blocks.push(encode_block(state, key_group, &mut buf, records, first_hash, compress()));
     }
     Ok(blocks)
 }
 
+/// `Compression::Adaptive` compresses while the bytes written but not yet durable exceed
+/// this many sync intervals (one interval is normally in flight).
+const ADAPTIVE_LAG_INTERVALS: u64 = 2;
+
 /// Writes the data file `dir/rel` for `snapshot` (all of it, or the increment since the
-/// epoch `since`), compressing on `threads` threads, and publishes it atomically.
-#[allow(clippy::too_many_arguments, reason = "internal; each argument is a distinct setting")]
+/// epoch `since`), encoding on `config.threads` threads, and publishes it atomically.
 pub(crate) fn write_snapshot_file(
     io: &dyn Io,
     dir: &Path,
@@ -52,28 +58,37 @@ pub(crate) fn write_snapshot_file(
     header: DataHeader,
     snapshot: &Snapshot,
     since: Option<u64>,
-    target: usize,
-    threads: usize,
+    config: &StorageConfig,
 ) -> Result<FileSummary> {
+    let (target, threads) = (config.block_target, config.threads.max(1));
     let states: Vec<FileState> =
         snapshot.descriptors().map(|d| FileState { name: d.name.clone(), kind: d.kind }).collect();
     let units: Vec<(u32, u32)> =
         (0..states.len() as u32).flat_map(|s| snapshot.key_groups().iter().map(move |kg| (s, kg))).collect();
     let path = dir.join(rel);
-    publish(io, dir, rel, header.checkpoint_id, |out: &mut dyn Write| {
+    publish(io, dir, rel, header.checkpoint_id, config.sync_every, |out: &mut dyn Write, progress| {
+        // `Compression::Adaptive` compresses a block only while the disk is behind: more
+        // than two sync intervals written but not yet durable. Compression then costs no
+        // time (the checkpoint waits for the disk anyway) and shrinks what the disk must
+        // take; when the disk keeps up, storing is faster. Without write-behind there is
+        // no measure of the disk, and every block is compressed.
+        let compress = || {
+            config.compression.fixed().unwrap_or_else(|| {
+                progress.lag().is_none_or(|lag| lag >= ADAPTIVE_LAG_INTERVALS * config.sync_every)
+            })
+        };
         let mut w = DataFileWriter::new(out, &path, header, states)?;
-        let threads = threads.max(1);
         // Encoders take units round-robin and send their blocks through a bounded channel;
-        // this thread writes them in unit order as they arrive, so compression on every
-        // core overlaps with I/O and memory stays bounded by the channel.
+        // this thread writes them in unit order as they arrive, so encoding on every core
+        // overlaps with I/O and memory stays bounded by the channel.
         std::thread::scope(|s| -> Result<()> {
             let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Result<Vec<EncodedBlock>>)>(4 * threads);
             for t in 0..threads {
                 let tx = tx.clone();
-                let units = &units;
+                let (units, compress) = (&units, &compress);
                 s.spawn(move || {
                     for (i, &(st, kg)) in units.iter().enumerate().skip(t).step_by(threads) {
-                        let r = encode_unit(snapshot, st, kg, since, target);
+                        let r = encode_unit(snapshot, st, kg, since, target, compress);
                         let failed = r.is_err();
                         if tx.send((i, r)).is_err() || failed {
                             return;

@@ -156,26 +156,29 @@ pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
     }
 }
 
-/// Compresses and checksums a buffer of encoded records. Keeps the block uncompressed
-/// when lz4 does not make it smaller.
-pub fn encode_block(state: u32, key_group: u32, raw: &[u8], records: u32, first_hash: u64) -> EncodedBlock {
-    let compressed = lz4_flex::block::compress(raw);
-    let (bytes, compression) = if compressed.len() < raw.len() {
-        (compressed, compression::LZ4_BLOCK)
-    } else {
-        (raw.to_vec(), compression::NONE)
+/// Makes a block of the encoded records in `raw`, which it leaves empty: LZ4-compressed if
+/// `compress` and LZ4 makes it smaller (then `raw` keeps its allocation for the next
+/// block), otherwise stored (then `raw`'s buffer becomes the block, without a copy).
+/// Checksums the stored bytes.
+pub fn encode_block(
+    state: u32,
+    key_group: u32,
+    raw: &mut Vec<u8>,
+    records: u32,
+    first_hash: u64,
+    compress: bool,
+) -> EncodedBlock {
+    let raw_len = raw.len() as u32;
+    let compressed = compress.then(|| lz4_flex::block::compress(raw)).filter(|c| c.len() < raw.len());
+    let (bytes, compression) = match compressed {
+        Some(c) => {
+            raw.clear();
+            (c, compression::LZ4_BLOCK)
+        }
+        None => (std::mem::take(raw), compression::NONE),
     };
     let crc32 = crc32fast::hash(&bytes);
-    EncodedBlock {
-        state,
-        key_group,
-        raw_len: raw.len() as u32,
-        records,
-        crc32,
-        first_hash,
-        compression,
-        bytes,
-    }
+    EncodedBlock { state, key_group, raw_len, records, crc32, first_hash, compression, bytes }
 }
 
 /// What a finished data file is.
@@ -257,7 +260,11 @@ impl<W: Write> DataFileWriter<W> {
                 b.raw_len
             )));
         }
-        self.write(&b.bytes)?;
+        // The block's CRC is already known: fold it into the file's instead of hashing
+        // the bytes a second time.
+        self.out.write_all(&b.bytes).map_err(|e| Error::io("write", &self.path, e))?;
+        self.crc.combine(&crc32fast::Hasher::new_with_initial_len(b.crc32, u64::from(info.stored_len)));
+        self.offset += u64::from(info.stored_len);
         self.index.push(info);
         self.records += u64::from(b.records);
         self.raw_bytes += u64::from(b.raw_len);
