@@ -255,7 +255,7 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// The name of subtask `subtask`'s data file of checkpoint `id` (as in the layout spec).
 fn data_file(id: u64, subtask: u32, full: bool) -> String {
-    format!("data/{id:020}-word_count-{subtask}.{}", if full { "full" } else { "incr" })
+    floe::checkpoint::layout::data_file_name(id, OPERATOR, subtask, full)
 }
 
 fn gen_full(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
