@@ -66,6 +66,7 @@ fn main() {
     let (mut full_t, mut full_b, mut inc_t, mut inc_b, mut raw_t) = (vec![], 0u64, vec![], 0u64, vec![]);
     let (mut rec_full, mut rec_chain, mut hashmap_t) = (vec![], vec![], vec![]);
     let (mut fixed_t, mut fixed_b) = ([vec![], vec![]], [0u64; 2]);
+    let mut full_commit = vec![];
     for run in 0..runs {
         let root = dir.path().join(format!("run{run}"));
         let config = StorageConfig {
@@ -81,18 +82,20 @@ fn main() {
             store.put(id, &key(i), &value(i, 0)).unwrap();
         }
         // Full checkpoint: snapshot to durable (data file + manifest).
-        let mut take = |store: &mut Store, cid: u64| -> (Duration, u64) {
+        let mut take = |store: &mut Store, cid: u64| -> (Duration, u64, Duration) {
             let t = Instant::now();
             let (h, _) = cp.snapshot(store, cid, Target::Checkpoint).unwrap().wait().unwrap();
+            let c = Instant::now();
             storage
                 .commit(cid, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new())
                 .unwrap();
-            let d = t.elapsed();
+            let (d, commit) = (t.elapsed(), c.elapsed());
             cp.notify_complete(cid, &h, store);
-            (d, h.operator.bytes_written)
+            (d, h.operator.bytes_written, commit)
         };
-        let (d, b) = take(&mut store, 1);
+        let (d, b, c) = take(&mut store, 1);
         full_t.push(d);
+        full_commit.push(c);
         full_b = b;
 
         // Raw write + fsync of the same number of bytes.
@@ -136,7 +139,7 @@ fn main() {
                 x ^= x << 17;
                 store.put(id, &key(x % n), &value(x % n, cid)).unwrap();
             }
-            let (d, b) = take(&mut store, cid);
+            let (d, b, _) = take(&mut store, cid);
             if cid == 2 {
                 inc_t.push(d);
                 inc_b = b;
@@ -175,6 +178,12 @@ fn main() {
         full_t.median() * 1e3,
         mb(full_b),
         mb(full_b) / full_t.median()
+    );
+    let commit = Stats(full_commit);
+    println!(
+        "  of which commit:      min {:>8.1} ms  median {:>8.1} ms  (manifest written durably, retention)",
+        commit.min() * 1e3,
+        commit.median() * 1e3
     );
     for (i, name) in ["Lz4", "None"].iter().enumerate() {
         let t = Stats(fixed_t[i].clone());

@@ -368,19 +368,24 @@ fn io_fault_during_write_behind_never_damages_the_previous_checkpoint() {
 
 /// Every compression setting writes files that recover to the same state: `None` stores
 /// every block, `Lz4` compresses what LZ4 shrinks, and `Adaptive` compresses while the disk
-/// lags (here a disk whose every background sync takes 20 ms).
+/// is the bottleneck (here a disk that syncs 20 MB/s).
 #[test]
 fn compression_settings_write_recoverable_files() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use floe::checkpoint::Compression;
     use floe::checkpoint::io::{DataSyncer, Io, IoFile, StdIo};
     use floe::format::{DataFile, compression};
 
+    /// Background syncs take 50 ns per byte written since the previous one.
     struct SlowDisk;
-    struct SlowFile(Box<dyn IoFile>);
-    struct SlowSyncer(Box<dyn DataSyncer>);
+    struct SlowFile(Box<dyn IoFile>, Arc<AtomicU64>);
+    struct SlowSyncer(Box<dyn DataSyncer>, Arc<AtomicU64>, u64);
     impl std::io::Write for SlowFile {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.write(buf)
+            let n = self.0.write(buf)?;
+            self.1.fetch_add(n as u64, Ordering::SeqCst);
+            Ok(n)
         }
         fn flush(&mut self) -> std::io::Result<()> {
             self.0.flush()
@@ -391,18 +396,20 @@ fn compression_settings_write_recoverable_files() {
             self.0.sync_all()
         }
         fn data_syncer(&self) -> std::io::Result<Box<dyn DataSyncer>> {
-            Ok(Box::new(SlowSyncer(self.0.data_syncer()?)))
+            Ok(Box::new(SlowSyncer(self.0.data_syncer()?, Arc::clone(&self.1), 0)))
         }
     }
     impl DataSyncer for SlowSyncer {
         fn sync_data(&mut self) -> std::io::Result<()> {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            let written = self.1.load(Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_nanos(50 * (written - self.2)));
+            self.2 = written;
             self.0.sync_data()
         }
     }
     impl Io for SlowDisk {
         fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn IoFile>> {
-            Ok(Box::new(SlowFile(StdIo.create_new(path)?)))
+            Ok(Box::new(SlowFile(StdIo.create_new(path)?, Arc::new(AtomicU64::new(0)))))
         }
         fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
             StdIo.rename(from, to)
@@ -420,7 +427,7 @@ fn compression_settings_write_recoverable_files() {
 
     let build = || {
         let mut store = new_store(StoreConfig::default());
-        for i in 0..40_000u32 {
+        for i in 0..120_000u32 {
             // Compressible values: a counter and a repeated pattern.
             let v = format!("{i:08}-{}", "abcdefgh".repeat(8));
             store.put(V, format!("key-{i}").as_bytes(), v.as_bytes()).unwrap();

@@ -9,8 +9,9 @@
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::time::Instant;
 
 use super::io::{DataSyncer, Io, IoFile};
 use crate::error::{Error, Result};
@@ -22,23 +23,70 @@ const BUFFER: usize = 64 << 10;
 /// Prefix of temp files; `tmp-<checkpoint id>-...` so cleanup can tell whose they are.
 pub const TMP_PREFIX: &str = "tmp-";
 
-/// How far the disk is behind a file being published.
-#[derive(Debug, Default)]
+/// How the disk keeps up with a file being published.
+#[derive(Debug)]
 pub struct SyncProgress {
+    /// When writing started.
+    started: Instant,
     /// Bytes handed to the file.
     written: AtomicU64,
     /// Bytes known durable (as of the last background sync).
     synced: AtomicU64,
+    /// Nanoseconds spent in finished background syncs.
+    sync_nanos: AtomicU64,
+    /// When (nanoseconds after `started`) the running sync began; `u64::MAX` if none runs.
+    running_since: AtomicU64,
+    /// The byte count the running sync makes durable.
+    running_upto: AtomicU64,
     /// Whether write-behind runs (without it, nothing is durable before the end).
-    active: AtomicBool,
+    active: bool,
 }
 
 impl SyncProgress {
+    fn new(active: bool) -> Self {
+        SyncProgress {
+            started: Instant::now(),
+            written: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            sync_nanos: AtomicU64::new(0),
+            running_since: AtomicU64::new(u64::MAX),
+            running_upto: AtomicU64::new(0),
+            active,
+        }
+    }
+
     /// Bytes written but not yet known durable, or `None` without write-behind.
     pub fn lag(&self) -> Option<u64> {
         self.active
-            .load(Ordering::Relaxed)
             .then(|| self.written.load(Ordering::Relaxed).saturating_sub(self.synced.load(Ordering::Relaxed)))
+    }
+
+    /// Whether the disk is slower than the producer: it makes fewer bytes durable per
+    /// second of syncing than the file receives per second of writing. A running sync
+    /// counts as if it finished now (so a slow disk shows before its first sync ends,
+    /// and a sync that just began says nothing). `None` without write-behind or before
+    /// any sync.
+    pub fn disk_slower(&self) -> Option<bool> {
+        if !self.active {
+            return None;
+        }
+        let now = self.nanos_since_start();
+        let mut bytes = self.synced.load(Ordering::Relaxed);
+        let mut nanos = self.sync_nanos.load(Ordering::Relaxed);
+        let since = self.running_since.load(Ordering::Relaxed);
+        if since != u64::MAX {
+            bytes = bytes.max(self.running_upto.load(Ordering::Relaxed));
+            nanos += now.saturating_sub(since);
+        }
+        if bytes == 0 || nanos == 0 || now == 0 {
+            return None;
+        }
+        let written = self.written.load(Ordering::Relaxed);
+        Some((bytes as f64 / nanos as f64) < written as f64 / now as f64)
+    }
+
+    fn nanos_since_start(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -89,8 +137,14 @@ fn run_syncer(
         while let Ok(later) = rx.try_recv() {
             upto = later;
         }
+        let began = progress.nanos_since_start();
+        progress.running_upto.store(upto, Ordering::Relaxed);
+        progress.running_since.store(began, Ordering::Relaxed);
         syncer.sync_data()?;
+        let took = progress.nanos_since_start().saturating_sub(began);
+        progress.sync_nanos.fetch_add(took, Ordering::Relaxed);
         progress.synced.store(upto, Ordering::Relaxed);
+        progress.running_since.store(u64::MAX, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -113,8 +167,7 @@ pub fn publish<T>(
     if final_path.exists() {
         return Err(Error::NotOurs { path: final_path, why: "a file of that name already exists".into() });
     }
-    let progress = SyncProgress::default();
-    progress.active.store(sync_every > 0, Ordering::Relaxed);
+    let progress = SyncProgress::new(sync_every > 0);
     let result = std::thread::scope(|s| {
         let syncer = std::cell::RefCell::new(None);
         let start = |d: Box<dyn DataSyncer>| -> std::io::Result<mpsc::Sender<u64>> {

@@ -4,6 +4,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use parking_lot::{Condvar, Mutex};
+
 use super::io::Io;
 use super::publish::publish;
 use super::storage::StorageConfig;
@@ -67,27 +69,39 @@ pub(crate) fn write_snapshot_file(
         (0..states.len() as u32).flat_map(|s| snapshot.key_groups().iter().map(move |kg| (s, kg))).collect();
     let path = dir.join(rel);
     publish(io, dir, rel, header.checkpoint_id, config.sync_every, |out: &mut dyn Write, progress| {
-        // `Compression::Adaptive` compresses a block only while the disk is behind: more
-        // than two sync intervals written but not yet durable. Compression then costs no
-        // time (the checkpoint waits for the disk anyway) and shrinks what the disk must
-        // take; when the disk keeps up, storing is faster. Without write-behind there is
-        // no measure of the disk, and every block is compressed.
+        // `Compression::Adaptive` compresses a block only while the disk is the
+        // bottleneck: it syncs slower than the file is written, and more than two sync
+        // intervals are written but not yet durable. Compression then costs no time (the
+        // checkpoint waits for the disk anyway) and shrinks what the disk must take; when
+        // the disk keeps up, storing is faster. (Lag alone is not enough: on a CPU-bound
+        // machine the syncer also waits for a core, and compressing would make that
+        // worse.) Without write-behind there is no measure of the disk, and every block
+        // is compressed.
         let compress = || {
-            config.compression.fixed().unwrap_or_else(|| {
-                progress.lag().is_none_or(|lag| lag >= ADAPTIVE_LAG_INTERVALS * config.sync_every)
+            config.compression.fixed().unwrap_or_else(|| match progress.lag() {
+                None => true,
+                Some(lag) => {
+                    lag >= ADAPTIVE_LAG_INTERVALS * config.sync_every && progress.disk_slower() == Some(true)
+                }
             })
         };
         let mut w = DataFileWriter::new(out, &path, header, states)?;
-        // Encoders take units round-robin and send their blocks through a bounded channel;
-        // this thread writes them in unit order as they arrive, so encoding on every core
-        // overlaps with I/O and memory stays bounded by the channel.
+        // Encoders take the next unit as they become free (units differ in size, and the
+        // cores are shared with this thread and the syncer, so a fixed split leaves one
+        // encoder idle while the other finishes) and send its blocks; this thread writes
+        // them in unit order. Encoders run at most `ahead` units past the next one to
+        // write, which bounds memory whatever the units' sizes.
+        let queue = UnitQueue::new(units.len(), 4 * threads);
         std::thread::scope(|s| -> Result<()> {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Result<Vec<EncodedBlock>>)>(4 * threads);
-            for t in 0..threads {
+            // Wakes and stops the encoders however this thread leaves the scope.
+            let _close = CloseOnDrop(&queue);
+            let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
+            for _ in 0..threads {
                 let tx = tx.clone();
-                let (units, compress) = (&units, &compress);
+                let (units, compress, queue) = (&units, &compress, &queue);
                 s.spawn(move || {
-                    for (i, &(st, kg)) in units.iter().enumerate().skip(t).step_by(threads) {
+                    while let Some(i) = queue.take() {
+                        let (st, kg) = units[i];
                         let r = encode_unit(snapshot, st, kg, since, target, compress);
                         let failed = r.is_err();
                         if tx.send((i, r)).is_err() || failed {
@@ -106,14 +120,67 @@ pub(crate) fn write_snapshot_file(
                         w.write_block(b)?;
                     }
                     next += 1;
+                    queue.written(next);
                 }
             }
             if next != units.len() {
-                return Err(crate::Error::Background("a compression thread stopped early".into()));
+                return Err(crate::Error::Background("an encoder thread stopped early".into()));
             }
             Ok(())
         })?;
         let (summary, _) = w.finish()?;
         Ok(summary)
     })
+}
+
+/// Hands out unit indexes in order, at most `ahead` past the number already written.
+struct UnitQueue {
+    /// (next index to hand out, units written, closed)
+    state: Mutex<(usize, usize, bool)>,
+    changed: Condvar,
+    len: usize,
+    ahead: usize,
+}
+
+impl UnitQueue {
+    fn new(len: usize, ahead: usize) -> Self {
+        UnitQueue { state: Mutex::new((0, 0, false)), changed: Condvar::new(), len, ahead: ahead.max(1) }
+    }
+
+    /// The next unit to encode, once it is within the window; `None` when all are handed
+    /// out or the queue was closed.
+    fn take(&self) -> Option<usize> {
+        let mut s = self.state.lock();
+        loop {
+            let (next, written, closed) = *s;
+            if closed || next >= self.len {
+                return None;
+            }
+            if next < written + self.ahead {
+                s.0 += 1;
+                return Some(next);
+            }
+            self.changed.wait(&mut s);
+        }
+    }
+
+    /// `n` units are written.
+    fn written(&self, n: usize) {
+        self.state.lock().1 = n;
+        self.changed.notify_all();
+    }
+
+    /// Hands out nothing more.
+    fn close(&self) {
+        self.state.lock().2 = true;
+        self.changed.notify_all();
+    }
+}
+
+struct CloseOnDrop<'a>(&'a UnitQueue);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }

@@ -129,6 +129,8 @@ pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
     }
     match *r {
         Record::Put { key, value } => {
+            // The common record, written with one capacity check.
+            buf.reserve(9 + key.len() + value.len());
             buf.push(tag::PUT);
             lp(buf, key);
             lp(buf, value);

@@ -683,7 +683,9 @@ fn drain_prefetched<'a>(
     }
     for (i, e) in batch.iter().enumerate() {
         if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
-            prefetch(Arc::as_ptr(ahead).cast());
+            let p: *const u8 = Arc::as_ptr(ahead).cast();
+            prefetch(p);
+            prefetch(p.wrapping_add(64));
         }
         if let Some(ahead) = batch.get(i + PREFETCH_AHEAD / 2) {
             prefetch_value(&ahead.value);
@@ -698,14 +700,18 @@ fn drain_prefetched<'a>(
 /// Prefetches the first two cache lines of a value's heap object.
 #[inline]
 fn prefetch_value(v: &Value) {
-    let p: *const u8 = match v {
+    let (p, len): (*const u8, usize) = match v {
         Value::Tomb => return,
-        Value::Bytes(b) => b.as_ptr(),
-        Value::List(l) => l.buf.as_ptr(),
-        Value::Map(m) => (&raw const **m).cast(),
+        Value::Bytes(b) => (b.as_ptr(), b.len()),
+        Value::List(l) => (l.buf.as_ptr(), l.buf.len()),
+        Value::Map(m) => ((&raw const **m).cast(), 64),
     };
+    // Up to three lines: enough for values of up to 129 bytes at any alignment.
     prefetch(p);
-    prefetch(p.wrapping_add(64));
+    if len > 64 {
+        prefetch(p.wrapping_add(64));
+        prefetch(p.wrapping_add(len.min(192) - 1));
+    }
 }
 
 /// A hint to load the cache line holding `p` (a no-op off x86_64).
