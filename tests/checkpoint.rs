@@ -166,7 +166,9 @@ fn retention_keeps_retained_checkpoints_recoverable_and_no_orphans() {
             }
             let orphans = storage.orphans().unwrap();
             assert!(orphans.ours.is_empty() && orphans.foreign.is_empty(), "{orphans:?}");
-            // Every data file on disk is referenced by a retained checkpoint.
+            // Every data file on disk is referenced by a retained checkpoint, once the
+            // background unlinks of what retention freed are done.
+            storage.wait_for_cleanup();
             let mut referenced = std::collections::BTreeSet::new();
             for &r in &ids {
                 referenced.extend(storage.read_manifest(r).unwrap().files.into_iter().map(|f| f.path));
@@ -178,6 +180,45 @@ fn retention_keeps_retained_checkpoints_recoverable_and_no_orphans() {
             assert_eq!(on_disk, referenced);
         }
     });
+}
+
+/// An increment whose parent chain retention already freed (a task that took it before
+/// hearing that a newer full checkpoint completed) fails at commit, whether the freed file
+/// is still being unlinked or gone, and the retained checkpoint stays the one recovered.
+#[test]
+fn commit_refuses_a_chain_that_retention_freed() {
+    use floe::checkpoint::ParentChain;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig { num_retained: 1, ..StorageConfig::default() };
+    let storage = CheckpointStorage::open(dir.path(), config).unwrap();
+    let mut store = new_store(StoreConfig::default());
+    evolve(&mut store, 5, 1, 500, 200);
+    let s1 = store.snapshot();
+    let h1 = storage.write_state(1, Target::Checkpoint, "op", 0, &s1, None).unwrap();
+    storage.commit(1, Target::Checkpoint, vec![h1.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+    evolve(&mut store, 5, 2, 500, 200);
+    let model2 = materialize(&store.snapshot());
+    let h2 = storage.write_state(2, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
+    storage.commit(2, Target::Checkpoint, vec![h2], BTreeMap::new(), BTreeMap::new()).unwrap();
+    // Checkpoint 1 is no longer retained; its full file is pending deletion or deleted.
+    let stale = ParentChain { checkpoint_id: 1, epoch: s1.epoch(), files: h1.files.clone() };
+    for attempt in 3..=4u64 {
+        evolve(&mut store, 5, attempt, 50, 200);
+        let h = storage
+            .write_state(attempt, Target::Checkpoint, "op", 0, &store.snapshot(), Some(&stale))
+            .unwrap();
+        let err = storage.commit(attempt, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new());
+        assert!(matches!(err, Err(floe::Error::NotFound(_))), "attempt {attempt}: {err:?}");
+        storage.abort(attempt);
+        // The second attempt runs after the unlink surely happened.
+        storage.wait_for_cleanup();
+    }
+    assert!(!dir.path().join(&h1.files[0].path).exists());
+    assert_eq!(recover_model(dir.path(), 2, StoreConfig::default()), model2);
+    let r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 2);
+    storage.gc(false).unwrap();
+    assert!(storage.orphans().unwrap().ours.is_empty());
 }
 
 #[test]

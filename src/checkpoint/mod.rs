@@ -3,6 +3,7 @@
 
 mod checkpointer;
 mod compaction;
+mod deleter;
 pub mod io;
 pub mod layout;
 mod publish;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::deleter::Deleter;
 use super::io::{Io, StdIo};
 use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
 use super::publish::publish;
@@ -148,6 +149,8 @@ pub struct CheckpointStorage {
     config: StorageConfig,
     /// Checkpoints being written by this process: their files are not orphans.
     in_flight: Mutex<BTreeSet<u64>>,
+    /// Unlinks the files that retention after a commit no longer needs.
+    deleter: Deleter,
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -212,7 +215,8 @@ impl CheckpointStorage {
             let p = root.join(d);
             io.create_dir_all(&p).map_err(|e| Error::io("create dir", &p, e))?;
         }
-        Ok(Arc::new(CheckpointStorage { root, io, config, in_flight: Mutex::new(BTreeSet::new()) }))
+        let deleter = Deleter::new(Arc::clone(&io));
+        Ok(Arc::new(CheckpointStorage { root, io, config, in_flight: Mutex::new(BTreeSet::new()), deleter }))
     }
 
     /// Opens an existing checkpoint directory for reading without creating or changing
@@ -244,12 +248,9 @@ impl CheckpointStorage {
             }
             Err(e) => return Err(Error::io("read", &marker, e)),
         }
-        Ok(Arc::new(CheckpointStorage {
-            root,
-            io: Arc::new(StdIo),
-            config,
-            in_flight: Mutex::new(BTreeSet::new()),
-        }))
+        let io: Arc<dyn Io> = Arc::new(StdIo);
+        let deleter = Deleter::new(Arc::clone(&io));
+        Ok(Arc::new(CheckpointStorage { root, io, config, in_flight: Mutex::new(BTreeSet::new()), deleter }))
     }
 
     /// The directory.
@@ -354,8 +355,9 @@ impl CheckpointStorage {
         self.in_flight.lock().remove(&checkpoint_id);
         result?;
         if target == Target::Checkpoint {
-            // Retention failing does not undo the checkpoint; it is retried next time.
-            let _ = self.retain();
+            // Retention failing does not undo the checkpoint; it is retried next time. The
+            // files it frees are unlinked in the background (`wait_for_cleanup`).
+            let _ = self.retain_inner(true);
         }
         Ok(manifest)
     }
@@ -383,9 +385,23 @@ impl CheckpointStorage {
             }
             operators.push(h.operator);
         }
+        let dir = self.target_dir(checkpoint_id, target);
+        // Every file must still be there. A chain's older files can have been freed by
+        // retention when the writer's parent was no longer retained (an increment taken
+        // before the task heard that a newer checkpoint completed); such a checkpoint
+        // fails here instead of being published unrecoverable.
+        for f in &files {
+            let path = dir.join(&f.path);
+            if self.deleter.is_pending(&path) || !path.is_file() {
+                return Err(Error::NotFound(format!(
+                    "{} for checkpoint {checkpoint_id}: retention removed it (the chain's parent is \
+                     no longer retained)",
+                    path.display()
+                )));
+            }
+        }
         // The data files know the job's max_parallelism; read it back from the first one.
         if let Some(first) = files.first() {
-            let dir = self.target_dir(checkpoint_id, target);
             let f = crate::format::DataFile::open(&dir.join(&first.path))?;
             max_parallelism = Some(f.header().max_parallelism);
         }
@@ -540,6 +556,18 @@ impl CheckpointStorage {
     /// file no remaining checkpoint references. Skips file deletion (and says why) if a
     /// remaining manifest cannot be read, since its files are unknown.
     pub fn retain(&self) -> Result<CleanupReport> {
+        self.retain_inner(false)
+    }
+
+    /// Waits until the files that retention scheduled for deletion after commits are
+    /// gone (or their unlink failed: then they are orphans again, for the next cleanup).
+    pub fn wait_for_cleanup(&self) {
+        self.deleter.wait();
+    }
+
+    /// Retention; with `defer`, the files are handed to the background deleter (and listed
+    /// in the report as removed) instead of unlinked here.
+    fn retain_inner(&self, defer: bool) -> Result<CleanupReport> {
         let mut report = CleanupReport::default();
         let ids = self.checkpoint_ids()?;
         let keep_from = ids.len().saturating_sub(self.config.num_retained);
@@ -552,6 +580,10 @@ impl CheckpointStorage {
             self.io.sync_dir(&self.root).map_err(|e| Error::io("fsync dir", &self.root, e))?;
         }
         match self.orphans_inner() {
+            Ok(orphans) if defer => {
+                report.removed_files = orphans.ours.clone();
+                self.deleter.schedule(orphans.ours);
+            }
             Ok(orphans) => {
                 for p in orphans.ours {
                     self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
@@ -590,6 +622,10 @@ impl CheckpointStorage {
         };
         for e in entries.into_iter().flatten() {
             let e = e.map_err(|e| Error::io("read dir", &data, e))?;
+            if self.deleter.is_pending(&e.path()) {
+                // Already being deleted.
+                continue;
+            }
             let name = e.file_name().to_string_lossy().into_owned();
             let id = layout::parse_data_file_name(&name).or_else(|| layout::parse_tmp_name(&name));
             match id {
@@ -633,6 +669,7 @@ impl CheckpointStorage {
 
     /// Removes floe's orphaned files (or only lists them with `dry_run`).
     pub fn gc(&self, dry_run: bool) -> Result<Orphans> {
+        self.deleter.wait();
         let orphans = self.orphans_inner()?;
         if !dry_run {
             for p in &orphans.ours {
