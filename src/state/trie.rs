@@ -293,12 +293,25 @@ pub(crate) struct Trie {
     root: Option<Node>,
     /// Number of live (non-tombstone) entries.
     live: u64,
+    /// The latest epoch in which a tombstone was left here (or, for a map state, in a map
+    /// stored here): with none since the last confirmation there is nothing to purge.
+    last_tomb: u64,
 }
 
 impl Trie {
     /// Number of live entries.
     pub fn len(&self) -> u64 {
         self.live
+    }
+
+    /// Records that a tombstone was left in epoch `epoch` (here or in a nested map).
+    pub fn note_tomb(&mut self, epoch: u64) {
+        self.last_tomb = self.last_tomb.max(epoch);
+    }
+
+    /// The latest epoch in which a tombstone was left (0 if never).
+    pub fn last_tomb(&self) -> u64 {
+        self.last_tomb
     }
 
     /// True when no live entry exists (tombstones may remain).
@@ -368,9 +381,15 @@ impl Trie {
             return Trie::default();
         }
         let live = entries.iter().filter(|(_, e)| e.is_live()).count() as u64;
+        // Tombstones, or maps (which may hold some), are conservatively as new as `stamp`.
+        let last_tomb = if entries.iter().any(|(_, e)| matches!(e.value, Value::Tomb | Value::Map(_))) {
+            stamp
+        } else {
+            0
+        };
         let hashes: Vec<u64> = entries.iter().map(|&(h, _)| h).collect();
         let root = build(&hashes, &mut entries.into_iter(), 0, stamp);
-        Trie { root: Some(root), live }
+        Trie { root: Some(root), live, last_tomb }
     }
 
     /// True when the trie holds no slot at all, not even a tombstone.
