@@ -188,8 +188,10 @@ impl Entry {
 /// A slot: 32 bytes (the leaf's tag lives in the branch pointer's null niche).
 #[derive(Clone, Debug)]
 enum Slot {
-    /// An entry and its key's hash: a lookup compares the hash without touching the entry.
-    Leaf(u64, Arc<Entry>),
+    /// An entry, its key's hash (a lookup compares the hash without touching the entry),
+    /// and an upper bound of the entry's stamp (a walk for changes skips the entry without
+    /// touching it). The stamp fits where a branch keeps its header: it costs no space.
+    Leaf(u64, u64, Arc<Entry>),
     Branch(Node),
 }
 
@@ -239,11 +241,11 @@ impl Node {
         ((self.bitmap & (bit - 1)).count_ones() as usize, self.bitmap & bit != 0)
     }
 
-    /// A node at `depth` holding just `entry` (of hash `hash`), with the stamp bound
-    /// `max_stamp` (at least the entry's stamp): made without touching the entry.
-    fn single(hash: u64, entry: Arc<Entry>, depth: u32, max_stamp: u64) -> Node {
+    /// A node at `depth` holding just the leaf `(hash, stamp, entry)`, with the stamp
+    /// bound `max_stamp` (at least the leaf's): made without touching the entry.
+    fn single(hash: u64, stamp: u64, entry: Arc<Entry>, depth: u32, max_stamp: u64) -> Node {
         let bitmap = if depth >= MAX_DEPTH { 0 } else { 1 << index(hash, depth) };
-        Node { bitmap, max_stamp, slots: Arc::new([Slot::Leaf(hash, entry)]) }
+        Node { bitmap, max_stamp, slots: Arc::new([Slot::Leaf(hash, stamp, entry)]) }
     }
 }
 
@@ -341,7 +343,7 @@ impl Trie {
         loop {
             if depth >= MAX_DEPTH {
                 return node.slots.iter().find_map(|s| match s {
-                    Slot::Leaf(h, e) if *h == hash && *e.key == *key => Some(e),
+                    Slot::Leaf(h, _, e) if *h == hash && *e.key == *key => Some(e),
                     _ => None,
                 });
             }
@@ -350,7 +352,7 @@ impl Trie {
                 return None;
             }
             match node.slots.get(pos)? {
-                Slot::Leaf(h, e) => {
+                Slot::Leaf(h, _, e) => {
                     return (*h == hash && *e.key == *key).then_some(e);
                 }
                 Slot::Branch(child) => {
@@ -498,7 +500,7 @@ fn build(
     stamp: u64,
 ) -> Node {
     if depth >= MAX_DEPTH {
-        let slots = entries.take(hashes.len()).map(|(h, e)| Slot::Leaf(h, e)).collect();
+        let slots = entries.take(hashes.len()).map(|(h, e)| Slot::Leaf(h, e.stamp, e)).collect();
         return Node { bitmap: 0, max_stamp: stamp, slots };
     }
     // Sorted hashes with a common prefix have non-decreasing indices at this depth: each run
@@ -516,7 +518,7 @@ fn build(
             rest = others;
             if run == 1 {
                 // Never empty: `hashes` has exactly one hash per entry.
-                entries.next().map(|(h, e)| Slot::Leaf(h, e)).unwrap_or_default()
+                entries.next().map(|(h, e)| Slot::Leaf(h, e.stamp, e)).unwrap_or_default()
             } else {
                 Slot::Branch(build(mine, entries, depth + 1, stamp))
             }
@@ -525,10 +527,14 @@ fn build(
     Node { bitmap, max_stamp: stamp, slots }
 }
 
-/// The leaf at `pos` of slots that were just made unique.
-fn leaf_mut(slots: &mut Arc<[Slot]>, pos: usize) -> &mut Arc<Entry> {
+/// The leaf at `pos` of slots that were just made unique, its stamp bound raised to
+/// `stamp` (the caller is about to write the entry in that epoch).
+fn leaf_mut(slots: &mut Arc<[Slot]>, pos: usize, stamp: u64) -> &mut Arc<Entry> {
     match &mut Arc::make_mut(slots)[pos] {
-        Slot::Leaf(_, e) => e,
+        Slot::Leaf(_, s, e) => {
+            *s = (*s).max(stamp);
+            e
+        }
         _ => unreachable!("a leaf was just found or placed here"),
     }
 }
@@ -543,40 +549,40 @@ fn slot_mut_in<'a>(
     node.max_stamp = node.max_stamp.max(stamp);
     if depth >= MAX_DEPTH {
         let found = node.slots.binary_search_by(|s| match s {
-            Slot::Leaf(h, e) => (*h, &*e.key).cmp(&(hash, key)),
+            Slot::Leaf(h, _, e) => (*h, &*e.key).cmp(&(hash, key)),
             // Buckets hold only leaves.
             _ => Ordering::Less,
         });
         let (pos, created) = match found {
             Ok(pos) => (pos, false),
             Err(pos) => {
-                insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(key, stamp))));
+                insert_slot(&mut node.slots, pos, Slot::Leaf(hash, stamp, Arc::new(Entry::new(key, stamp))));
                 (pos, true)
             }
         };
-        return (leaf_mut(&mut node.slots, pos), created);
+        return (leaf_mut(&mut node.slots, pos, stamp), created);
     }
     let idx = index(hash, depth);
     let (pos, present) = node.position(idx);
     if !present {
         node.bitmap |= 1 << idx;
-        insert_slot(&mut node.slots, pos, Slot::Leaf(hash, Arc::new(Entry::new(key, stamp))));
-        return (leaf_mut(&mut node.slots, pos), true);
+        insert_slot(&mut node.slots, pos, Slot::Leaf(hash, stamp, Arc::new(Entry::new(key, stamp))));
+        return (leaf_mut(&mut node.slots, pos, stamp), true);
     }
-    if let Slot::Leaf(h, e) = &node.slots[pos]
+    if let Slot::Leaf(h, _, e) = &node.slots[pos]
         && *h == hash
         && *e.key == *key
     {
-        return (leaf_mut(&mut node.slots, pos), false);
+        return (leaf_mut(&mut node.slots, pos, stamp), false);
     }
     let max_stamp = node.max_stamp;
     let slots = Arc::make_mut(&mut node.slots);
     // Split a leaf that holds another key into a branch, then descend. The new branch takes
     // this node's stamp bound (the descent raises it to `stamp` anyway).
     if let Slot::Leaf(..) = &slots[pos]
-        && let Slot::Leaf(h, other) = std::mem::take(&mut slots[pos])
+        && let Slot::Leaf(h, s, other) = std::mem::take(&mut slots[pos])
     {
-        slots[pos] = Slot::Branch(Node::single(h, other, depth + 1, max_stamp));
+        slots[pos] = Slot::Branch(Node::single(h, s, other, depth + 1, max_stamp));
     }
     match &mut slots[pos] {
         Slot::Branch(child) => slot_mut_in(child, depth + 1, hash, key, stamp),
@@ -587,14 +593,14 @@ fn slot_mut_in<'a>(
 fn remove_in(node: &mut Node, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<Entry>> {
     // Read-only search first so that a miss copies nothing.
     let pos = if depth >= MAX_DEPTH {
-        node.slots.iter().position(|s| matches!(s, Slot::Leaf(h, e) if *h == hash && *e.key == *key))?
+        node.slots.iter().position(|s| matches!(s, Slot::Leaf(h, _, e) if *h == hash && *e.key == *key))?
     } else {
         let idx = index(hash, depth);
         let (pos, present) = node.position(idx);
         if !present {
             return None;
         }
-        if let Slot::Leaf(h, e) = &node.slots[pos]
+        if let Slot::Leaf(h, _, e) = &node.slots[pos]
             && !(*h == hash && *e.key == *key)
         {
             return None;
@@ -602,7 +608,7 @@ fn remove_in(node: &mut Node, depth: u32, hash: u64, key: &[u8]) -> Option<Arc<E
         pos
     };
     if let Slot::Leaf(..) = &node.slots[pos] {
-        let Slot::Leaf(_, e) = remove_slot(&mut node.slots, pos) else { unreachable!("matched a leaf") };
+        let Slot::Leaf(_, _, e) = remove_slot(&mut node.slots, pos) else { unreachable!("matched a leaf") };
         node.bitmap = clear_nth_set_bit(node.bitmap, pos);
         return Some(e);
     }
@@ -661,21 +667,22 @@ fn clear_nth_set_bit(bitmap: u32, pos: usize) -> u32 {
 fn visit<'a>(node: &'a Node, f: &mut impl FnMut(&'a Arc<Entry>)) {
     for s in node.slots.iter() {
         match s {
-            Slot::Leaf(_, e) => f(e),
+            Slot::Leaf(_, _, e) => f(e),
             Slot::Branch(c) => visit(c, f),
         }
     }
 }
 
-/// Visits every leaf below the nodes with `max_stamp > since`, without reading the
-/// entries (the caller checks their stamps).
+/// Visits every leaf whose stamp bound is above `since`, below the nodes with
+/// `max_stamp > since`, without reading the entries (the caller checks their stamps).
 fn visit_nodes_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>)) {
     if node.max_stamp <= since {
         return;
     }
     for s in node.slots.iter() {
         match s {
-            Slot::Leaf(_, e) => f(e),
+            Slot::Leaf(_, stamp, e) if *stamp > since => f(e),
+            Slot::Leaf(..) => {}
             Slot::Branch(c) => visit_nodes_since(c, since, f),
         }
     }
@@ -752,7 +759,7 @@ fn prefetch(p: *const u8) {
 fn any_needs(node: &Node, since: u64, needs: &impl Fn(&Entry) -> bool) -> bool {
     node.max_stamp > since
         && node.slots.iter().any(|s| match s {
-            Slot::Leaf(_, e) => e.stamp > since && needs(e),
+            Slot::Leaf(_, stamp, e) => *stamp > since && e.stamp > since && needs(e),
             Slot::Branch(c) => any_needs(c, since, needs),
         })
 }
@@ -770,8 +777,8 @@ fn retain_in(
     let mut emptied = false;
     for s in Arc::make_mut(&mut node.slots).iter_mut() {
         match s {
-            Slot::Leaf(_, e) => {
-                if e.stamp > since && needs(e) {
+            Slot::Leaf(_, stamp, e) => {
+                if *stamp > since && e.stamp > since && needs(e) {
                     let was = e.is_live();
                     let keep = f(e);
                     let now = keep && e.is_live();
@@ -809,7 +816,7 @@ impl<'a> Iterator for TrieIter<'a> {
                 None => {
                     self.stack.pop();
                 }
-                Some(Slot::Leaf(_, e)) => return Some(e),
+                Some(Slot::Leaf(_, _, e)) => return Some(e),
                 Some(Slot::Branch(c)) => self.stack.push(c.slots.iter()),
             }
         }
@@ -833,7 +840,7 @@ mod tests {
         fn walk(n: &Node, out: &mut Vec<(u64, Vec<u8>)>) {
             for s in n.slots.iter() {
                 match s {
-                    Slot::Leaf(h, e) => out.push((*h, e.key.to_vec())),
+                    Slot::Leaf(h, _, e) => out.push((*h, e.key.to_vec())),
                     Slot::Branch(c) => walk(c, out),
                 }
             }
@@ -883,7 +890,7 @@ mod tests {
         out.push((depth, n.bitmap, n.slots.len(), n.max_stamp));
         for s in n.slots.iter() {
             match s {
-                Slot::Leaf(h, e) => out.push((depth, u32::MAX, e.key.len(), *h)),
+                Slot::Leaf(h, _, e) => out.push((depth, u32::MAX, e.key.len(), *h)),
                 Slot::Branch(c) => shape(c, depth + 1, out),
             }
         }
