@@ -221,6 +221,39 @@ fn commit_refuses_a_chain_that_retention_freed() {
     assert!(storage.orphans().unwrap().ours.is_empty());
 }
 
+/// A damaged newest checkpoint is skipped with a typed error naming the file, and the
+/// previous one is recovered exactly.
+#[test]
+fn recovery_falls_back_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        policy: floe::checkpoint::ChainPolicy { max_increments: 0, max_chain_ratio: 0.0 },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(dir.path(), config).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store(StoreConfig::default());
+    evolve(&mut store, 3, 1, 400, 200);
+    let model1 = checkpoint(&storage, &mut cp, &mut store, 1);
+    evolve(&mut store, 3, 2, 400, 200);
+    checkpoint(&storage, &mut cp, &mut store, 2);
+    let rel = storage.read_manifest(2).unwrap().files[0].path.clone();
+    let path = dir.path().join(&rel);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[50] ^= 0x10; // inside the first block
+    std::fs::write(&path, bytes).unwrap();
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 1);
+    assert_eq!(materialize(&r.store.snapshot()), model1);
+    let [skipped] = r.report.skipped.as_slice() else { panic!("{:?}", r.report.skipped) };
+    assert_eq!(skipped.checkpoint_id, 2);
+    match &*skipped.error {
+        floe::Error::Corrupt { path: p, .. } => assert_eq!(p, &path),
+        other => panic!("{other:?}"),
+    }
+    assert!(skipped.to_string().starts_with("checkpoint 2: "), "{skipped}");
+}
+
 #[test]
 fn foreign_files_are_never_touched_and_foreign_dirs_refused() {
     let dir = tempfile::tempdir().unwrap();

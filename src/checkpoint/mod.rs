@@ -13,7 +13,8 @@ mod writer;
 
 pub use checkpointer::{Checkpointer, PendingWrite};
 pub use recovery::{
-    Recovered, RecoveryReport, Skipped, load_chain, open_chain, restore_from_path, restore_operator,
+    Recovered, RecoveryReport, Skipped, SkippedCheckpoint, load_chain, open_chain, restore_from_path,
+    restore_operator,
 };
 pub use storage::{
     ChainPolicy, CheckpointStorage, CleanupReport, Compression, DEFAULT_SYNC_EVERY, Orphans, ParentChain,

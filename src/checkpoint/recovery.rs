@@ -9,14 +9,31 @@ use super::storage::{CheckpointStorage, read_manifest_file};
 use crate::error::{Error, Result};
 use crate::format::{DataFile, FileKind, Manifest, ManifestKind, OperatorState};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::state::{KeyGroupRange, Record, StateId, StateKind, Store, StoreConfig, key_hash};
 
-/// Checkpoints that could not be used, with the reason.
-pub type Skipped = Vec<(u64, String)>;
+/// A newer checkpoint that recovery could not use, and the error that ruled it out.
+#[derive(Debug, Clone)]
+pub struct SkippedCheckpoint {
+    /// The checkpoint.
+    pub checkpoint_id: u64,
+    /// Why: typically `Error::Corrupt` (file and offset), `Error::Io` (a missing file) or
+    /// `Error::UnsupportedVersion`. Shared, so that a report stays cheap to clone.
+    pub error: Arc<Error>,
+}
+
+impl std::fmt::Display for SkippedCheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "checkpoint {}: {}", self.checkpoint_id, self.error)
+    }
+}
+
+/// Checkpoints that could not be used, newest first.
+pub type Skipped = Vec<SkippedCheckpoint>;
 
 /// What a recovery did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RecoveryReport {
     /// The checkpoint restored.
     pub checkpoint_id: u64,
@@ -369,10 +386,10 @@ impl CheckpointStorage {
                     return Ok(Some(Recovered { store, manifest, report }));
                 }
                 Err(e @ Error::InvalidConfig(_)) => return Err(e),
-                Err(e) => skipped.push((id, e.to_string())),
+                Err(e) => skipped.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) }),
             }
         }
-        let detail: Vec<String> = skipped.iter().map(|(id, e)| format!("{id}: {e}")).collect();
+        let detail: Vec<String> = skipped.iter().map(ToString::to_string).collect();
         Err(Error::NotFound(format!(
             "no readable checkpoint in {}: {}",
             self.root().display(),
@@ -386,7 +403,7 @@ impl CheckpointStorage {
         for id in self.checkpoint_ids()?.into_iter().rev() {
             match self.read_manifest(id) {
                 Ok(m) => return Ok(Some((m, skipped))),
-                Err(e) => skipped.push((id, e.to_string())),
+                Err(e) => skipped.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) }),
             }
         }
         Ok(None)
