@@ -254,6 +254,40 @@ fn recovery_falls_back_and_says_why() {
     assert!(skipped.to_string().starts_with("checkpoint 2: "), "{skipped}");
 }
 
+/// A savepoint that never got its MANIFEST (its process died) is an orphan: `orphans`
+/// lists its files, `gc` removes them and its folders; a completed savepoint and foreign
+/// files are left alone.
+#[test]
+fn leftovers_of_a_crashed_savepoint_are_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = new_store(StoreConfig::default());
+    evolve(&mut store, 8, 1, 300, 100);
+    let model = materialize(&store.snapshot());
+    {
+        let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
+        let h = storage.write_state(4, Target::Savepoint, "op", 0, &store.snapshot(), None).unwrap();
+        storage.commit(4, Target::Savepoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        // Savepoint 5 is written but never committed: the process "dies" here.
+        storage.write_state(5, Target::Savepoint, "op", 0, &store.snapshot(), None).unwrap();
+    }
+    let sp5 = dir.path().join("savepoints").join(format!("sp-{:020}", 5));
+    let sp6 = dir.path().join("savepoints").join(format!("sp-{:020}", 6));
+    std::fs::create_dir_all(&sp6).unwrap();
+    std::fs::write(sp6.join("notes.txt"), b"mine").unwrap();
+    let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
+    let orphans = storage.orphans().unwrap();
+    assert_eq!(orphans.ours.len(), 1, "{orphans:?}");
+    assert!(orphans.ours[0].starts_with(&sp5), "{orphans:?}");
+    assert_eq!(orphans.foreign, vec![sp6.join("notes.txt")]);
+    storage.gc(false).unwrap();
+    assert!(!sp5.exists(), "the crashed savepoint's folder is gone");
+    assert_eq!(std::fs::read(sp6.join("notes.txt")).unwrap(), b"mine");
+    let sp4 = dir.path().join("savepoints").join(format!("sp-{:020}", 4)).join("MANIFEST");
+    let mut r = restore_from_path(&sp4, "op", StoreConfig::default()).unwrap();
+    assert_eq!(materialize(&r.store.snapshot()), model);
+    assert!(storage.orphans().unwrap().ours.is_empty());
+}
+
 #[test]
 fn foreign_files_are_never_touched_and_foreign_dirs_refused() {
     let dir = tempfile::tempdir().unwrap();

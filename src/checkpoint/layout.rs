@@ -36,6 +36,12 @@ pub fn savepoint_dir(id: u64) -> String {
     format!("{SAVEPOINT_DIR}/sp-{id:020}")
 }
 
+/// The savepoint id of a folder name in `savepoints/` (`sp-<id>`), if it is ours.
+pub fn parse_savepoint_dir_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("sp-")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
+}
+
 /// Operator ids in file names: `[A-Za-z0-9_]` kept, anything else becomes `_`, at most 64.
 pub fn sanitize(operator: &str) -> String {
     operator.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()

@@ -461,25 +461,15 @@ impl CheckpointStorage {
                     let _ = self.io.remove_file(&p);
                 }
             }
-            // A savepoint that never got its manifest: remove only floe's own files, then
-            // the folders if that left them empty.
-            let sp = self.root.join(layout::savepoint_dir(checkpoint_id));
-            if sp.is_dir() && !sp.join(SAVEPOINT_MANIFEST).exists() {
-                let data = sp.join(DATA_DIR);
-                for dir in [&data, &sp] {
-                    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                        let name = e.file_name().to_string_lossy().into_owned();
-                        if layout::parse_data_file_name(&name).is_some()
-                            || layout::parse_tmp_name(&name).is_some()
-                        {
-                            let _ = self.io.remove_file(&e.path());
-                        }
-                    }
-                }
-                let _ = std::fs::remove_dir(&data);
-                let _ = std::fs::remove_dir(&sp);
-            }
         }
+        // A savepoint that never got its manifest: remove only floe's own files, then the
+        // folders if that left them empty.
+        let mut leftovers = Orphans::default();
+        self.savepoint_leftovers(checkpoint_id, &mut leftovers);
+        for p in &leftovers.ours {
+            let _ = self.io.remove_file(p);
+        }
+        remove_empty_savepoint_dir(&self.root.join(layout::savepoint_dir(checkpoint_id)));
     }
 
     /// Ids of the completed checkpoints in the root (savepoints excluded), ascending.
@@ -662,9 +652,44 @@ impl CheckpointStorage {
                 None => out.foreign.push(e.path()),
             }
         }
+        // Savepoints that never got their MANIFEST (a crash or a failure while one was
+        // written) and that this process is not writing.
+        let savepoints = self.root.join(SAVEPOINT_DIR);
+        for e in std::fs::read_dir(&savepoints).into_iter().flatten() {
+            let e = e.map_err(|e| Error::io("read dir", &savepoints, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            match layout::parse_savepoint_dir_name(&name) {
+                Some(id) if !in_flight.contains(&id) => self.savepoint_leftovers(id, &mut out),
+                _ => {}
+            }
+        }
         out.ours.sort();
         out.foreign.sort();
         Ok(out)
+    }
+
+    /// If savepoint `id`'s folder exists without a `MANIFEST`, adds floe's files in it to
+    /// `out.ours` and any other file to `out.foreign`.
+    fn savepoint_leftovers(&self, id: u64, out: &mut Orphans) {
+        let sp = self.root.join(layout::savepoint_dir(id));
+        if !sp.is_dir() || sp.join(SAVEPOINT_MANIFEST).exists() {
+            return;
+        }
+        for (dir, is_root) in [(sp.join(DATA_DIR), false), (sp.clone(), true)] {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if is_root && name == DATA_DIR {
+                    continue;
+                }
+                if layout::parse_data_file_name(&name) == Some(id)
+                    || layout::parse_tmp_name(&name) == Some(id)
+                {
+                    out.ours.push(e.path());
+                } else {
+                    out.foreign.push(e.path());
+                }
+            }
+        }
     }
 
     /// Removes floe's orphaned files (or only lists them with `dry_run`).
@@ -675,9 +700,31 @@ impl CheckpointStorage {
             for p in &orphans.ours {
                 self.io.remove_file(p).map_err(|e| Error::io("remove", p, e))?;
             }
+            self.remove_empty_savepoint_dirs();
         }
         Ok(orphans)
     }
+
+    /// Removes the folders of savepoints without a `MANIFEST` that are empty now.
+    fn remove_empty_savepoint_dirs(&self) {
+        let in_flight = self.in_flight.lock().clone();
+        for e in std::fs::read_dir(self.root.join(SAVEPOINT_DIR)).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(id) = layout::parse_savepoint_dir_name(&name)
+                && !in_flight.contains(&id)
+                && !e.path().join(SAVEPOINT_MANIFEST).exists()
+            {
+                remove_empty_savepoint_dir(&e.path());
+            }
+        }
+    }
+}
+
+/// Removes a savepoint folder and its `data` folder if they are empty (a folder that still
+/// holds anything, floe's or not, stays).
+fn remove_empty_savepoint_dir(sp: &Path) {
+    let _ = std::fs::remove_dir(sp.join(DATA_DIR));
+    let _ = std::fs::remove_dir(sp);
 }
 
 /// Reads and validates a manifest file. A `chk-<id>.manifest` must describe checkpoint
