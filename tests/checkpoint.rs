@@ -477,7 +477,8 @@ fn io_fault_during_write_behind_never_damages_the_previous_checkpoint() {
 
 /// Every compression setting writes files that recover to the same state: `None` stores
 /// every block, `Lz4` compresses what LZ4 shrinks, and `Adaptive` compresses while the disk
-/// is the bottleneck (here a disk that syncs 20 MB/s).
+/// is the bottleneck (here a disk that syncs 20 MB/s), and compresses a file too small to
+/// measure the disk when earlier files showed it slow.
 #[test]
 fn compression_settings_write_recoverable_files() {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -486,14 +487,24 @@ fn compression_settings_write_recoverable_files() {
     use floe::checkpoint::io::{DataSyncer, Io, IoFile, StdIo};
     use floe::format::{DataFile, compression};
 
-    /// Background syncs take 50 ns per byte written since the previous one.
+    /// Every sync (background or final) takes 50 ns per byte written since the previous.
+    #[derive(Default)]
+    struct Counters {
+        written: AtomicU64,
+        synced: AtomicU64,
+    }
+    fn slow_sync(c: &Counters) {
+        let written = c.written.load(Ordering::SeqCst);
+        let before = c.synced.swap(written, Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_nanos(50 * written.saturating_sub(before)));
+    }
     struct SlowDisk;
-    struct SlowFile(Box<dyn IoFile>, Arc<AtomicU64>);
-    struct SlowSyncer(Box<dyn DataSyncer>, Arc<AtomicU64>, u64);
+    struct SlowFile(Box<dyn IoFile>, Arc<Counters>);
+    struct SlowSyncer(Box<dyn DataSyncer>, Arc<Counters>);
     impl std::io::Write for SlowFile {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
             let n = self.0.write(buf)?;
-            self.1.fetch_add(n as u64, Ordering::SeqCst);
+            self.1.written.fetch_add(n as u64, Ordering::SeqCst);
             Ok(n)
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -502,23 +513,22 @@ fn compression_settings_write_recoverable_files() {
     }
     impl IoFile for SlowFile {
         fn sync_all(&mut self) -> std::io::Result<()> {
+            slow_sync(&self.1);
             self.0.sync_all()
         }
         fn data_syncer(&self) -> std::io::Result<Box<dyn DataSyncer>> {
-            Ok(Box::new(SlowSyncer(self.0.data_syncer()?, Arc::clone(&self.1), 0)))
+            Ok(Box::new(SlowSyncer(self.0.data_syncer()?, Arc::clone(&self.1))))
         }
     }
     impl DataSyncer for SlowSyncer {
         fn sync_data(&mut self) -> std::io::Result<()> {
-            let written = self.1.load(Ordering::SeqCst);
-            std::thread::sleep(std::time::Duration::from_nanos(50 * (written - self.2)));
-            self.2 = written;
+            slow_sync(&self.1);
             self.0.sync_data()
         }
     }
     impl Io for SlowDisk {
         fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn IoFile>> {
-            Ok(Box::new(SlowFile(StdIo.create_new(path)?, Arc::new(AtomicU64::new(0)))))
+            Ok(Box::new(SlowFile(StdIo.create_new(path)?, Arc::new(Counters::default()))))
         }
         fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
             StdIo.rename(from, to)
@@ -555,19 +565,41 @@ fn compression_settings_write_recoverable_files() {
         let io: Arc<dyn Io> = if slow { Arc::new(SlowDisk) } else { Arc::new(StdIo) };
         let storage = CheckpointStorage::open_with_io(dir.path(), config, io).unwrap();
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-        checkpoint(&storage, &mut cp, &mut build(), 1);
+        let mut store = build();
+        checkpoint(&storage, &mut cp, &mut store, 1);
         assert_eq!(recover_model(dir.path(), 1, StoreConfig::default()), model, "{name}");
-        let rel = &storage.read_manifest(1).unwrap().files[0].path;
-        let file = DataFile::open(&dir.path().join(rel)).unwrap();
-        let blocks = file.blocks();
-        let lz4 = blocks.iter().filter(|b| b.compression == compression::LZ4_BLOCK).count();
-        stats.insert(name, (lz4, blocks.len()));
+        // Then a small increment (~70 KiB: too small for a measure of its own).
+        for i in 0..1000u32 {
+            store
+                .put(
+                    V,
+                    format!("key-{}", i * 97).as_bytes(),
+                    format!("{i:08}-{}", "xy".repeat(20)).as_bytes(),
+                )
+                .unwrap();
+        }
+        let model2 = materialize(&store.snapshot());
+        checkpoint(&storage, &mut cp, &mut store, 2);
+        assert_eq!(recover_model(dir.path(), 2, StoreConfig::default()), model2, "{name}");
+        for id in [1, 2] {
+            let rel = storage.read_manifest(id).unwrap().files.last().unwrap().path.clone();
+            let file = DataFile::open(&dir.path().join(rel)).unwrap();
+            let blocks = file.blocks();
+            let lz4 = blocks.iter().filter(|b| b.compression == compression::LZ4_BLOCK).count();
+            stats.insert((name, id), (lz4, blocks.len()));
+        }
     }
     eprintln!("LZ4 blocks / blocks: {stats:?}");
-    assert_eq!(stats["none"].0, 0, "{stats:?}");
-    assert_eq!(stats["lz4"].0, stats["lz4"].1, "{stats:?}");
-    let (lz4, all) = stats["adaptive on a slow disk"];
+    for id in [1, 2] {
+        assert_eq!(stats[&("none", id)].0, 0, "{stats:?}");
+        assert_eq!(stats[&("lz4", id)].0, stats[&("lz4", id)].1, "{stats:?}");
+    }
+    let (lz4, all) = stats[&("adaptive on a slow disk", 1)];
     assert!(lz4 * 2 > all, "a lagging disk should get mostly compressed blocks: {stats:?}");
+    // The increment is too small to measure the disk itself: what the full file showed
+    // decides, and it is compressed.
+    let (lz4, all) = stats[&("adaptive on a slow disk", 2)];
+    assert_eq!(lz4, all, "a small file on a known-slow disk should be compressed: {stats:?}");
 }
 
 /// Child side of the kill test: writes checkpoints forever, printing each completed id.

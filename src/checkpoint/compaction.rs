@@ -76,31 +76,33 @@ impl CheckpointStorage {
             // Offline: no checkpoint waits, so adaptive compression means compressing.
             let compress = self.config().compression.fixed().unwrap_or(true);
             let sync_every = self.config().sync_every;
-            let summary = publish(self.io(), &dir, &rel, new_id, sync_every, |out: &mut dyn Write, _| {
-                let mut w = DataFileWriter::new(out, &path, header, states)?;
-                // Blocks must come in (state, key group) order: one state at a time, one
-                // key group at a time, loading only that state's records of that group.
-                for (si, d) in op.states.iter().enumerate() {
-                    let si = u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
-                    let one = OperatorState { states: vec![d.clone()], ..op.clone() };
-                    for kg in op.key_groups.iter() {
-                        let config = StoreConfig {
-                            max_parallelism: source.max_parallelism,
-                            key_groups: KeyGroupRange::new(kg, kg + 1)?,
-                        };
-                        let mut store = Store::with_config(config)?;
-                        load_chain(&mut store, &files, &one, config.key_groups)?;
-                        let snap = store.snapshot();
-                        for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress)? {
-                            b.state = si;
-                            w.write_block(&b)?;
+            let summary =
+                publish(self.io(), &dir, &rel, new_id, sync_every, None, |out: &mut dyn Write, _| {
+                    let mut w = DataFileWriter::new(out, &path, header, states)?;
+                    // Blocks must come in (state, key group) order: one state at a time, one
+                    // key group at a time, loading only that state's records of that group.
+                    for (si, d) in op.states.iter().enumerate() {
+                        let si =
+                            u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
+                        let one = OperatorState { states: vec![d.clone()], ..op.clone() };
+                        for kg in op.key_groups.iter() {
+                            let config = StoreConfig {
+                                max_parallelism: source.max_parallelism,
+                                key_groups: KeyGroupRange::new(kg, kg + 1)?,
+                            };
+                            let mut store = Store::with_config(config)?;
+                            load_chain(&mut store, &files, &one, config.key_groups)?;
+                            let snap = store.snapshot();
+                            for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress)? {
+                                b.state = si;
+                                w.write_block(&b)?;
+                            }
+                            done += 1;
+                            progress(done, total);
                         }
-                        done += 1;
-                        progress(done, total);
                     }
-                }
-                Ok(w.finish()?.0)
-            })?;
+                    Ok(w.finish()?.0)
+                })?;
             let own =
                 FileRef { path: rel.clone(), size: summary.size, crc32: summary.crc32, created_by: new_id };
             handles.push(StateHandle {

@@ -23,6 +23,39 @@ const BUFFER: usize = 64 << 10;
 /// Prefix of temp files; `tmp-<checkpoint id>-...` so cleanup can tell whose they are.
 pub const TMP_PREFIX: &str = "tmp-";
 
+/// What the previous published files showed of the disk: bytes made durable per second of
+/// syncing, and bytes written per second of producing, of the last file large enough to
+/// say (kept by a checkpoint directory, so a file knows the disk before its own first sync).
+#[derive(Debug, Default)]
+pub struct DiskModel {
+    /// `f64` bits; 0 while unknown.
+    disk_rate: AtomicU64,
+    /// `f64` bits; 0 while unknown.
+    write_rate: AtomicU64,
+}
+
+impl DiskModel {
+    /// Files smaller than this say too little about the disk to be remembered.
+    const MIN_SAMPLE: u64 = 1 << 20;
+
+    /// Whether the last file showed a disk slower than the producer (`None`: no file yet).
+    fn disk_slower(&self) -> Option<bool> {
+        let disk = f64::from_bits(self.disk_rate.load(Ordering::Relaxed));
+        let write = f64::from_bits(self.write_rate.load(Ordering::Relaxed));
+        (disk > 0.0 && write > 0.0).then_some(disk < write)
+    }
+
+    fn record(&self, bytes: u64, sync_nanos: u64, produce_nanos: u64) {
+        if bytes < Self::MIN_SAMPLE || sync_nanos == 0 || produce_nanos == 0 {
+            return;
+        }
+        let disk = bytes as f64 / sync_nanos as f64;
+        let write = bytes as f64 / produce_nanos as f64;
+        self.disk_rate.store(disk.to_bits(), Ordering::Relaxed);
+        self.write_rate.store(write.to_bits(), Ordering::Relaxed);
+    }
+}
+
 /// How the disk keeps up with a file being published.
 #[derive(Debug)]
 pub struct SyncProgress {
@@ -40,10 +73,12 @@ pub struct SyncProgress {
     running_upto: AtomicU64,
     /// Whether write-behind runs (without it, nothing is durable before the end).
     active: bool,
+    /// What earlier files showed (`DiskModel::disk_slower`), for before this one shows it.
+    earlier: Option<bool>,
 }
 
 impl SyncProgress {
-    fn new(active: bool) -> Self {
+    fn new(active: bool, earlier: Option<bool>) -> Self {
         SyncProgress {
             started: Instant::now(),
             written: AtomicU64::new(0),
@@ -52,6 +87,19 @@ impl SyncProgress {
             running_since: AtomicU64::new(u64::MAX),
             running_upto: AtomicU64::new(0),
             active,
+            earlier,
+        }
+    }
+
+    /// Whether a block should be compressed now to spare the disk: this file's own
+    /// measure once it has one (the disk is slower than the producer and `min_lag` bytes
+    /// behind), else what earlier files showed, else no. Without write-behind there is no
+    /// measure, and the answer is yes.
+    pub fn disk_bound(&self, min_lag: u64) -> bool {
+        let Some(lag) = self.lag() else { return true };
+        match self.disk_slower() {
+            Some(slower) => slower && lag >= min_lag,
+            None => self.earlier.unwrap_or(false),
         }
     }
 
@@ -151,13 +199,15 @@ fn run_syncer(
 
 /// Writes `dir/rel` atomically through `io`, with `f` producing the contents. With
 /// `sync_every > 0`, the temp file is also synced in the background every that many bytes,
-/// and `f` can watch the disk's lag through the [`SyncProgress`].
+/// and `f` can watch the disk through the [`SyncProgress`]; with a `model`, the progress
+/// starts from what earlier files showed, and this file's measure is remembered.
 pub fn publish<T>(
     io: &dyn Io,
     dir: &Path,
     rel: &str,
     checkpoint_id: u64,
     sync_every: u64,
+    model: Option<&DiskModel>,
     f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
 ) -> Result<T> {
     let final_path = dir.join(rel);
@@ -167,7 +217,7 @@ pub fn publish<T>(
     if final_path.exists() {
         return Err(Error::NotOurs { path: final_path, why: "a file of that name already exists".into() });
     }
-    let progress = SyncProgress::new(sync_every > 0);
+    let progress = SyncProgress::new(sync_every > 0, model.and_then(DiskModel::disk_slower));
     let result = std::thread::scope(|s| {
         let syncer = std::cell::RefCell::new(None);
         let start = |d: Box<dyn DataSyncer>| -> std::io::Result<mpsc::Sender<u64>> {
@@ -192,6 +242,7 @@ pub fn publish<T>(
         // Writes of a whole block or more (data blocks are ~64 KiB) bypass the buffer.
         let mut w = BufWriter::with_capacity(BUFFER, behind);
         let produced = f(&mut w, &progress);
+        let produce_nanos = progress.nanos_since_start();
         let behind = w.into_inner().map_err(|e| Error::io("write", &tmp, e.into_error()));
         // Stop the syncer (ending its requests) and collect its verdict before the final
         // fsync: a failed background sync fails the publication, whatever fsync says later.
@@ -209,8 +260,15 @@ pub fn publish<T>(
                 .map_err(|e| Error::io("fdatasync", &tmp, e))?;
         }
         let value = produced?;
+        let final_sync = Instant::now();
         if let Some(file) = file.as_mut() {
             file.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        }
+        if let Some(model) = model {
+            // Every byte was made durable by the background syncs or the final one.
+            let final_nanos = u64::try_from(final_sync.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
+            model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
         }
         drop(file);
         io.rename(&tmp, &final_path).map_err(|e| Error::io("rename", &tmp, e))?;

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::deleter::Deleter;
 use super::io::{Io, StdIo};
 use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
-use super::publish::publish;
+use super::publish::{DiskModel, publish};
 use super::writer::write_snapshot_file;
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
@@ -49,11 +49,13 @@ pub enum Compression {
     Lz4,
     /// Every block stored uncompressed: the least CPU per checkpoint.
     None,
-    /// A block is compressed only while the encoders are ahead of the file (the disk is
-    /// the bottleneck, so CPU spent on compression is free and shrinks what the disk must
-    /// take); when the file keeps up, blocks are stored. On a disk slower than LZ4 this
-    /// writes (nearly) what `Lz4` writes; on one faster than LZ4 a checkpoint is no longer
-    /// CPU-bound. Offline compaction, which has no checkpoint to hold up, uses `Lz4`.
+    /// A block is compressed only while the disk is the bottleneck: it makes bytes durable
+    /// slower than the encoders produce them and lags behind (so CPU spent on compression
+    /// is free and shrinks what the disk must take); when the disk keeps up, blocks are
+    /// stored. A file too small to measure the disk itself follows what the directory's
+    /// earlier files showed. On a disk slower than LZ4 this writes (nearly) what `Lz4`
+    /// writes; on one faster than LZ4 a checkpoint is no longer CPU-bound. Offline
+    /// compaction, which has no checkpoint to hold up, uses `Lz4`.
     #[default]
     Adaptive,
 }
@@ -151,6 +153,8 @@ pub struct CheckpointStorage {
     in_flight: Mutex<BTreeSet<u64>>,
     /// Unlinks the files that retention after a commit no longer needs.
     deleter: Deleter,
+    /// What the data files written so far showed of the disk (`Compression::Adaptive`).
+    disk: DiskModel,
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -205,7 +209,7 @@ impl CheckpointStorage {
                     });
                 }
                 io.create_dir_all(&root).map_err(|e| Error::io("create dir", &root, e))?;
-                publish(&*io, &root, MARKER, 0, 0, |w, _| {
+                publish(&*io, &root, MARKER, 0, 0, None, |w, _| {
                     w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
                 })?;
             }
@@ -216,7 +220,14 @@ impl CheckpointStorage {
             io.create_dir_all(&p).map_err(|e| Error::io("create dir", &p, e))?;
         }
         let deleter = Deleter::new(Arc::clone(&io));
-        Ok(Arc::new(CheckpointStorage { root, io, config, in_flight: Mutex::new(BTreeSet::new()), deleter }))
+        Ok(Arc::new(CheckpointStorage {
+            root,
+            io,
+            config,
+            in_flight: Mutex::new(BTreeSet::new()),
+            deleter,
+            disk: DiskModel::default(),
+        }))
     }
 
     /// Opens an existing checkpoint directory for reading without creating or changing
@@ -250,7 +261,14 @@ impl CheckpointStorage {
         }
         let io: Arc<dyn Io> = Arc::new(StdIo);
         let deleter = Deleter::new(Arc::clone(&io));
-        Ok(Arc::new(CheckpointStorage { root, io, config, in_flight: Mutex::new(BTreeSet::new()), deleter }))
+        Ok(Arc::new(CheckpointStorage {
+            root,
+            io,
+            config,
+            in_flight: Mutex::new(BTreeSet::new()),
+            deleter,
+            disk: DiskModel::default(),
+        }))
     }
 
     /// The directory.
@@ -313,6 +331,7 @@ impl CheckpointStorage {
             snapshot,
             parent.map(|p| p.epoch),
             &self.config,
+            &self.disk,
         )?;
         let own = FileRef {
             path: rel.clone(),
@@ -445,7 +464,7 @@ impl CheckpointStorage {
             Target::Savepoint => SAVEPOINT_MANIFEST.to_string(),
         };
         let path = dir.join(&name);
-        publish(&*self.io, &dir, &name, m.checkpoint_id, 0, |w, _| {
+        publish(&*self.io, &dir, &name, m.checkpoint_id, 0, None, |w, _| {
             w.write_all(&bytes).map_err(|e| Error::io("write", &path, e))
         })
     }

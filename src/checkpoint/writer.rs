@@ -7,7 +7,7 @@ use std::path::Path;
 use parking_lot::{Condvar, Mutex};
 
 use super::io::Io;
-use super::publish::publish;
+use super::publish::{DiskModel, publish};
 use super::storage::StorageConfig;
 use crate::error::Result;
 use crate::format::datafile::encode_record;
@@ -53,6 +53,7 @@ const ADAPTIVE_LAG_INTERVALS: u64 = 2;
 
 /// Writes the data file `dir/rel` for `snapshot` (all of it, or the increment since the
 /// epoch `since`), encoding on `config.threads` threads, and publishes it atomically.
+#[allow(clippy::too_many_arguments, reason = "internal; each argument is a distinct input")]
 pub(crate) fn write_snapshot_file(
     io: &dyn Io,
     dir: &Path,
@@ -61,6 +62,7 @@ pub(crate) fn write_snapshot_file(
     snapshot: &Snapshot,
     since: Option<u64>,
     config: &StorageConfig,
+    disk: &DiskModel,
 ) -> Result<FileSummary> {
     let (target, threads) = (config.block_target, config.threads.max(1));
     let states: Vec<FileState> =
@@ -68,69 +70,76 @@ pub(crate) fn write_snapshot_file(
     let units: Vec<(u32, u32)> =
         (0..states.len() as u32).flat_map(|s| snapshot.key_groups().iter().map(move |kg| (s, kg))).collect();
     let path = dir.join(rel);
-    publish(io, dir, rel, header.checkpoint_id, config.sync_every, |out: &mut dyn Write, progress| {
-        // `Compression::Adaptive` compresses a block only while the disk is the
-        // bottleneck: it syncs slower than the file is written, and more than two sync
-        // intervals are written but not yet durable. Compression then costs no time (the
-        // checkpoint waits for the disk anyway) and shrinks what the disk must take; when
-        // the disk keeps up, storing is faster. (Lag alone is not enough: on a CPU-bound
-        // machine the syncer also waits for a core, and compressing would make that
-        // worse.) Without write-behind there is no measure of the disk, and every block
-        // is compressed.
-        let compress = || {
-            config.compression.fixed().unwrap_or_else(|| match progress.lag() {
-                None => true,
-                Some(lag) => {
-                    lag >= ADAPTIVE_LAG_INTERVALS * config.sync_every && progress.disk_slower() == Some(true)
-                }
-            })
-        };
-        let mut w = DataFileWriter::new(out, &path, header, states)?;
-        // Encoders take the next unit as they become free (units differ in size, and the
-        // cores are shared with this thread and the syncer, so a fixed split leaves one
-        // encoder idle while the other finishes) and send its blocks; this thread writes
-        // them in unit order. Encoders run at most `ahead` units past the next one to
-        // write, which bounds memory whatever the units' sizes.
-        let queue = UnitQueue::new(units.len(), 4 * threads);
-        std::thread::scope(|s| -> Result<()> {
-            // Wakes and stops the encoders however this thread leaves the scope.
-            let _close = CloseOnDrop(&queue);
-            let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
-            for _ in 0..threads {
-                let tx = tx.clone();
-                let (units, compress, queue) = (&units, &compress, &queue);
-                s.spawn(move || {
-                    while let Some(i) = queue.take() {
-                        let (st, kg) = units[i];
-                        let r = encode_unit(snapshot, st, kg, since, target, compress);
-                        let failed = r.is_err();
-                        if tx.send((i, r)).is_err() || failed {
-                            return;
+    publish(
+        io,
+        dir,
+        rel,
+        header.checkpoint_id,
+        config.sync_every,
+        Some(disk),
+        |out: &mut dyn Write, progress| {
+            // `Compression::Adaptive` compresses a block only while the disk is the
+            // bottleneck: it syncs slower than the file is written, and more than two sync
+            // intervals are written but not yet durable. Compression then costs no time (the
+            // checkpoint waits for the disk anyway) and shrinks what the disk must take; when
+            // the disk keeps up, storing is faster. (Lag alone is not enough: on a CPU-bound
+            // machine the syncer also waits for a core, and compressing would make that
+            // worse.) Until this file has a measure of its own (small files never do), the
+            // directory's earlier files decide. Without write-behind there is no measure of
+            // the disk, and every block is compressed.
+            let compress = || {
+                config
+                    .compression
+                    .fixed()
+                    .unwrap_or_else(|| progress.disk_bound(ADAPTIVE_LAG_INTERVALS * config.sync_every))
+            };
+            let mut w = DataFileWriter::new(out, &path, header, states)?;
+            // Encoders take the next unit as they become free (units differ in size, and the
+            // cores are shared with this thread and the syncer, so a fixed split leaves one
+            // encoder idle while the other finishes) and send its blocks; this thread writes
+            // them in unit order. Encoders run at most `ahead` units past the next one to
+            // write, which bounds memory whatever the units' sizes.
+            let queue = UnitQueue::new(units.len(), 4 * threads);
+            std::thread::scope(|s| -> Result<()> {
+                // Wakes and stops the encoders however this thread leaves the scope.
+                let _close = CloseOnDrop(&queue);
+                let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
+                for _ in 0..threads {
+                    let tx = tx.clone();
+                    let (units, compress, queue) = (&units, &compress, &queue);
+                    s.spawn(move || {
+                        while let Some(i) = queue.take() {
+                            let (st, kg) = units[i];
+                            let r = encode_unit(snapshot, st, kg, since, target, compress);
+                            let failed = r.is_err();
+                            if tx.send((i, r)).is_err() || failed {
+                                return;
+                            }
                         }
-                    }
-                });
-            }
-            drop(tx);
-            let mut waiting = std::collections::BTreeMap::new();
-            let mut next = 0usize;
-            for (i, r) in rx.iter() {
-                waiting.insert(i, r?);
-                while let Some(blocks) = waiting.remove(&next) {
-                    for b in &blocks {
-                        w.write_block(b)?;
-                    }
-                    next += 1;
-                    queue.written(next);
+                    });
                 }
-            }
-            if next != units.len() {
-                return Err(crate::Error::Background("an encoder thread stopped early".into()));
-            }
-            Ok(())
-        })?;
-        let (summary, _) = w.finish()?;
-        Ok(summary)
-    })
+                drop(tx);
+                let mut waiting = std::collections::BTreeMap::new();
+                let mut next = 0usize;
+                for (i, r) in rx.iter() {
+                    waiting.insert(i, r?);
+                    while let Some(blocks) = waiting.remove(&next) {
+                        for b in &blocks {
+                            w.write_block(b)?;
+                        }
+                        next += 1;
+                        queue.written(next);
+                    }
+                }
+                if next != units.len() {
+                    return Err(crate::Error::Background("an encoder thread stopped early".into()));
+                }
+                Ok(())
+            })?;
+            let (summary, _) = w.finish()?;
+            Ok(summary)
+        },
+    )
 }
 
 /// Hands out unit indexes in order, at most `ahead` past the number already written.
