@@ -330,6 +330,30 @@ fn try_checkpoint(
     }
 }
 
+/// After a fault sweep run that tried checkpoint 3 on top of 1 and 2 (`ok`: whether it
+/// reported success), loses power and recovers: checkpoint 3 if it completed, else 2 or 3,
+/// exactly as modelled, with nothing skipped. Returns the reopened storage and the id.
+fn recover_after_power_loss(
+    dir: &Path,
+    io: &FaultyIo,
+    config: StorageConfig,
+    ok: bool,
+    models: &[Model],
+    step: &str,
+) -> (Arc<CheckpointStorage>, u64) {
+    io.crash();
+    let storage = CheckpointStorage::open(dir, config).unwrap();
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    let id = r.report.checkpoint_id;
+    if ok {
+        assert_eq!(id, 3, "{step}: a completed checkpoint was not chosen");
+    }
+    assert!(id == 2 || id == 3, "{step}: recovered {id}");
+    assert_eq!(materialize(&r.store.snapshot()), models[id as usize - 1], "{step}: wrong state");
+    assert!(r.report.skipped.is_empty(), "{step}: {:?}", r.report.skipped);
+    (storage, id)
+}
+
 #[test]
 fn io_fault_at_every_step_never_damages_the_previous_checkpoint() {
     // Checkpoints 1 (full) and 2 (increment) complete; faults are injected at every step of
@@ -379,22 +403,14 @@ fn io_fault_at_every_step_never_damages_the_previous_checkpoint() {
             let dir = tempfile::tempdir().unwrap();
             let io = FaultyIo::new(n, fault);
             let (ok, _) = run(dir.path(), io.clone());
-            io.crash();
-            let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
-            let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
-            let id = r.report.checkpoint_id;
             let (kind, path) = &log[n as usize];
             let step = format!("step {n} ({fault:?} {kind} {})", path.display());
+            let (storage, id) =
+                recover_after_power_loss(dir.path(), &io, StorageConfig::default(), ok, &models, &step);
             if n < manifest_rename {
                 assert!(!ok, "{step}: commit succeeded before its manifest existed");
                 assert_eq!(id, 2, "{step}: a failed checkpoint was chosen");
             }
-            if ok {
-                assert_eq!(id, 3, "{step}: a completed checkpoint was not chosen");
-            }
-            assert!(id == 2 || id == 3, "{step}: recovered {id}");
-            assert_eq!(materialize(&r.store.snapshot()), models[id as usize - 1], "{step}: wrong state");
-            assert!(r.report.skipped.is_empty(), "{step}: {:?}", r.report.skipped);
             // Nothing of the failed attempt is left that recovery or gc would not handle.
             if !ok {
                 let _ = storage.gc(false).unwrap();
@@ -457,17 +473,8 @@ fn io_fault_during_write_behind_never_damages_the_previous_checkpoint() {
             let io = FaultyIo::new(n, fault);
             let (ok, _) = run(dir.path(), io.clone());
             let kind = io.log().get(n as usize).map_or("none", |(k, _)| *k);
-            io.crash();
-            let storage = CheckpointStorage::open(dir.path(), config.clone()).unwrap();
-            let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
-            let id = r.report.checkpoint_id;
             let step = format!("step {n} ({fault:?} {kind})");
-            if ok {
-                assert_eq!(id, 3, "{step}: a completed checkpoint was not chosen");
-            }
-            assert!(id == 2 || id == 3, "{step}: recovered {id}");
-            assert_eq!(materialize(&r.store.snapshot()), models[id as usize - 1], "{step}: wrong state");
-            assert!(r.report.skipped.is_empty(), "{step}: {:?}", r.report.skipped);
+            recover_after_power_loss(dir.path(), &io, config.clone(), ok, &models, &step);
             *hit.entry(kind).or_insert(0) += 1;
         }
     }

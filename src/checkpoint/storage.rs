@@ -219,15 +219,20 @@ impl CheckpointStorage {
             let p = root.join(d);
             io.create_dir_all(&p).map_err(|e| Error::io("create dir", &p, e))?;
         }
+        Ok(Self::assemble(root, io, config))
+    }
+
+    /// The storage of a checked directory.
+    fn assemble(root: PathBuf, io: Arc<dyn Io>, config: StorageConfig) -> Arc<Self> {
         let deleter = Deleter::new(Arc::clone(&io));
-        Ok(Arc::new(CheckpointStorage {
+        Arc::new(CheckpointStorage {
             root,
             io,
             config,
             in_flight: Mutex::new(BTreeSet::new()),
             deleter,
             disk: DiskModel::default(),
-        }))
+        })
     }
 
     /// Opens an existing checkpoint directory for reading without creating or changing
@@ -259,16 +264,7 @@ impl CheckpointStorage {
             }
             Err(e) => return Err(Error::io("read", &marker, e)),
         }
-        let io: Arc<dyn Io> = Arc::new(StdIo);
-        let deleter = Deleter::new(Arc::clone(&io));
-        Ok(Arc::new(CheckpointStorage {
-            root,
-            io,
-            config,
-            in_flight: Mutex::new(BTreeSet::new()),
-            deleter,
-            disk: DiskModel::default(),
-        }))
+        Ok(Self::assemble(root, Arc::new(StdIo), config))
     }
 
     /// The directory.
