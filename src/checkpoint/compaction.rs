@@ -9,7 +9,7 @@ use super::layout;
 use super::publish::publish;
 use super::recovery::{load_chain, open_chain};
 use super::storage::{CheckpointStorage, StateHandle, Target};
-use super::writer::encode_unit;
+use super::writer::{BufferPool, encode_unit};
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_decode;
 use crate::format::{DataFileWriter, DataHeader, FileKind, FileRef, FileState, Manifest, OperatorState};
@@ -79,6 +79,7 @@ impl CheckpointStorage {
             let summary =
                 publish(self.io(), &dir, &rel, new_id, sync_every, None, |out: &mut dyn Write, _| {
                     let mut w = DataFileWriter::new(out, &path, header, states)?;
+                    let pool = BufferPool::default();
                     // Blocks must come in (state, key group) order: one state at a time, one
                     // key group at a time, loading only that state's records of that group.
                     for (si, d) in op.states.iter().enumerate() {
@@ -93,9 +94,10 @@ impl CheckpointStorage {
                             let mut store = Store::with_config(config)?;
                             load_chain(&mut store, &files, &one, config.key_groups)?;
                             let snap = store.snapshot();
-                            for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress)? {
+                            for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress, &pool)? {
                                 b.state = si;
                                 w.write_block(&b)?;
+                                pool.give(b.bytes);
                             }
                             done += 1;
                             progress(done, total);

@@ -16,6 +16,7 @@ use crate::state::{Snapshot, StateId, key_hash};
 
 /// Encodes the records of one (state, key group) of `snapshot` into blocks of about
 /// `target` uncompressed bytes, asking `compress` before each block whether to compress it.
+/// Block buffers come from `pool` (the writing thread returns them there).
 pub(crate) fn encode_unit(
     snapshot: &Snapshot,
     state: u32,
@@ -23,28 +24,71 @@ pub(crate) fn encode_unit(
     since: Option<u64>,
     target: usize,
     compress: &dyn Fn() -> bool,
+    pool: &BufferPool,
 ) -> Result<Vec<EncodedBlock>> {
     let mut blocks = Vec::new();
     let capacity = target + 1024;
-    let mut buf = Vec::with_capacity(capacity);
+    // Taken at the first record: most units of a small increment have none.
+    let mut buf = Vec::new();
     let mut records = 0u32;
     let mut first_hash = 0u64;
     snapshot.for_each_record(StateId::from_index(state), key_group, since, &mut |r| {
         if records == 0 {
             first_hash = key_hash(r.key());
+            if buf.capacity() == 0 {
+                buf = pool.take();
+            }
             buf.reserve(capacity);
         }
         encode_record(&mut buf, &r);
         records += 1;
         if buf.len() >= target {
-            blocks.push(encode_block(state, key_group, &mut buf, records, first_hash, compress()));
+            blocks.push(encode_block(
+                state,
+                key_group,
+                &mut buf,
+                pool.take(),
+                records,
+                first_hash,
+                compress(),
+            ));
             records = 0;
         }
     })?;
     if records > 0 {
-        blocks.push(encode_block(state, key_group, &mut buf, records, first_hash, compress()));
+        blocks.push(encode_block(state, key_group, &mut buf, pool.take(), records, first_hash, compress()));
     }
+    pool.give(buf);
     Ok(blocks)
+}
+
+/// Block buffers for reuse. A block's buffer goes from an encoder thread to the writing
+/// thread and is freed there; with glibc that free lands in another thread's arena, costs
+/// a consolidation (blocks exceed the fast-bin threshold) and can trim the arena, so the
+/// next allocation faults its pages in again. Measured at 10^6 keys: ~10% of a full
+/// checkpoint's CPU. Recycling the buffers avoids all of it.
+///
+/// The pool never holds more buffers than were in flight at once (every buffer in it was
+/// taken from it or allocated by an encoder), so it needs no bound of its own: the encoders'
+/// window bounds it. It lives as long as one file is written.
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    /// An empty buffer, recycled if one is free.
+    pub(crate) fn take(&self) -> Vec<u8> {
+        self.free.lock().pop().unwrap_or_default()
+    }
+
+    /// Returns a buffer for reuse (dropped if it has no allocation).
+    pub(crate) fn give(&self, mut buf: Vec<u8>) {
+        if buf.capacity() > 0 {
+            buf.clear();
+            self.free.lock().push(buf);
+        }
+    }
 }
 
 /// `Compression::Adaptive` compresses while the bytes written but not yet durable exceed
@@ -100,17 +144,18 @@ pub(crate) fn write_snapshot_file(
             // them in unit order. Encoders run at most `ahead` units past the next one to
             // write, which bounds memory whatever the units' sizes.
             let queue = UnitQueue::new(units.len(), 4 * threads);
+            let pool = BufferPool::default();
             std::thread::scope(|s| -> Result<()> {
                 // Wakes and stops the encoders however this thread leaves the scope.
                 let _close = CloseOnDrop(&queue);
                 let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
                 for _ in 0..threads {
                     let tx = tx.clone();
-                    let (units, compress, queue) = (&units, &compress, &queue);
+                    let (units, compress, queue, pool) = (&units, &compress, &queue, &pool);
                     s.spawn(move || {
                         while let Some(i) = queue.take() {
                             let (st, kg) = units[i];
-                            let r = encode_unit(snapshot, st, kg, since, target, compress);
+                            let r = encode_unit(snapshot, st, kg, since, target, compress, pool);
                             let failed = r.is_err();
                             if tx.send((i, r)).is_err() || failed {
                                 return;
@@ -124,8 +169,9 @@ pub(crate) fn write_snapshot_file(
                 for (i, r) in rx.iter() {
                     waiting.insert(i, r?);
                     while let Some(blocks) = waiting.remove(&next) {
-                        for b in &blocks {
-                            w.write_block(b)?;
+                        for b in blocks {
+                            w.write_block(&b)?;
+                            pool.give(b.bytes);
                         }
                         next += 1;
                         queue.written(next);

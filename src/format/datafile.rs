@@ -158,26 +158,42 @@ pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
     }
 }
 
-/// Makes a block of the encoded records in `raw`, which it leaves empty: LZ4-compressed if
-/// `compress` and LZ4 makes it smaller (then `raw` keeps its allocation for the next
-/// block), otherwise stored (then `raw`'s buffer becomes the block, without a copy).
-/// Checksums the stored bytes.
+/// Makes a block of the encoded records in `raw`, which it leaves empty and ready for the
+/// next block. `spare` is an empty buffer (of any capacity) that the call may use: the
+/// block is LZ4-compressed into it if `compress` and LZ4 makes it smaller (then `raw` keeps
+/// its allocation), otherwise stored (then `raw`'s buffer becomes the block, without a
+/// copy, and `raw` takes `spare`). Checksums the stored bytes. Passing recycled buffers as
+/// `spare` spares the allocator a block-sized allocation per block.
 pub fn encode_block(
     state: u32,
     key_group: u32,
     raw: &mut Vec<u8>,
+    spare: Vec<u8>,
     records: u32,
     first_hash: u64,
     compress: bool,
 ) -> EncodedBlock {
     let raw_len = raw.len() as u32;
-    let compressed = compress.then(|| lz4_flex::block::compress(raw)).filter(|c| c.len() < raw.len());
-    let (bytes, compression) = match compressed {
-        Some(c) => {
-            raw.clear();
-            (c, compression::LZ4_BLOCK)
+    let mut out = spare;
+    let compressed = compress && {
+        out.clear();
+        out.resize(lz4_flex::block::get_maximum_output_size(raw.len()), 0);
+        // The output holds the maximum size, so this cannot fail; if it did, the block
+        // would simply be stored.
+        match lz4_flex::block::compress_into(raw, &mut out) {
+            Ok(n) if n < raw.len() => {
+                out.truncate(n);
+                true
+            }
+            _ => false,
         }
-        None => (std::mem::take(raw), compression::NONE),
+    };
+    let (bytes, compression) = if compressed {
+        raw.clear();
+        (out, compression::LZ4_BLOCK)
+    } else {
+        out.clear();
+        (std::mem::replace(raw, out), compression::NONE)
     };
     let crc32 = crc32fast::hash(&bytes);
     EncodedBlock { state, key_group, raw_len, records, crc32, first_hash, compression, bytes }
