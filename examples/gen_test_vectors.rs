@@ -70,6 +70,8 @@ impl Job {
             // Fixed choices, so the vectors' bytes do not depend on the disk's speed.
             compression: Compression::Lz4,
             sync_every: 0,
+            // The bytes are the same either way.
+            direct_io: true,
         };
         let storage = CheckpointStorage::open(root, config)?;
         let mut stores = Vec::new();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use super::layout;
-use super::publish::publish;
+use super::publish::{WriteOptions, publish};
 use super::recovery::{load_chain, open_chain};
 use super::storage::{CheckpointStorage, StateHandle, Target};
 use super::writer::{BufferPool, encode_unit};
@@ -75,36 +75,38 @@ impl CheckpointStorage {
             let target_len = self.config().block_target;
             // Offline: no checkpoint waits, so adaptive compression means compressing.
             let compress = self.config().compression.fixed().unwrap_or(true);
-            let sync_every = self.config().sync_every;
-            let summary =
-                publish(self.io(), &dir, &rel, new_id, sync_every, None, |out: &mut dyn Write, _| {
-                    let mut w = DataFileWriter::new(out, &path, header, states)?;
-                    let pool = BufferPool::default();
-                    // Blocks must come in (state, key group) order: one state at a time, one
-                    // key group at a time, loading only that state's records of that group.
-                    for (si, d) in op.states.iter().enumerate() {
-                        let si =
-                            u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
-                        let one = OperatorState { states: vec![d.clone()], ..op.clone() };
-                        for kg in op.key_groups.iter() {
-                            let config = StoreConfig {
-                                max_parallelism: source.max_parallelism,
-                                key_groups: KeyGroupRange::new(kg, kg + 1)?,
-                            };
-                            let mut store = Store::with_config(config)?;
-                            load_chain(&mut store, &files, &one, config.key_groups)?;
-                            let snap = store.snapshot();
-                            for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress, &pool)? {
-                                b.state = si;
-                                w.write_block(&b)?;
-                                pool.give(b.bytes);
-                            }
-                            done += 1;
-                            progress(done, total);
+            let options = WriteOptions {
+                sync_every: self.config().sync_every,
+                direct: self.config().direct_io,
+                model: None,
+            };
+            let summary = publish(self.io(), &dir, &rel, new_id, options, |out: &mut dyn Write, _| {
+                let mut w = DataFileWriter::new(out, &path, header, states)?;
+                let pool = BufferPool::default();
+                // Blocks must come in (state, key group) order: one state at a time, one
+                // key group at a time, loading only that state's records of that group.
+                for (si, d) in op.states.iter().enumerate() {
+                    let si = u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
+                    let one = OperatorState { states: vec![d.clone()], ..op.clone() };
+                    for kg in op.key_groups.iter() {
+                        let config = StoreConfig {
+                            max_parallelism: source.max_parallelism,
+                            key_groups: KeyGroupRange::new(kg, kg + 1)?,
+                        };
+                        let mut store = Store::with_config(config)?;
+                        load_chain(&mut store, &files, &one, config.key_groups)?;
+                        let snap = store.snapshot();
+                        for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress, &pool)? {
+                            b.state = si;
+                            w.write_block(&b)?;
+                            pool.give(b.bytes);
                         }
+                        done += 1;
+                        progress(done, total);
                     }
-                    Ok(w.finish()?.0)
-                })?;
+                }
+                Ok(w.finish()?.0)
+            })?;
             let own =
                 FileRef { path: rel.clone(), size: summary.size, crc32: summary.crc32, created_by: new_id };
             handles.push(StateHandle {
@@ -120,6 +122,7 @@ impl CheckpointStorage {
                 kind: FileKind::Full,
                 base_bytes: summary.size,
                 increment_bytes: 0,
+                max_parallelism: source.max_parallelism,
             });
         }
         Ok(handles)

@@ -17,6 +17,38 @@ pub trait IoFile: Write + Send {
     /// A second handle on the file with which another thread makes the bytes written so
     /// far durable while this handle goes on writing.
     fn data_syncer(&self) -> io::Result<Box<dyn DataSyncer>>;
+    /// Whether writes bypass the page cache (`O_DIRECT`). Every write must then be a whole
+    /// number of [`DIRECT_ALIGN`] blocks, from memory aligned to [`DIRECT_ALIGN`], at an
+    /// offset aligned to it.
+    fn is_direct(&self) -> bool;
+    /// Makes later writes bypass the page cache (`on`) or go through it again. Returns
+    /// whether they bypass it: `false` after `on` where the file system does not allow it
+    /// (the file stays buffered and works as before).
+    fn set_direct(&mut self, on: bool) -> io::Result<bool>;
+}
+
+/// Alignment of direct I/O: of memory, file offsets and lengths. The largest logical block
+/// size in common use, so it satisfies 512-byte and 4 KiB devices alike.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// Sets or clears `O_DIRECT` on an open file (Linux allows changing it with `F_SETFL`).
+/// Returns whether the file is now direct: setting it fails with `EINVAL` where the file
+/// system has no direct I/O, and the file stays buffered.
+#[cfg(target_os = "linux")]
+fn set_direct_flag(file: &std::fs::File, on: bool) -> io::Result<bool> {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    let flags = fcntl_getfl(file)?;
+    let wanted = if on { flags.union(OFlags::DIRECT) } else { flags.difference(OFlags::DIRECT) };
+    match fcntl_setfl(file, wanted) {
+        Ok(()) => Ok(on),
+        Err(rustix::io::Errno::INVAL) if on => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_direct_flag(_file: &std::fs::File, _on: bool) -> io::Result<bool> {
+    Ok(false)
 }
 
 /// Makes a file's written bytes durable from another thread (`fdatasync`: the data and
@@ -29,7 +61,7 @@ pub trait DataSyncer: Send {
 
 /// File-system operations used to publish checkpoints.
 pub trait Io: Send + Sync + 'static {
-    /// Creates a new file; fails if it exists (floe never overwrites a file).
+    /// Creates a new file (buffered); fails if it exists (floe never overwrites a file).
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>>;
     /// Atomically renames a file.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
@@ -45,23 +77,35 @@ pub trait Io: Send + Sync + 'static {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StdIo;
 
-struct StdFile(std::fs::File);
+struct StdFile {
+    file: std::fs::File,
+    direct: bool,
+}
 
 impl Write for StdFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write(buf)
+        self.file.write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
+        self.file.flush()
     }
 }
 
 impl IoFile for StdFile {
     fn sync_all(&mut self) -> io::Result<()> {
-        self.0.sync_all()
+        self.file.sync_all()
     }
     fn data_syncer(&self) -> io::Result<Box<dyn DataSyncer>> {
-        Ok(Box::new(StdSyncer(self.0.try_clone()?)))
+        Ok(Box::new(StdSyncer(self.file.try_clone()?)))
+    }
+    fn is_direct(&self) -> bool {
+        self.direct
+    }
+    fn set_direct(&mut self, on: bool) -> io::Result<bool> {
+        if on != self.direct {
+            self.direct = set_direct_flag(&self.file, on)?;
+        }
+        Ok(self.direct)
     }
 }
 
@@ -75,7 +119,8 @@ impl DataSyncer for StdSyncer {
 
 impl Io for StdIo {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
-        Ok(Box::new(StdFile(std::fs::OpenOptions::new().write(true).create_new(true).open(path)?)))
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(StdFile { file, direct: false }))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::rename(from, to)
@@ -100,9 +145,9 @@ pub enum Fault {
     Tear,
 }
 
-/// An [`Io`] that counts steps (create, write, fsync, rename, dir sync, remove) and fails
-/// step number `fail_at` (0-based) and every step after it, like a process that died there.
-/// [`FaultyIo::crash`] then drops what was never fsynced.
+/// An [`Io`] that counts steps (create, write, fsync, fdatasync, set direct, rename, dir
+/// sync, remove) and fails step number `fail_at` (0-based) and every step after it, like a
+/// process that died there. [`FaultyIo::crash`] then drops what was never fsynced.
 pub struct FaultyIo {
     steps: AtomicU64,
     fail_at: u64,
@@ -175,6 +220,7 @@ fn injected() -> io::Error {
 
 struct FaultyFile {
     inner: std::fs::File,
+    direct: bool,
     path: PathBuf,
     io: Arc<FaultyIo>,
 }
@@ -190,7 +236,10 @@ impl Write for FaultyFile {
                 Ok(buf.len())
             }
             Err(Fault::Tear) => {
-                let half = &buf[..buf.len() / 2];
+                // A direct file can only take whole blocks: it tears at a block boundary.
+                let cut =
+                    if self.direct { buf.len() / 2 / DIRECT_ALIGN * DIRECT_ALIGN } else { buf.len() / 2 };
+                let half = &buf[..cut];
                 self.inner.write_all(half)?;
                 if let Some(f) = self.io.files.lock().get_mut(&self.path) {
                     f.0 += half.len() as u64;
@@ -220,6 +269,16 @@ impl IoFile for FaultyFile {
             path: self.path.clone(),
             io: Arc::clone(&self.io),
         }))
+    }
+    fn is_direct(&self) -> bool {
+        self.direct
+    }
+    fn set_direct(&mut self, on: bool) -> io::Result<bool> {
+        if on != self.direct {
+            self.io.step("set direct", &self.path).map_err(|_| injected())?;
+            self.direct = set_direct_flag(&self.inner, on)?;
+        }
+        Ok(self.direct)
     }
 }
 
@@ -252,7 +311,7 @@ impl Io for FaultyIoHandle {
         self.0.step("create", path).map_err(|_| injected())?;
         let inner = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
         self.0.files.lock().insert(path.to_path_buf(), (0, 0));
-        Ok(Box::new(FaultyFile { inner, path: path.to_path_buf(), io: Arc::clone(&self.0) }))
+        Ok(Box::new(FaultyFile { inner, direct: false, path: path.to_path_buf(), io: Arc::clone(&self.0) }))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.0.step("rename", to).map_err(|_| injected())?;

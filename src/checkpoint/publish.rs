@@ -2,10 +2,18 @@
 //! directory. A crash at any step leaves either no file or the complete file under its
 //! final name (plus, at worst, a temp file that cleanup removes).
 //!
-//! Large files are also synced *while* they are written (write-behind): every
-//! `sync_every` bytes, a syncer thread makes what was written so far durable, so the disk
-//! works during encoding instead of all at the final fsync, and [`SyncProgress`] tells the
-//! producer whether the disk keeps up.
+//! The disk works *while* a file is produced, not all at the final fsync, and
+//! [`SyncProgress`] tells the producer whether it keeps up. How depends on the file:
+//! - a **direct** file (`O_DIRECT`, data files where the file system allows it) gathers the
+//!   bytes in aligned chunks that a writer thread writes straight to the device, so the
+//!   kernel neither copies them into the page cache nor tracks and writes back its pages
+//!   (measured at 10^6 keys: the producer's `write` calls cost 55-70 ms of CPU for 125 MB
+//!   buffered, on a machine where the checkpoint is CPU-bound). The writer thread starts
+//!   with the first full chunk; the last, partial chunk is written through the page cache
+//!   (the flag is cleared first), so a file smaller than a chunk is written as a buffered
+//!   one (measured: direct I/O made 256 KB files ~2 ms slower to publish).
+//! - a **buffered** file is written by the producer, and every `sync_every` bytes a syncer
+//!   thread fdatasyncs what was written so far (write-behind).
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -13,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use super::io::{DataSyncer, Io, IoFile};
+use super::io::{DIRECT_ALIGN, DataSyncer, Io, IoFile};
 use crate::error::{Error, Result};
 
 /// Write buffer of a published file: small writes (headers, index, compressed blocks) are
@@ -175,6 +183,124 @@ impl Write for WriteBehind<'_> {
     }
 }
 
+/// Largest chunk a direct file is written in: small enough that the disk starts early and
+/// several chunks overlap encoding, large enough that each write is efficient.
+pub const DIRECT_CHUNK_MAX: usize = 1 << 20;
+/// Full chunks queued for the writer thread at most (besides the one it writes and the one
+/// being filled): bounds a direct file's buffers to `DIRECT_QUEUE + 2` chunks.
+const DIRECT_QUEUE: usize = 2;
+
+/// An aligned chunk of a direct file: a `Vec` one alignment larger than the chunk, and the
+/// aligned window in it (no `unsafe` needed).
+struct Chunk {
+    raw: Vec<u8>,
+    start: usize,
+    /// Bytes filled from `start`.
+    filled: usize,
+}
+
+impl Chunk {
+    fn new(len: usize) -> Chunk {
+        let raw = vec![0u8; len + DIRECT_ALIGN];
+        let start = raw.as_ptr().align_offset(DIRECT_ALIGN).min(DIRECT_ALIGN);
+        Chunk { raw, start, filled: 0 }
+    }
+
+    fn capacity(&self) -> usize {
+        self.raw.len() - DIRECT_ALIGN
+    }
+
+    /// Appends what fits of `data`; returns how much did.
+    fn fill(&mut self, data: &[u8]) -> usize {
+        let n = (self.capacity() - self.filled).min(data.len());
+        let at = self.start + self.filled;
+        self.raw[at..at + n].copy_from_slice(&data[..n]);
+        self.filled += n;
+        n
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.filled]
+    }
+}
+
+/// Channels to a direct file's writer thread: full chunks with the byte count they complete
+/// (bounded, so a slow disk holds the producer back), and written chunks back for reuse.
+type ToDisk = (mpsc::SyncSender<(Chunk, u64)>, mpsc::Receiver<Chunk>);
+
+/// A direct file being published: the producer's bytes gather in aligned chunks; each full
+/// chunk goes to the writer thread, started with the first one.
+struct DirectWriter<'p> {
+    chunk: Chunk,
+    /// Bytes produced.
+    written: u64,
+    progress: &'p SyncProgress,
+    /// The file, until the writer thread takes it.
+    file: Option<Box<dyn IoFile>>,
+    /// Starts the writer thread (scoped to the publication) on the file.
+    start: &'p dyn Fn(Box<dyn IoFile>) -> std::io::Result<ToDisk>,
+    to_disk: Option<ToDisk>,
+}
+
+impl DirectWriter<'_> {
+    /// Hands the full current chunk to the writer thread and takes an empty one.
+    fn send_chunk(&mut self) -> std::io::Result<()> {
+        let failed = || std::io::Error::other("the background write of a direct file failed");
+        if self.to_disk.is_none() {
+            let file = self.file.take().ok_or_else(failed)?;
+            self.to_disk = Some((self.start)(file)?);
+        }
+        let (to_disk, spare) = self.to_disk.as_ref().ok_or_else(failed)?;
+        let next = match spare.try_recv() {
+            Ok(mut c) => {
+                c.filled = 0;
+                c
+            }
+            Err(_) => Chunk::new(self.chunk.capacity()),
+        };
+        let full = std::mem::replace(&mut self.chunk, next);
+        // A closed channel means the writer thread failed; its error surfaces at the end.
+        to_disk.send((full, self.written)).map_err(|_| failed())
+    }
+}
+
+impl Write for DirectWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.chunk.fill(buf);
+        self.written += n as u64;
+        self.progress.written.store(self.written, Ordering::Relaxed);
+        if self.chunk.filled == self.chunk.capacity() {
+            self.send_chunk()?;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The writer thread of a direct file: writes each chunk, recording the disk's progress as
+/// a syncer does, and returns the file when the chunks end.
+fn run_direct_writer(
+    mut file: Box<dyn IoFile>,
+    rx: mpsc::Receiver<(Chunk, u64)>,
+    spare: mpsc::Sender<Chunk>,
+    progress: &SyncProgress,
+) -> std::io::Result<Box<dyn IoFile>> {
+    for (chunk, upto) in rx {
+        let began = progress.nanos_since_start();
+        progress.running_upto.store(upto, Ordering::Relaxed);
+        progress.running_since.store(began, Ordering::Relaxed);
+        file.write_all(chunk.bytes())?;
+        let took = progress.nanos_since_start().saturating_sub(began);
+        progress.sync_nanos.fetch_add(took, Ordering::Relaxed);
+        progress.synced.store(upto, Ordering::Relaxed);
+        progress.running_since.store(u64::MAX, Ordering::Relaxed);
+        let _ = spare.send(chunk);
+    }
+    Ok(file)
+}
+
 /// The syncer: syncs up to the latest requested byte count, until the requests end.
 fn run_syncer(
     mut syncer: Box<dyn DataSyncer>,
@@ -197,17 +323,41 @@ fn run_syncer(
     Ok(())
 }
 
-/// Writes `dir/rel` atomically through `io`, with `f` producing the contents. With
-/// `sync_every > 0`, the temp file is also synced in the background every that many bytes,
-/// and `f` can watch the disk through the [`SyncProgress`]; with a `model`, the progress
-/// starts from what earlier files showed, and this file's measure is remembered.
+/// How [`publish`] writes a file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions<'a> {
+    /// A buffered file is fdatasynced in the background every this many bytes (0: only by
+    /// the final fsync). A direct file is written in chunks of this many bytes, rounded up
+    /// to [`DIRECT_ALIGN`] and at most [`DIRECT_CHUNK_MAX`] (0: the maximum).
+    pub sync_every: u64,
+    /// Whether to bypass the page cache, where the file system allows it.
+    pub direct: bool,
+    /// What earlier files showed of the disk, for before this one shows it; this file's
+    /// measure is remembered in it.
+    pub model: Option<&'a DiskModel>,
+}
+
+impl WriteOptions<'_> {
+    /// A small file (manifest, marker): buffered, synced only at the end.
+    pub const SMALL: WriteOptions<'static> = WriteOptions { sync_every: 0, direct: false, model: None };
+
+    fn chunk_len(&self) -> usize {
+        match usize::try_from(self.sync_every) {
+            Ok(0) | Err(_) => DIRECT_CHUNK_MAX,
+            Ok(n) => n.clamp(DIRECT_ALIGN, DIRECT_CHUNK_MAX).next_multiple_of(DIRECT_ALIGN),
+        }
+    }
+}
+
+/// Writes `dir/rel` atomically through `io`, with `f` producing the contents, which can
+/// watch the disk through the [`SyncProgress`] (see the module documentation and
+/// [`WriteOptions`]).
 pub fn publish<T>(
     io: &dyn Io,
     dir: &Path,
     rel: &str,
     checkpoint_id: u64,
-    sync_every: u64,
-    model: Option<&DiskModel>,
+    options: WriteOptions<'_>,
     f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
 ) -> Result<T> {
     let final_path = dir.join(rel);
@@ -217,37 +367,72 @@ pub fn publish<T>(
     if final_path.exists() {
         return Err(Error::NotOurs { path: final_path, why: "a file of that name already exists".into() });
     }
-    let progress = SyncProgress::new(sync_every > 0, model.and_then(DiskModel::disk_slower));
-    let result = std::thread::scope(|s| {
+    let result = (|| {
+        let file = io.create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        let earlier = options.model.and_then(DiskModel::disk_slower);
+        let progress = SyncProgress::new(options.direct || options.sync_every > 0, earlier);
+        let (value, mut file, produce_nanos) = if options.direct {
+            produce_direct(file, options.chunk_len(), &progress, &tmp, f)?
+        } else {
+            produce_buffered(file, options.sync_every, &progress, &tmp, f)?
+        };
+        let final_sync = Instant::now();
+        file.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        if let Some(model) = options.model {
+            // Every byte was made durable by the background work or the final sync.
+            let final_nanos = u64::try_from(final_sync.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
+            model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
+        }
+        drop(file);
+        io.rename(&tmp, &final_path).map_err(|e| Error::io("rename", &tmp, e))?;
+        io.sync_dir(&parent).map_err(|e| Error::io("fsync dir", &parent, e))?;
+        Ok(value)
+    })();
+    if result.is_err() {
+        // Best effort: the temp file is ours; a leftover is removed by cleanup later.
+        let _ = io.remove_file(&tmp);
+    }
+    result
+}
+
+/// Runs `f` into a buffered file with write-behind; returns its value, the file (written,
+/// not yet fsynced) and when production ended (nanoseconds into `progress`).
+fn produce_buffered<T>(
+    file: Box<dyn IoFile>,
+    sync_every: u64,
+    progress: &SyncProgress,
+    tmp: &Path,
+    f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
+) -> Result<(T, Box<dyn IoFile>, u64)> {
+    std::thread::scope(|s| {
         let syncer = std::cell::RefCell::new(None);
         let start = |d: Box<dyn DataSyncer>| -> std::io::Result<mpsc::Sender<u64>> {
             let (tx, rx) = mpsc::channel();
-            let progress = &progress;
             let handle = std::thread::Builder::new()
                 .name("floe-sync".into())
                 .spawn_scoped(s, move || run_syncer(d, rx, progress))?;
             *syncer.borrow_mut() = Some(handle);
             Ok(tx)
         };
-        let file = io.create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         let behind = WriteBehind {
             file,
             every: sync_every,
             written: 0,
             requested: 0,
-            progress: &progress,
+            progress,
             requests: None,
             start: &start,
         };
         // Writes of a whole block or more (data blocks are ~64 KiB) bypass the buffer.
         let mut w = BufWriter::with_capacity(BUFFER, behind);
-        let produced = f(&mut w, &progress);
+        let produced = f(&mut w, progress);
         let produce_nanos = progress.nanos_since_start();
-        let behind = w.into_inner().map_err(|e| Error::io("write", &tmp, e.into_error()));
+        let behind = w.into_inner().map_err(|e| Error::io("write", tmp, e.into_error()));
         // Stop the syncer (ending its requests) and collect its verdict before the final
         // fsync: a failed background sync fails the publication, whatever fsync says later.
-        let (mut file, requests) = match behind {
-            Ok(b) => (Some(b.file), b.requests),
+        let (file, requests) = match behind {
+            Ok(b) => (b.file, b.requests),
             Err(e) => {
                 let _ = syncer.borrow_mut().take().map(|h| h.join());
                 return Err(e);
@@ -257,27 +442,107 @@ pub fn publish<T>(
         if let Some(h) = syncer.borrow_mut().take() {
             h.join()
                 .map_err(|_| Error::Background("the fdatasync thread panicked".into()))?
-                .map_err(|e| Error::io("fdatasync", &tmp, e))?;
+                .map_err(|e| Error::io("fdatasync", tmp, e))?;
         }
+        Ok((produced?, file, produce_nanos))
+    })
+}
+
+/// Runs `f` into a direct file, written in chunks of `chunk_len` bytes by a writer thread
+/// and its last partial chunk through the page cache; returns like [`produce_buffered`].
+fn produce_direct<T>(
+    file: Box<dyn IoFile>,
+    chunk_len: usize,
+    progress: &SyncProgress,
+    tmp: &Path,
+    f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
+) -> Result<(T, Box<dyn IoFile>, u64)> {
+    std::thread::scope(|s| {
+        let writer = std::cell::RefCell::new(None);
+        let start = |mut file: Box<dyn IoFile>| -> std::io::Result<ToDisk> {
+            // Where the file system has no direct I/O, the chunks are written buffered.
+            file.set_direct(true)?;
+            let (to_disk, rx) = mpsc::sync_channel(DIRECT_QUEUE);
+            let (spare_tx, spare) = mpsc::channel();
+            let handle = std::thread::Builder::new()
+                .name("floe-direct".into())
+                .spawn_scoped(s, move || run_direct_writer(file, rx, spare_tx, progress))?;
+            *writer.borrow_mut() = Some(handle);
+            Ok((to_disk, spare))
+        };
+        let mut w = DirectWriter {
+            chunk: Chunk::new(chunk_len),
+            written: 0,
+            progress,
+            file: Some(file),
+            start: &start,
+            to_disk: None,
+        };
+        let produced = f(&mut w, progress);
+        let produce_nanos = progress.nanos_since_start();
+        // Dropping the channels ends the writer thread once it has written what it got.
+        let DirectWriter { chunk: tail, file: kept, to_disk, .. } = w;
+        drop(to_disk);
+        // The writer thread's own error comes first: a failed send only reports it.
+        let handle = writer.borrow_mut().take();
+        let joined = match handle {
+            Some(h) => Some(
+                h.join()
+                    .map_err(|_| Error::Background("the direct writer thread panicked".into()))?
+                    .map_err(|e| Error::io("write", tmp, e))?,
+            ),
+            None => None,
+        };
         let value = produced?;
-        let final_sync = Instant::now();
-        if let Some(file) = file.as_mut() {
-            file.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        let mut file = kept
+            .or(joined)
+            .ok_or_else(|| Error::Background("the direct writer thread did not start".into()))?;
+        file.set_direct(false).map_err(|e| Error::io("clear O_DIRECT on", tmp, e))?;
+        file.write_all(tail.bytes()).map_err(|e| Error::io("write", tmp, e))?;
+        Ok((value, file, produce_nanos))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::io::StdIo;
+
+    /// Bytes of every length class around the chunk and alignment boundaries come back
+    /// exactly, direct (full chunks direct, the tail buffered) or buffered, and no temp
+    /// file stays behind.
+    #[test]
+    fn published_bytes_are_exact_at_every_boundary() {
+        let dir = tempfile::tempdir().unwrap();
+        let probe = dir.path().join("probe");
+        let fs_direct = StdIo.create_new(&probe).unwrap().set_direct(true).unwrap();
+        std::fs::remove_file(&probe).unwrap();
+        eprintln!("direct I/O on this file system: {fs_direct}");
+        let chunk = 8 * DIRECT_ALIGN;
+        for direct in [true, false] {
+            for len in [0, 1, DIRECT_ALIGN - 1, DIRECT_ALIGN, DIRECT_ALIGN + 1, chunk, 3 * chunk + 17] {
+                let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+                let rel = format!("f-{direct}-{len}");
+                // Buffered without write-behind: its progress is inactive; a direct file's
+                // progress always runs (even where the file system makes it buffered).
+                let sync_every = if direct { chunk as u64 } else { 0 };
+                let options = WriteOptions { sync_every, direct, model: None };
+                let active = publish(&StdIo, dir.path(), &rel, 1, options, |w, progress| {
+                    // Odd-sized writes, so chunks fill across calls.
+                    for part in data.chunks(1000) {
+                        w.write_all(part).map_err(|e| Error::io("write", Path::new(&rel), e))?;
+                    }
+                    Ok(progress.active)
+                })
+                .unwrap();
+                assert_eq!(std::fs::read(dir.path().join(&rel)).unwrap(), data, "{rel}");
+                assert_eq!(active, direct, "{rel}");
+            }
         }
-        if let Some(model) = model {
-            // Every byte was made durable by the background syncs or the final one.
-            let final_nanos = u64::try_from(final_sync.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
-            model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
-        }
-        drop(file);
-        io.rename(&tmp, &final_path).map_err(|e| Error::io("rename", &tmp, e))?;
-        io.sync_dir(&parent).map_err(|e| Error::io("fsync dir", &parent, e))?;
-        Ok(value)
-    });
-    if result.is_err() {
-        // Best effort: the temp file is ours; a leftover is removed by cleanup later.
-        let _ = io.remove_file(&tmp);
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into())
+            .collect();
+        assert!(names.iter().all(|n| !n.starts_with(TMP_PREFIX)), "{names:?}");
     }
-    result
 }

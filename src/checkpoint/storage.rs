@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::deleter::Deleter;
 use super::io::{Io, StdIo};
 use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
-use super::publish::{DiskModel, publish};
+use super::publish::{DiskModel, WriteOptions, publish};
 use super::writer::write_snapshot_file;
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
@@ -84,10 +84,17 @@ pub struct StorageConfig {
     pub threads: usize,
     /// How blocks are compressed.
     pub compression: Compression,
-    /// While a data file is written, it is also fsynced every this many bytes (0: only at
-    /// the end), so the disk writes during encoding instead of all at the final fsync,
-    /// and a slow disk holds the writer back, which is what `Compression::Adaptive` sees.
+    /// While a data file is written, the disk works too, not only at the final fsync, and
+    /// a slow disk holds the writer back, which is what `Compression::Adaptive` sees. A
+    /// buffered file is fdatasynced every this many bytes (0: only at the end); a direct
+    /// file is written in chunks of this size, capped at 1 MiB (0: 1 MiB).
     pub sync_every: u64,
+    /// Write data files with `O_DIRECT` (Linux), bypassing the page cache, where the file
+    /// system allows it (elsewhere they are buffered). The kernel's copy into the page cache
+    /// and its page bookkeeping cost more CPU than the encoding of a checkpoint; it also
+    /// keeps checkpoint files from crowding the cache. A checkpoint read back soon after
+    /// (recovery) then comes from the disk.
+    pub direct_io: bool,
 }
 
 /// Default of [`StorageConfig::sync_every`]. Measured on the checkpoint benchmark (10^6
@@ -104,6 +111,7 @@ impl Default for StorageConfig {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()).min(4),
             compression: Compression::default(),
             sync_every: DEFAULT_SYNC_EVERY,
+            direct_io: true,
         }
     }
 }
@@ -133,6 +141,8 @@ pub struct StateHandle {
     pub base_bytes: u64,
     /// Bytes of the chain's increments.
     pub increment_bytes: u64,
+    /// The job's max_parallelism (number of key groups), as the data files record it.
+    pub max_parallelism: u32,
 }
 
 /// Where a checkpoint's files go.
@@ -209,7 +219,7 @@ impl CheckpointStorage {
                     });
                 }
                 io.create_dir_all(&root).map_err(|e| Error::io("create dir", &root, e))?;
-                publish(&*io, &root, MARKER, 0, 0, None, |w, _| {
+                publish(&*io, &root, MARKER, 0, WriteOptions::SMALL, |w, _| {
                     w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
                 })?;
             }
@@ -352,6 +362,7 @@ impl CheckpointStorage {
             kind: header.kind,
             base_bytes,
             increment_bytes,
+            max_parallelism: header.max_parallelism,
         })
     }
 
@@ -391,6 +402,13 @@ impl CheckpointStorage {
         let mut base = checkpoint_id;
         let mut max_parallelism = None;
         for h in handles {
+            if *max_parallelism.get_or_insert(h.max_parallelism) != h.max_parallelism {
+                return Err(Error::InvalidConfig(format!(
+                    "checkpoint {checkpoint_id}: state handles disagree on max_parallelism ({} and {})",
+                    max_parallelism.unwrap_or_default(),
+                    h.max_parallelism
+                )));
+            }
             incremental |= h.files.len() > 1;
             base = base.min(h.files.first().map_or(checkpoint_id, |f| f.created_by));
             for f in &h.files {
@@ -414,11 +432,6 @@ impl CheckpointStorage {
                     path.display()
                 )));
             }
-        }
-        // The data files know the job's max_parallelism; read it back from the first one.
-        if let Some(first) = files.first() {
-            let f = crate::format::DataFile::open(&dir.join(&first.path))?;
-            max_parallelism = Some(f.header().max_parallelism);
         }
         let kind = match target {
             Target::Savepoint => ManifestKind::Savepoint,
@@ -460,7 +473,7 @@ impl CheckpointStorage {
             Target::Savepoint => SAVEPOINT_MANIFEST.to_string(),
         };
         let path = dir.join(&name);
-        publish(&*self.io, &dir, &name, m.checkpoint_id, 0, None, |w, _| {
+        publish(&*self.io, &dir, &name, m.checkpoint_id, WriteOptions::SMALL, |w, _| {
             w.write_all(&bytes).map_err(|e| Error::io("write", &path, e))
         })
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use parking_lot::{Condvar, Mutex};
 
 use super::io::Io;
-use super::publish::{DiskModel, publish};
+use super::publish::{DiskModel, WriteOptions, publish};
 use super::storage::StorageConfig;
 use crate::error::Result;
 use crate::format::datafile::encode_record;
@@ -119,8 +119,7 @@ pub(crate) fn write_snapshot_file(
         dir,
         rel,
         header.checkpoint_id,
-        config.sync_every,
-        Some(disk),
+        WriteOptions { sync_every: config.sync_every, direct: config.direct_io, model: Some(disk) },
         |out: &mut dyn Write, progress| {
             // `Compression::Adaptive` compresses a block only while the disk is the
             // bottleneck: it syncs slower than the file is written, and more than two sync
