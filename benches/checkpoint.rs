@@ -15,9 +15,11 @@
 //! `cargo bench --bench checkpoint` (`FLOE_BENCH_KEYS=100000` for a quick run,
 //! `FLOE_BENCH_RUNS=5` for more repeats). Reports min and median of the runs.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -130,20 +132,7 @@ fn main() {
         full_b = b;
 
         // Raw write + fsync of the same number of bytes.
-        let raw_path = root.join("raw.bin");
-        let buf = vec![0x5Au8; 1 << 20];
-        let t = Instant::now();
-        let mut f = std::fs::File::create(&raw_path).unwrap();
-        let mut left = b;
-        while left > 0 {
-            let k = left.min(buf.len() as u64) as usize;
-            f.write_all(&buf[..k]).unwrap();
-            left -= k as u64;
-        }
-        f.sync_all().unwrap();
-        raw_t.push(t.elapsed());
-        drop(f);
-        std::fs::remove_file(&raw_path).unwrap();
+        raw_t.push(common::raw_write_fsync(&root, b));
 
         // The same full checkpoint with each fixed compression setting, for comparison
         // (the default, used above, is `Compression::Adaptive`).

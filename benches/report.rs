@@ -19,6 +19,9 @@
 //!
 //! Each measurement is repeated `--runs` times (3): min and median are reported.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -263,28 +266,6 @@ impl CkptStats {
 
 // ---------------------------------------------------------------------------------------
 // Baselines
-
-/// Writes `bytes` bytes with `write` in 1 MiB pieces and `fsync`s, in a new file.
-fn raw_write_fsync(dir: &Path, bytes: u64) -> Duration {
-    let path = dir.join("raw.bin");
-    let mut buf = vec![0u8; 1 << 20];
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = splitmix(i as u64) as u8;
-    }
-    let t = Instant::now();
-    let mut f = std::fs::File::create(&path).unwrap();
-    let mut left = bytes;
-    while left > 0 {
-        let k = left.min(buf.len() as u64) as usize;
-        f.write_all(&buf[..k]).unwrap();
-        left -= k as u64;
-    }
-    f.sync_all().unwrap();
-    let d = t.elapsed();
-    drop(f);
-    std::fs::remove_file(&path).unwrap();
-    d
-}
 
 #[derive(Default, Clone, Debug)]
 struct Naive {
@@ -646,7 +627,7 @@ fn checkpoint_cost(dir: &Path, n: u64, kind: Values, runs: usize) -> SizeResult 
     };
     r.raw_bytes = r.full_bytes() as u64;
     for _ in 0..runs {
-        r.raw.push(raw_write_fsync(dir, r.raw_bytes));
+        r.raw.push(common::raw_write_fsync(dir, r.raw_bytes));
     }
     drop(store);
     #[cfg(feature = "rocksdb-baseline")]
