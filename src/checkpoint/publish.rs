@@ -22,6 +22,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use super::io::{DIRECT_ALIGN, DataSyncer, Io, IoFile};
+use super::storage::StorageConfig;
 use crate::error::{Error, Result};
 
 /// Write buffer of a published file: small writes (headers, index, compressed blocks) are
@@ -139,6 +140,21 @@ impl SyncProgress {
         }
         let written = self.written.load(Ordering::Relaxed);
         Some((bytes as f64 / nanos as f64) < written as f64 / now as f64)
+    }
+
+    /// Runs `work`, the disk's part in getting the first `upto` bytes of the file down (a
+    /// background fdatasync, or a direct write), timing it as the disk's: while it runs it
+    /// counts as running, and once it succeeds the bytes count as synced.
+    fn disk_work(&self, upto: u64, work: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+        let began = self.nanos_since_start();
+        self.running_upto.store(upto, Ordering::Relaxed);
+        self.running_since.store(began, Ordering::Relaxed);
+        work()?;
+        let took = self.nanos_since_start().saturating_sub(began);
+        self.sync_nanos.fetch_add(took, Ordering::Relaxed);
+        self.synced.store(upto, Ordering::Relaxed);
+        self.running_since.store(u64::MAX, Ordering::Relaxed);
+        Ok(())
     }
 
     fn nanos_since_start(&self) -> u64 {
@@ -288,14 +304,7 @@ fn run_direct_writer(
     progress: &SyncProgress,
 ) -> std::io::Result<Box<dyn IoFile>> {
     for (chunk, upto) in rx {
-        let began = progress.nanos_since_start();
-        progress.running_upto.store(upto, Ordering::Relaxed);
-        progress.running_since.store(began, Ordering::Relaxed);
-        file.write_all(chunk.bytes())?;
-        let took = progress.nanos_since_start().saturating_sub(began);
-        progress.sync_nanos.fetch_add(took, Ordering::Relaxed);
-        progress.synced.store(upto, Ordering::Relaxed);
-        progress.running_since.store(u64::MAX, Ordering::Relaxed);
+        progress.disk_work(upto, || file.write_all(chunk.bytes()))?;
         let _ = spare.send(chunk);
     }
     Ok(file)
@@ -311,14 +320,7 @@ fn run_syncer(
         while let Ok(later) = rx.try_recv() {
             upto = later;
         }
-        let began = progress.nanos_since_start();
-        progress.running_upto.store(upto, Ordering::Relaxed);
-        progress.running_since.store(began, Ordering::Relaxed);
-        syncer.sync_data()?;
-        let took = progress.nanos_since_start().saturating_sub(began);
-        progress.sync_nanos.fetch_add(took, Ordering::Relaxed);
-        progress.synced.store(upto, Ordering::Relaxed);
-        progress.running_since.store(u64::MAX, Ordering::Relaxed);
+        progress.disk_work(upto, || syncer.sync_data())?;
     }
     Ok(())
 }
@@ -340,6 +342,11 @@ pub struct WriteOptions<'a> {
 impl WriteOptions<'_> {
     /// A small file (manifest, marker): buffered, synced only at the end.
     pub const SMALL: WriteOptions<'static> = WriteOptions { sync_every: 0, direct: false, model: None };
+
+    /// A data file, as `config` says.
+    pub fn data_file<'m>(config: &StorageConfig, model: Option<&'m DiskModel>) -> WriteOptions<'m> {
+        WriteOptions { sync_every: config.sync_every, direct: config.direct_io, model }
+    }
 
     fn chunk_len(&self) -> usize {
         match usize::try_from(self.sync_every) {

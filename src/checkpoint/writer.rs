@@ -119,7 +119,7 @@ pub(crate) fn write_snapshot_file(
         dir,
         rel,
         header.checkpoint_id,
-        WriteOptions { sync_every: config.sync_every, direct: config.direct_io, model: Some(disk) },
+        WriteOptions::data_file(config, Some(disk)),
         |out: &mut dyn Write, progress| {
             // `Compression::Adaptive` compresses a block only while the disk is the
             // bottleneck: it syncs slower than the file is written, and more than two sync
