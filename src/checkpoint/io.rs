@@ -32,11 +32,23 @@ pub trait IoFile: Write + Send {
 pub const DIRECT_ALIGN: usize = 4096;
 
 /// Sets or clears `O_DIRECT` on an open file (Linux allows changing it with `F_SETFL`).
-/// Returns whether the file is now direct: setting it fails with `EINVAL` where the file
-/// system has no direct I/O, and the file stays buffered.
+/// Returns whether the file is now direct. It stays buffered where the file system has no
+/// direct I/O (setting the flag fails with `EINVAL`), or where its alignment requirement
+/// (`statx` `STATX_DIOALIGN`, Linux 6.1+) is not met by [`DIRECT_ALIGN`].
 #[cfg(target_os = "linux")]
 fn set_direct_flag(file: &std::fs::File, on: bool) -> io::Result<bool> {
-    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    use rustix::fs::{AtFlags, OFlags, StatxFlags, fcntl_getfl, fcntl_setfl, statx};
+    if on {
+        // Older kernels do not report the alignment: then the flag alone decides.
+        if let Ok(st) = statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN)
+            && StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::DIOALIGN)
+        {
+            let fits = |align: u32| align != 0 && (DIRECT_ALIGN as u64).is_multiple_of(u64::from(align));
+            if !fits(st.stx_dio_offset_align) || !fits(st.stx_dio_mem_align) {
+                return Ok(false);
+            }
+        }
+    }
     let flags = fcntl_getfl(file)?;
     let wanted = if on { flags.union(OFlags::DIRECT) } else { flags.difference(OFlags::DIRECT) };
     match fcntl_setfl(file, wanted) {
