@@ -190,7 +190,11 @@ fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf)> {
                     why: "it holds something other than a previous floe demo".into(),
                 });
             }
-            // A previous demo's data: ours by the marker.
+            // A previous demo's data: ours by the marker, unless a live process (another
+            // demo, a job, compact or gc) holds its checkpoint directory.
+            if let Some(holder) = crate::checkpoint::lock::DirLock::held_by(&checkpoints)? {
+                return Err(Error::Locked { path: checkpoints.clone(), holder });
+            }
             for d in [&checkpoints, &output] {
                 if d.exists() {
                     std::fs::remove_dir_all(d).map_err(|e| Error::io("remove", d, e))?;

@@ -104,11 +104,63 @@ pub enum Error {
     /// A background task failed or was cancelled before it reported.
     #[error("background task failed: {0}")]
     Background(String),
+    /// Another writer holds the checkpoint directory (a running job, `floe compact`,
+    /// `floe gc`): one writer per directory.
+    #[error("{} is locked by another writer ({holder}); floe allows one writer per directory", path.display())]
+    Locked {
+        /// The directory.
+        path: PathBuf,
+        /// Who holds it, as its LOCK file says (pid, host, since when).
+        holder: String,
+    },
+    /// The file system is full (`ENOSPC`, or a quota: `EDQUOT`).
+    #[error("no space left on the device during {op} on {}: {source}", path.display())]
+    NoSpace {
+        /// What floe was doing.
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint id that cannot be used now: ids only go up, and an aborted id is never
+    /// written or committed.
+    #[error("checkpoint {id} refused: {why}")]
+    CheckpointId {
+        /// The id.
+        id: u64,
+        /// Why (`"at or below the newest committed checkpoint 5"`, `"aborted"`, ...).
+        why: String,
+    },
+    /// An increment was asked for against a parent the store cannot vouch for (another
+    /// store instance, or a parent older than the store's confirmed epoch): writing it
+    /// would silently miss writes or deletes.
+    #[error("no increment for {task}: {why}")]
+    ParentMismatch {
+        /// `operator[subtask]`.
+        task: String,
+        /// What did not match.
+        why: String,
+    },
+    /// The operation writes, and this handle was opened read-only (`open_existing`).
+    #[error("{} was opened read-only; {op} needs a writing handle (CheckpointStorage::open)", path.display())]
+    ReadOnly {
+        /// The directory.
+        path: PathBuf,
+        /// What was attempted.
+        op: &'static str,
+    },
 }
 
 impl Error {
     /// Builds an [`Error::Io`].
+    /// A full disk (`ENOSPC`, `EDQUOT`) becomes [`Error::NoSpace`], so callers and the tool
+    /// can name it.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        if matches!(source.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
+            return Error::NoSpace { op, path: path.into(), source };
+        }
         Error::Io { op, path: path.into(), source }
     }
 
@@ -120,5 +172,22 @@ impl Error {
     /// True when the error says stored data is damaged (as opposed to I/O or usage).
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corrupt { .. } | Error::UnsupportedVersion { .. })
+    }
+
+    /// True when a checkpoint that fails with this error is unusable for good, so
+    /// recovery may fall back to an older one: corruption, an unsupported version, or a
+    /// file that is missing. Anything else (`EIO`, `EMFILE`, permissions, a full disk) may
+    /// pass, and recovery returns it instead of silently restoring older state.
+    pub fn is_permanent_damage(&self) -> bool {
+        match self {
+            Error::Corrupt { .. } | Error::UnsupportedVersion { .. } => true,
+            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            _ => false,
+        }
+    }
+
+    /// True for [`Error::NoSpace`], also when it is the cause of a task failure.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Error::NoSpace { .. })
     }
 }

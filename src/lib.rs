@@ -40,6 +40,7 @@ pub mod demo;
 pub mod error;
 pub mod executor;
 pub mod format;
+mod fsutil;
 pub mod inspect;
 pub mod state;
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{Model, Rng, for_each_seed, materialize};
-use floe::checkpoint::io::{Fault, FaultyIo, FaultyIoHandle};
+use floe::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
 use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target, restore_from_path};
 use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
 use floe::{KeyGroupRange, StateId};
@@ -201,7 +201,12 @@ fn commit_refuses_a_chain_that_retention_freed() {
     let h2 = storage.write_state(2, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
     storage.commit(2, Target::Checkpoint, vec![h2], BTreeMap::new(), BTreeMap::new()).unwrap();
     // Checkpoint 1 is no longer retained; its full file is pending deletion or deleted.
-    let stale = ParentChain { checkpoint_id: 1, epoch: s1.epoch(), files: h1.files.clone() };
+    let stale = ParentChain {
+        checkpoint_id: 1,
+        epoch: s1.epoch(),
+        store_instance: store.instance(),
+        files: h1.files.clone(),
+    };
     for attempt in 3..=4u64 {
         evolve(&mut store, 5, attempt, 50, 200);
         let h = storage
@@ -578,6 +583,18 @@ fn compression_settings_write_recoverable_files() {
         }
         fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
             StdIo.create_dir_all(path)
+        }
+        fn remove_dir(&self, path: &Path) -> std::io::Result<()> {
+            StdIo.remove_dir(path)
+        }
+        fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<floe::checkpoint::io::DirEntry>> {
+            StdIo.list_dir(dir)
+        }
+        fn stat(&self, path: &Path) -> std::io::Result<(floe::checkpoint::io::EntryKind, u64)> {
+            StdIo.stat(path)
+        }
+        fn open_read(&self, path: &Path) -> floe::Result<std::fs::File> {
+            StdIo.open_read(path)
         }
     }
 

@@ -47,6 +47,7 @@ impl PendingWrite {
 #[derive(Debug, Clone)]
 struct Pending {
     epoch: u64,
+    store_instance: u64,
     target: Target,
 }
 
@@ -67,10 +68,22 @@ pub struct Checkpointer {
     subtask: u32,
     confirmed: Option<ParentChain>,
     pending: BTreeMap<u64, Pending>,
-    /// The writer thread's queue, once started. One thread per instance, started on the
-    /// first checkpoint: spawning one per checkpoint cost 20-300 µs of the caller's pause,
-    /// 15-200x the snapshot itself. Files are written in the order they were asked for.
-    writer: Option<mpsc::Sender<WriteJob>>,
+    /// The writer thread's queue and handle, once started. One thread per instance,
+    /// started on the first checkpoint: spawning one per checkpoint cost 20-300 µs of the
+    /// caller's pause, 15-200x the snapshot itself. Files are written in the order they
+    /// were asked for. Dropping the checkpointer closes the queue and joins the thread.
+    writer: Option<(mpsc::Sender<WriteJob>, std::thread::JoinHandle<()>)>,
+}
+
+impl Drop for Checkpointer {
+    /// Stops the writer thread after the files already asked for, and waits for it: a
+    /// checkpointer opened right after never shares the directory with a leftover writer.
+    fn drop(&mut self) {
+        if let Some((tx, handle)) = self.writer.take() {
+            drop(tx);
+            let _ = handle.join();
+        }
+    }
 }
 
 impl Checkpointer {
@@ -113,6 +126,12 @@ impl Checkpointer {
 
     /// Takes the snapshot for checkpoint `checkpoint_id` and starts writing it in the
     /// background. Only the snapshot (O(1)) happens on the caller's thread.
+    ///
+    /// `store` must be the store this checkpointer confirmed its last checkpoint with (the
+    /// parent of an increment): another store, or one restored since, is
+    /// [`Error::ParentMismatch`] (an increment against it would silently miss writes; use
+    /// a new `Checkpointer`). An id that cannot be used ([`Error::CheckpointId`]: aborted,
+    /// or not above the ids already used) is refused before anything is written.
     pub fn snapshot(
         &mut self,
         store: &mut Store,
@@ -120,27 +139,42 @@ impl Checkpointer {
         target: Target,
     ) -> Result<PendingWrite> {
         let start = Instant::now();
+        if let Some(c) = &self.confirmed
+            && c.store_instance != store.instance()
+        {
+            return Err(Error::ParentMismatch {
+                task: format!("{}[{}]", self.operator, self.subtask),
+                why: format!(
+                    "this checkpointer's last checkpoint {} was taken of another store instance; \
+                     a store that was replaced or restored needs a new Checkpointer",
+                    c.checkpoint_id
+                ),
+            });
+        }
+        self.storage.begin(checkpoint_id)?;
         let snap = store.snapshot();
         let parent = match target {
             Target::Savepoint => None,
             Target::Checkpoint => self.parent_for_next(),
         };
         let kind = if parent.is_some() { FileKind::Increment } else { FileKind::Full };
-        self.pending.insert(checkpoint_id, Pending { epoch: snap.epoch(), target });
-        self.storage.begin(checkpoint_id);
+        self.pending
+            .insert(checkpoint_id, Pending { epoch: snap.epoch(), store_instance: store.instance(), target });
         let (done, rx) = mpsc::channel();
         let mut job = WriteJob { checkpoint_id, target, snapshot: snap, parent, done };
         // A writer that died (a panic in a write) is replaced, and the job sent again.
         for _ in 0..2 {
             let writer = match &self.writer {
-                Some(w) => w.clone(),
+                Some((w, _)) => w.clone(),
                 None => self.start_writer()?,
             };
             match writer.send(job) {
                 Ok(()) => break,
                 Err(mpsc::SendError(back)) => {
                     job = back;
-                    self.writer = None;
+                    if let Some((_, h)) = self.writer.take() {
+                        let _ = h.join();
+                    }
                 }
             }
         }
@@ -152,7 +186,7 @@ impl Checkpointer {
         let (tx, rx) = mpsc::channel::<WriteJob>();
         let storage = Arc::clone(&self.storage);
         let (operator, subtask) = (self.operator.clone(), self.subtask);
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name(format!("floe-write-{subtask}"))
             .spawn(move || {
                 for job in rx {
@@ -170,7 +204,10 @@ impl Checkpointer {
                 }
             })
             .map_err(|e| Error::io("spawn writer thread", "", e))?;
-        self.writer = Some(tx.clone());
+        if let Some((old, h)) = self.writer.replace((tx.clone(), handle)) {
+            drop(old);
+            let _ = h.join();
+        }
         Ok(tx)
     }
 
@@ -184,7 +221,12 @@ impl Checkpointer {
         if p.target == Target::Checkpoint
             && self.confirmed.as_ref().is_none_or(|c| c.checkpoint_id < checkpoint_id)
         {
-            self.confirmed = Some(ParentChain { checkpoint_id, epoch: p.epoch, files: handle.files.clone() });
+            self.confirmed = Some(ParentChain {
+                checkpoint_id,
+                epoch: p.epoch,
+                store_instance: p.store_instance,
+                files: handle.files.clone(),
+            });
             store.confirm(p.epoch);
         }
     }

@@ -7,8 +7,8 @@ use std::io::Write;
 
 use super::layout;
 use super::publish::{WriteOptions, publish};
-use super::recovery::{load_chain, open_chain};
-use super::storage::{CheckpointStorage, StateHandle, Target};
+use super::recovery::{load_chain, open_chain_with};
+use super::storage::{CheckpointStorage, CommitMeta, StateHandle, Target, ensure_dir};
 use super::writer::{BufferPool, encode_unit};
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_decode;
@@ -17,24 +17,45 @@ use crate::state::{KeyGroupRange, Store, StoreConfig};
 
 impl CheckpointStorage {
     /// Writes checkpoint `checkpoint_id`'s state as a new full checkpoint (or savepoint)
-    /// with the next free id, and returns its manifest. `progress(done, total)` is called
-    /// after each (state, key group).
+    /// with the next free id, and returns its manifest, which records `compacted_from`.
+    /// `progress(done, total)` is called after each (state, key group).
+    ///
+    /// Compaction never rewinds: a new checkpoint becomes the newest, which recovery and
+    /// restarts pick, so only the newest checkpoint may be compacted into one. An older
+    /// one can be compacted into a savepoint (`Target::Savepoint`), which recovery never
+    /// picks on its own; anything else is [`Error::InvalidConfig`] saying why.
     pub fn compact(
         &self,
         checkpoint_id: u64,
         target: Target,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Manifest> {
+        self.writer("compact")?;
         let source = self.read_manifest(checkpoint_id)?;
-        let new_id = self.max_id()? + 1;
-        self.begin(new_id);
+        let newest = self.checkpoint_ids()?.last().copied().unwrap_or(0);
+        if target == Target::Checkpoint && checkpoint_id != newest {
+            return Err(Error::InvalidConfig(format!(
+                "checkpoint {checkpoint_id} is older than the newest checkpoint {newest}: compacting it into a \
+                 new checkpoint would make recovery rewind to its state and source positions; compact it \
+                 into a savepoint instead (floe compact --savepoint)"
+            )));
+        }
+        let new_id = self.next_id()?;
         let result = self.compact_into(&source, new_id, target, progress);
         match result {
             Ok(handles) => {
                 let decode = |m: &BTreeMap<String, String>| -> BTreeMap<String, Vec<u8>> {
                     m.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
                 };
-                self.commit(new_id, target, handles, decode(&source.sources), decode(&source.extra))
+                let meta = CommitMeta { job: source.job.clone(), compacted_from: Some(checkpoint_id) };
+                self.commit_with(
+                    new_id,
+                    target,
+                    handles,
+                    decode(&source.sources),
+                    decode(&source.extra),
+                    meta,
+                )
             }
             Err(e) => {
                 self.abort(new_id);
@@ -57,11 +78,10 @@ impl CheckpointStorage {
             Target::Checkpoint => self.root().to_path_buf(),
             Target::Savepoint => self.root().join(layout::savepoint_dir(new_id)),
         };
-        let data = dir.join(layout::DATA_DIR);
-        self.io().create_dir_all(&data).map_err(|e| Error::io("create dir", &data, e))?;
+        ensure_dir(self.io(), self.root(), &dir.join(layout::DATA_DIR))?;
         let mut handles = Vec::new();
         for op in &source.operators {
-            let files = open_chain(self.root(), source, op)?;
+            let files = open_chain_with(self.io(), self.root(), source, op)?;
             let rel = layout::data_file_name(new_id, &op.operator, op.subtask, true);
             let path = dir.join(&rel);
             let header = DataHeader {

@@ -32,12 +32,14 @@ type Worker = (mpsc::Sender<Vec<PathBuf>>, JoinHandle<()>);
 pub(crate) struct Deleter {
     io: Arc<dyn Io>,
     pending: Arc<Pending>,
+    /// Where failed unlinks are reported (the storage's cleanup errors).
+    errors: Arc<Mutex<Vec<String>>>,
     worker: Mutex<Option<Worker>>,
 }
 
 impl Deleter {
-    pub fn new(io: Arc<dyn Io>) -> Self {
-        Deleter { io, pending: Arc::new(Pending::default()), worker: Mutex::new(None) }
+    pub fn new(io: Arc<dyn Io>, errors: Arc<Mutex<Vec<String>>>) -> Self {
+        Deleter { io, pending: Arc::new(Pending::default()), errors, worker: Mutex::new(None) }
     }
 
     /// Whether `path` is scheduled for deletion and not yet attempted.
@@ -54,16 +56,17 @@ impl Deleter {
         let mut worker = self.worker.lock();
         if worker.is_none() {
             let (tx, rx) = mpsc::channel::<Vec<PathBuf>>();
-            let (io, pending) = (Arc::clone(&self.io), Arc::clone(&self.pending));
+            let (io, pending, errors) =
+                (Arc::clone(&self.io), Arc::clone(&self.pending), Arc::clone(&self.errors));
             match std::thread::Builder::new().name("floe-delete".into()).spawn(move || {
                 for batch in rx {
-                    unlink_all(&*io, &pending, batch);
+                    unlink_all(&*io, &pending, &errors, batch);
                 }
             }) {
                 Ok(handle) => *worker = Some((tx, handle)),
                 Err(_) => {
                     drop(worker);
-                    unlink_all(&*self.io, &self.pending, files);
+                    unlink_all(&*self.io, &self.pending, &self.errors, files);
                     return;
                 }
             }
@@ -73,7 +76,7 @@ impl Deleter {
         {
             // The thread is gone (it cannot panic, but be safe): delete here.
             drop(worker);
-            unlink_all(&*self.io, &self.pending, files);
+            unlink_all(&*self.io, &self.pending, &self.errors, files);
         }
     }
 
@@ -95,10 +98,15 @@ impl Drop for Deleter {
     }
 }
 
-fn unlink_all(io: &dyn Io, pending: &Pending, files: Vec<PathBuf>) {
+fn unlink_all(io: &dyn Io, pending: &Pending, errors: &Mutex<Vec<String>>, files: Vec<PathBuf>) {
     for f in files {
-        // Best effort: a file left behind is an orphan that the next cleanup retries.
-        let _ = io.remove_file(&f);
+        // A file left behind is an orphan that the next cleanup retries; the failure is
+        // reported (`CheckpointStorage::take_cleanup_errors`), never dropped.
+        if let Err(e) = io.remove_file(&f)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            errors.lock().push(crate::error::Error::io("remove", &f, e).to_string());
+        }
         let mut set = pending.files.lock();
         set.remove(&f);
         if set.is_empty() {

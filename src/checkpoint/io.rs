@@ -1,14 +1,15 @@
-//! The seam between checkpoint storage and the file system. Production uses [`StdIo`];
-//! tests use [`FaultyIo`] to fail or tear the Nth write, fsync or rename and to simulate a
-//! crash that loses everything not yet fsynced.
+//! The seam between checkpoint storage and the file system: every operation floe does on
+//! a checkpoint directory (create, write, sync, rename, remove, list, stat, open for
+//! reading) goes through one [`Io`] trait, like redb's `StorageBackend`. Production uses
+//! [`StdIo`]; tests use the fault-injecting implementation in `checkpoint::testing` (not
+//! part of the public API) to fail or tear the Nth step, fail reads, and simulate a power
+//! cut that loses unsynced data and unsynced directory entries. An object-store backend
+//! implements the same trait.
 
-use std::collections::HashMap;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::Path;
 
-use parking_lot::Mutex;
+use crate::error::Result;
 
 /// A file being written.
 pub trait IoFile: Write + Send {
@@ -36,7 +37,7 @@ pub const DIRECT_ALIGN: usize = 4096;
 /// direct I/O (setting the flag fails with `EINVAL`), or where its alignment requirement
 /// (`statx` `STATX_DIOALIGN`, Linux 6.1+) is not met by [`DIRECT_ALIGN`].
 #[cfg(target_os = "linux")]
-fn set_direct_flag(file: &std::fs::File, on: bool) -> io::Result<bool> {
+pub(crate) fn set_direct_flag(file: &std::fs::File, on: bool) -> io::Result<bool> {
     use rustix::fs::{AtFlags, OFlags, StatxFlags, fcntl_getfl, fcntl_setfl, statx};
     if on {
         // Older kernels do not report the alignment: then the flag alone decides.
@@ -59,7 +60,7 @@ fn set_direct_flag(file: &std::fs::File, on: bool) -> io::Result<bool> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn set_direct_flag(_file: &std::fs::File, _on: bool) -> io::Result<bool> {
+pub(crate) fn set_direct_flag(_file: &std::fs::File, _on: bool) -> io::Result<bool> {
     Ok(false)
 }
 
@@ -71,18 +72,92 @@ pub trait DataSyncer: Send {
     fn sync_data(&mut self) -> io::Result<()>;
 }
 
-/// File-system operations used to publish checkpoints.
+/// What a directory entry is, by its own type (links are not followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A real directory.
+    Dir,
+    /// Anything else: a symbolic link, FIFO, socket or device (described for errors).
+    Other(&'static str),
+}
+
+impl EntryKind {
+    fn of(ft: std::fs::FileType) -> EntryKind {
+        if ft.is_file() {
+            EntryKind::File
+        } else if ft.is_dir() {
+            EntryKind::Dir
+        } else {
+            EntryKind::Other(crate::fsutil::kind_name(ft))
+        }
+    }
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The entry's name (names that are not UTF-8 are never floe's: they come lossily).
+    pub name: String,
+    /// Its kind.
+    pub kind: EntryKind,
+}
+
+/// File-system operations on a checkpoint directory.
 pub trait Io: Send + Sync + 'static {
     /// Creates a new file (buffered); fails if it exists (floe never overwrites a file).
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>>;
-    /// Atomically renames a file.
+    /// Atomically renames a file; fails with `AlreadyExists` if `to` exists (publication
+    /// never replaces a file).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Makes a directory's entries durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Removes a file.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
-    /// Creates a directory and its parents.
+    /// Creates a directory and its parents (the caller syncs the parents it relies on).
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty directory.
+    fn remove_dir(&self, path: &Path) -> io::Result<()>;
+    /// Lists a directory, not following links.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>>;
+    /// The kind and length of `path`, not following a link.
+    fn stat(&self, path: &Path) -> io::Result<(EntryKind, u64)>;
+    /// Opens a regular file for reading: a link, FIFO, socket or device is refused
+    /// (`Error::Corrupt` naming what it is) without blocking.
+    fn open_read(&self, path: &Path) -> Result<std::fs::File>;
+}
+
+/// Renames without replacing: `renameat2(RENAME_NOREPLACE)`; where the file system does
+/// not support it, a hard link (which fails if the target exists) and an unlink.
+pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
+        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)
+}
+
+pub(crate) fn std_list_dir(dir: &Path) -> io::Result<Vec<DirEntry>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let kind = EntryKind::of(e.file_type()?);
+        out.push(DirEntry { name: e.file_name().to_string_lossy().into_owned(), kind });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+pub(crate) fn std_stat(path: &Path) -> io::Result<(EntryKind, u64)> {
+    let m = std::fs::symlink_metadata(path)?;
+    Ok((EntryKind::of(m.file_type()), m.len()))
 }
 
 /// The real file system.
@@ -135,7 +210,7 @@ impl Io for StdIo {
         Ok(Box::new(StdFile { file, direct: false }))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        std::fs::rename(from, to)
+        rename_noreplace(from, to)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::File::open(dir)?.sync_all()
@@ -146,205 +221,16 @@ impl Io for StdIo {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         std::fs::create_dir_all(path)
     }
-}
-
-/// How the failing step fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// The step returns an error and does nothing.
-    Fail,
-    /// A write stores only the first half of its buffer, then errors (other steps fail).
-    Tear,
-}
-
-/// An [`Io`] that counts steps (create, write, fsync, fdatasync, set direct, rename, dir
-/// sync, remove) and fails step number `fail_at` (0-based) and every step after it, like a
-/// process that died there. [`FaultyIo::crash`] then drops what was never fsynced.
-pub struct FaultyIo {
-    steps: AtomicU64,
-    fail_at: u64,
-    fault: Fault,
-    dead: AtomicBool,
-    /// Per file (current path): bytes written and bytes known durable.
-    files: Mutex<HashMap<PathBuf, (u64, u64)>>,
-    /// Every step taken: `(kind, path)`, in order.
-    log: Mutex<Vec<(&'static str, PathBuf)>>,
-}
-
-impl FaultyIo {
-    /// Fails step `fail_at` with `fault`. `u64::MAX` never fails (for counting steps).
-    pub fn new(fail_at: u64, fault: Fault) -> Arc<FaultyIo> {
-        Arc::new(FaultyIo {
-            steps: AtomicU64::new(0),
-            fail_at,
-            fault,
-            dead: AtomicBool::new(false),
-            files: Mutex::new(HashMap::new()),
-            log: Mutex::new(Vec::new()),
-        })
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir(path)
     }
-
-    /// Steps taken so far.
-    pub fn steps(&self) -> u64 {
-        self.steps.load(Ordering::SeqCst)
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        std_list_dir(dir)
     }
-
-    /// True once the fault fired.
-    pub fn fired(&self) -> bool {
-        self.dead.load(Ordering::SeqCst)
+    fn stat(&self, path: &Path) -> io::Result<(EntryKind, u64)> {
+        std_stat(path)
     }
-
-    /// The steps taken so far, as `(kind, path)`.
-    pub fn log(&self) -> Vec<(&'static str, PathBuf)> {
-        self.log.lock().clone()
-    }
-
-    /// Counts a step; `Err` if it is the failing one or comes after it.
-    fn step(&self, kind: &'static str, path: &Path) -> Result<(), Fault> {
-        if self.dead.load(Ordering::SeqCst) {
-            return Err(Fault::Fail);
-        }
-        self.log.lock().push((kind, path.to_path_buf()));
-        let n = self.steps.fetch_add(1, Ordering::SeqCst);
-        if n >= self.fail_at {
-            self.dead.store(true, Ordering::SeqCst);
-            return Err(self.fault);
-        }
-        Ok(())
-    }
-
-    /// Simulates power loss: every file written through this Io is cut back to its last
-    /// fsynced length (removed if never synced).
-    pub fn crash(&self) {
-        for (path, (_, durable)) in self.files.lock().drain() {
-            if durable == 0 {
-                let _ = std::fs::remove_file(&path);
-            } else if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
-                let _ = f.set_len(durable);
-            }
-        }
-    }
-}
-
-fn injected() -> io::Error {
-    io::Error::other("injected fault")
-}
-
-struct FaultyFile {
-    inner: std::fs::File,
-    direct: bool,
-    path: PathBuf,
-    io: Arc<FaultyIo>,
-}
-
-impl Write for FaultyFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.io.step("write", &self.path) {
-            Ok(()) => {
-                self.inner.write_all(buf)?;
-                if let Some(f) = self.io.files.lock().get_mut(&self.path) {
-                    f.0 += buf.len() as u64;
-                }
-                Ok(buf.len())
-            }
-            Err(Fault::Tear) => {
-                // A direct file can only take whole blocks: it tears at a block boundary.
-                let cut =
-                    if self.direct { buf.len() / 2 / DIRECT_ALIGN * DIRECT_ALIGN } else { buf.len() / 2 };
-                let half = &buf[..cut];
-                self.inner.write_all(half)?;
-                if let Some(f) = self.io.files.lock().get_mut(&self.path) {
-                    f.0 += half.len() as u64;
-                }
-                Err(injected())
-            }
-            Err(Fault::Fail) => Err(injected()),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl IoFile for FaultyFile {
-    fn sync_all(&mut self) -> io::Result<()> {
-        self.io.step("fsync", &self.path).map_err(|_| injected())?;
-        self.inner.sync_all()?;
-        if let Some(f) = self.io.files.lock().get_mut(&self.path) {
-            f.1 = f.0;
-        }
-        Ok(())
-    }
-    fn data_syncer(&self) -> io::Result<Box<dyn DataSyncer>> {
-        Ok(Box::new(FaultySyncer {
-            inner: self.inner.try_clone()?,
-            path: self.path.clone(),
-            io: Arc::clone(&self.io),
-        }))
-    }
-    fn is_direct(&self) -> bool {
-        self.direct
-    }
-    fn set_direct(&mut self, on: bool) -> io::Result<bool> {
-        if on != self.direct {
-            self.io.step("set direct", &self.path).map_err(|_| injected())?;
-            self.direct = set_direct_flag(&self.inner, on)?;
-        }
-        Ok(self.direct)
-    }
-}
-
-/// A `FaultyFile`'s syncer: each sync is a step that can fail.
-struct FaultySyncer {
-    inner: std::fs::File,
-    path: PathBuf,
-    io: Arc<FaultyIo>,
-}
-
-impl DataSyncer for FaultySyncer {
-    fn sync_data(&mut self) -> io::Result<()> {
-        // What was written before the sync started is what it makes durable.
-        let written = self.io.files.lock().get(&self.path).map(|f| f.0);
-        self.io.step("fdatasync", &self.path).map_err(|_| injected())?;
-        self.inner.sync_data()?;
-        if let (Some(w), Some(f)) = (written, self.io.files.lock().get_mut(&self.path)) {
-            f.1 = f.1.max(w);
-        }
-        Ok(())
-    }
-}
-
-/// The `Io` of a shared `FaultyIo` (so a test keeps a handle to crash it).
-#[derive(Clone)]
-pub struct FaultyIoHandle(pub Arc<FaultyIo>);
-
-impl Io for FaultyIoHandle {
-    fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
-        self.0.step("create", path).map_err(|_| injected())?;
-        let inner = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
-        self.0.files.lock().insert(path.to_path_buf(), (0, 0));
-        Ok(Box::new(FaultyFile { inner, direct: false, path: path.to_path_buf(), io: Arc::clone(&self.0) }))
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.0.step("rename", to).map_err(|_| injected())?;
-        std::fs::rename(from, to)?;
-        let mut files = self.0.files.lock();
-        if let Some(v) = files.remove(from) {
-            files.insert(to.to_path_buf(), v);
-        }
-        Ok(())
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.0.step("fsync dir", dir).map_err(|_| injected())?;
-        std::fs::File::open(dir)?.sync_all()
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.0.step("remove", path).map_err(|_| injected())?;
-        self.0.files.lock().remove(path);
-        std::fs::remove_file(path)
-    }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.0.step("create dir", path).map_err(|_| injected())?;
-        std::fs::create_dir_all(path)
+    fn open_read(&self, path: &Path) -> Result<std::fs::File> {
+        crate::fsutil::open_regular(path)
     }
 }

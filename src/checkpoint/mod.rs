@@ -3,20 +3,25 @@
 
 mod checkpointer;
 mod compaction;
+mod config;
 mod deleter;
 pub mod io;
 pub mod layout;
+mod lifecycle;
+pub mod lock;
 mod publish;
 mod recovery;
+mod retention;
 mod storage;
+#[doc(hidden)]
+pub mod testing;
 mod writer;
 
 pub use checkpointer::{Checkpointer, PendingWrite};
+pub use config::{ChainPolicy, Compression, DEFAULT_SYNC_EVERY, StorageConfig};
 pub use recovery::{
-    Recovered, RecoveryReport, Skipped, SkippedCheckpoint, load_chain, open_chain, restore_from_path,
-    restore_operator,
+    Recovered, RecoveryReport, Selection, Skipped, SkippedCheckpoint, check_coverage, load_chain, open_chain,
+    restore_from_path, restore_operator,
 };
-pub use storage::{
-    ChainPolicy, CheckpointStorage, CleanupReport, Compression, DEFAULT_SYNC_EVERY, Orphans, ParentChain,
-    StateHandle, StorageConfig, Target, read_manifest_file,
-};
+pub use retention::{CleanupReport, Orphans};
+pub use storage::{CheckpointStorage, CommitMeta, ParentChain, StateHandle, Target, read_manifest_file};

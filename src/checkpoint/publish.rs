@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
+use super::config::StorageConfig;
 use super::io::{DIRECT_ALIGN, DataSyncer, Io, IoFile};
-use super::storage::StorageConfig;
 use crate::error::{Error, Result};
 
 /// Write buffer of a published file: small writes (headers, index, compressed blocks) are
@@ -371,8 +371,9 @@ pub fn publish<T>(
     let parent = final_path.parent().unwrap_or(dir).to_path_buf();
     let file_name = final_path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = parent.join(format!("{TMP_PREFIX}{checkpoint_id:020}-{file_name}"));
-    if final_path.exists() {
-        return Err(Error::NotOurs { path: final_path, why: "a file of that name already exists".into() });
+    // Cheap early refusal; the rename itself never replaces a file either.
+    if io.stat(&final_path).is_ok() {
+        return Err(exists(&final_path));
     }
     let result = (|| {
         let file = io.create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
@@ -392,7 +393,13 @@ pub fn publish<T>(
             model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
         }
         drop(file);
-        io.rename(&tmp, &final_path).map_err(|e| Error::io("rename", &tmp, e))?;
+        io.rename(&tmp, &final_path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                exists(&final_path)
+            } else {
+                Error::io("rename", &tmp, e)
+            }
+        })?;
         io.sync_dir(&parent).map_err(|e| Error::io("fsync dir", &parent, e))?;
         Ok(value)
     })();
@@ -401,6 +408,15 @@ pub fn publish<T>(
         let _ = io.remove_file(&tmp);
     }
     result
+}
+
+/// The error of a publication whose final name is taken: floe never replaces a file.
+fn exists(path: &Path) -> Error {
+    Error::io(
+        "publish (floe never replaces a file)",
+        path,
+        std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a file of that name already exists"),
+    )
 }
 
 /// Runs `f` into a buffered file with write-behind; returns its value, the file (written,

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::io::{Io, StdIo};
 use super::storage::{CheckpointStorage, read_manifest_file};
 use crate::error::{Error, Result};
 use crate::format::{DataFile, FileKind, Manifest, ManifestKind, OperatorState};
@@ -66,21 +67,32 @@ pub struct Recovered {
 /// a full file first, then increments each naming the previous file's checkpoint as its
 /// parent, all with the manifest's `max_parallelism`.
 pub fn open_chain(dir: &Path, manifest: &Manifest, op: &OperatorState) -> Result<Vec<DataFile>> {
+    open_chain_with(&StdIo, dir, manifest, op)
+}
+
+/// [`open_chain`] through `io`.
+pub(crate) fn open_chain_with(
+    io: &dyn Io,
+    dir: &Path,
+    manifest: &Manifest,
+    op: &OperatorState,
+) -> Result<Vec<DataFile>> {
     let mut files: Vec<DataFile> = Vec::with_capacity(op.chain.len());
     for (i, rel) in op.chain.iter().enumerate() {
         let fref = manifest
             .file(rel)
             .ok_or_else(|| Error::corrupt(dir, 0, format!("chain file {rel} not listed in the manifest")))?;
         let path = dir.join(rel);
-        let meta = std::fs::metadata(&path).map_err(|e| Error::io("stat", &path, e))?;
-        if meta.len() != fref.size {
+        let file = io.open_read(&path)?;
+        let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
+        if len != fref.size {
             return Err(Error::corrupt(
                 &path,
-                meta.len().min(fref.size),
-                format!("file is {} bytes, the manifest says {}", meta.len(), fref.size),
+                len.min(fref.size),
+                format!("file is {len} bytes, the manifest says {}", fref.size),
             ));
         }
-        let f = DataFile::open(&path)?;
+        let f = DataFile::from_file(file, &path)?;
         let h = f.header();
         let want = if i == 0 { FileKind::Full } else { FileKind::Increment };
         if h.kind != want {
@@ -286,6 +298,17 @@ pub fn restore_operator(
     operator: &str,
     config: StoreConfig,
 ) -> Result<(Store, RecoveryReport)> {
+    restore_operator_with(&StdIo, dir, manifest, operator, config)
+}
+
+/// [`restore_operator`] through `io`.
+pub(crate) fn restore_operator_with(
+    io: &dyn Io,
+    dir: &Path,
+    manifest: &Manifest,
+    operator: &str,
+    config: StoreConfig,
+) -> Result<(Store, RecoveryReport)> {
     let start = Instant::now();
     if config.max_parallelism != manifest.max_parallelism {
         return Err(Error::InvalidConfig(format!(
@@ -347,7 +370,7 @@ pub fn restore_operator(
         elapsed: Duration::ZERO,
     };
     for h in handles {
-        let files = open_chain(dir, manifest, h)?;
+        let files = open_chain_with(io, dir, manifest, h)?;
         report.chain_len = report.chain_len.max(files.len());
         report.files += files.len();
         report.bytes += files.iter().map(DataFile::len).sum::<u64>();
@@ -366,27 +389,40 @@ pub fn restore_from_path(manifest_path: &Path, operator: &str, config: StoreConf
     Ok(Recovered { store, manifest, report })
 }
 
+/// The checkpoint recovery chose, and the newer ones it could not use.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// The chosen checkpoint's manifest.
+    pub manifest: Manifest,
+    /// Newer checkpoints that are damaged (corrupt, a missing file, an unsupported
+    /// version), newest first, with the reason.
+    pub skipped: Skipped,
+}
+
 impl CheckpointStorage {
-    /// Restores `operator` from the latest completed checkpoint that can be read. A newer
-    /// checkpoint that cannot be (damaged or missing files) is skipped and named in the
-    /// report. `Ok(None)` when there is no checkpoint at all; an error when none is usable.
-    pub fn recover(&self, operator: &str, config: StoreConfig) -> Result<Option<Recovered>> {
-        let ids = self.checkpoint_ids()?;
+    /// The one recovery routine: the newest checkpoint (among those `consider` accepts)
+    /// in which every operator instance's chain reads: the manifest is valid, every
+    /// operator's instances cover its key groups exactly once, every chain file is a regular
+    /// file of the listed size whose header fits its place in the chain and whose whole
+    /// CRC-32 matches the manifest. Used by [`CheckpointStorage::recover`], the executor's
+    /// restarts and the tool's default id, so all operators always come from one
+    /// checkpoint. It falls back only over permanent damage
+    /// ([`Error::is_permanent_damage`]), naming each skipped checkpoint; any other error
+    /// (`EIO`, `EMFILE`, permissions) is returned, never silently answered with older
+    /// state. `Ok(None)` when no checkpoint is considered at all.
+    pub fn select_checkpoint(&self, consider: &dyn Fn(u64) -> bool) -> Result<Option<Selection>> {
+        let ids: Vec<u64> = self.checkpoint_ids()?.into_iter().filter(|&id| consider(id)).collect();
         if ids.is_empty() {
             return Ok(None);
         }
         let mut skipped = Vec::new();
         for &id in ids.iter().rev() {
-            let attempt = self
-                .read_manifest(id)
-                .and_then(|m| restore_operator(self.root(), &m, operator, config).map(|(s, r)| (s, m, r)));
-            match attempt {
-                Ok((store, manifest, mut report)) => {
-                    report.skipped = skipped;
-                    return Ok(Some(Recovered { store, manifest, report }));
+            match self.read_manifest(id).and_then(|m| self.check_readable(&m).map(|()| m)) {
+                Ok(manifest) => return Ok(Some(Selection { manifest, skipped })),
+                Err(e) if e.is_permanent_damage() => {
+                    skipped.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) })
                 }
-                Err(e @ Error::InvalidConfig(_)) => return Err(e),
-                Err(e) => skipped.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) }),
+                Err(e) => return Err(e),
             }
         }
         let detail: Vec<String> = skipped.iter().map(ToString::to_string).collect();
@@ -397,15 +433,123 @@ impl CheckpointStorage {
         )))
     }
 
-    /// The latest completed checkpoint whose manifest reads, with the ones skipped.
+    /// Checks that every chain of `m` reads (see [`CheckpointStorage::select_checkpoint`]).
+    pub fn check_readable(&self, m: &Manifest) -> Result<()> {
+        check_coverage(self.root(), m)?;
+        let mut checked = std::collections::BTreeSet::new();
+        for op in &m.operators {
+            let files = open_chain_with(self.io(), self.root(), m, op)?;
+            for (f, rel) in files.iter().zip(&op.chain) {
+                if !checked.insert(rel.as_str()) {
+                    continue;
+                }
+                let want = m.file(rel).map_or(0, |r| r.crc32);
+                let got = f.whole_crc32();
+                if got != want {
+                    return Err(Error::corrupt(
+                        f.path(),
+                        0,
+                        format!("file CRC-32 is {got:#010x}, the manifest says {want:#010x}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Restores `operator` from the newest checkpoint in which every operator instance's
+    /// chain reads ([`CheckpointStorage::select_checkpoint`]), so that restoring each
+    /// operator of a job this way gives them all the same checkpoint. Damaged newer
+    /// checkpoints are skipped and named in the report; a transient error is returned.
+    /// `Ok(None)` when there is no checkpoint at all; an error when none is usable.
+    pub fn recover(&self, operator: &str, config: StoreConfig) -> Result<Option<Recovered>> {
+        let mut excluded = std::collections::BTreeSet::new();
+        let mut skipped_after: Skipped = Vec::new();
+        loop {
+            let Some(sel) = self.select_checkpoint(&|id| !excluded.contains(&id))? else {
+                if skipped_after.is_empty() {
+                    return Ok(None);
+                }
+                let detail: Vec<String> = skipped_after.iter().map(ToString::to_string).collect();
+                return Err(Error::NotFound(format!(
+                    "no readable checkpoint in {}: {}",
+                    self.root().display(),
+                    detail.join("; ")
+                )));
+            };
+            let id = sel.manifest.checkpoint_id;
+            match restore_operator_with(self.io(), self.root(), &sel.manifest, operator, config) {
+                Ok((store, mut report)) => {
+                    skipped_after.extend(sel.skipped);
+                    skipped_after.sort_by_key(|s| std::cmp::Reverse(s.checkpoint_id));
+                    report.skipped = skipped_after;
+                    return Ok(Some(Recovered { store, manifest: sel.manifest, report }));
+                }
+                // Damage the selection's checks could not see (a block that decodes wrong
+                // although its checksums hold): skip it as well, for every operator alike.
+                Err(e) if e.is_permanent_damage() => {
+                    skipped_after.extend(sel.skipped);
+                    skipped_after.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) });
+                    excluded.extend(skipped_after.iter().map(|s| s.checkpoint_id));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The latest completed checkpoint whose manifest reads, with the ones skipped. Only
+    /// the manifest is checked: to choose a checkpoint to restore, use
+    /// [`CheckpointStorage::select_checkpoint`].
     pub fn latest_manifest(&self) -> Result<Option<(Manifest, Skipped)>> {
         let mut skipped = Vec::new();
         for id in self.checkpoint_ids()?.into_iter().rev() {
             match self.read_manifest(id) {
                 Ok(m) => return Ok(Some((m, skipped))),
-                Err(e) => skipped.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) }),
+                Err(e) if e.is_permanent_damage() => {
+                    skipped.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) })
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(None)
     }
+}
+
+/// Every operator's instances cover its key groups `0..max_parallelism` exactly once (the
+/// spec: a gap or an overlap is corruption).
+pub fn check_coverage(dir: &Path, m: &Manifest) -> Result<()> {
+    let mut by_op: std::collections::BTreeMap<&str, Vec<(u32, u32)>> = std::collections::BTreeMap::new();
+    for o in &m.operators {
+        by_op.entry(o.operator.as_str()).or_default().push((o.key_groups.start, o.key_groups.end));
+    }
+    for (op, mut ranges) in by_op {
+        ranges.sort_unstable();
+        let mut next = 0u32;
+        for (start, end) in ranges {
+            if start != next {
+                let what = if start < next { "overlapping instances" } else { "a gap" };
+                return Err(Error::corrupt(
+                    dir.join(super::layout::manifest_name(m.checkpoint_id)),
+                    crate::format::MANIFEST_HEADER_LEN as u64,
+                    format!(
+                        "checkpoint {}: operator {op:?} has {what} at key group {}",
+                        m.checkpoint_id,
+                        start.min(next)
+                    ),
+                ));
+            }
+            next = end;
+        }
+        if next != m.max_parallelism {
+            return Err(Error::corrupt(
+                dir.join(super::layout::manifest_name(m.checkpoint_id)),
+                crate::format::MANIFEST_HEADER_LEN as u64,
+                format!(
+                    "checkpoint {}: operator {op:?} covers key groups 0..{next} of 0..{}",
+                    m.checkpoint_id, m.max_parallelism
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,120 +1,25 @@
-//! Checkpoint storage: one directory of checkpoints, their manifests and shared data files;
-//! publication, retention, orphan detection and garbage collection.
+//! Checkpoint storage: one directory of checkpoints, their manifests and shared data
+//! files; opening (and the one-writer lock), writing and committing checkpoints. Retention,
+//! orphans and gc are in `retention.rs`, the life of an id in `lifecycle.rs`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::config::StorageConfig;
 use super::deleter::Deleter;
-use super::io::{Io, StdIo};
+use super::io::{EntryKind, Io, StdIo};
 use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
+use super::lifecycle::{AfterWrite, IdBook};
+use super::lock::{DirLock, LOCK_FILE};
 use super::publish::{DiskModel, WriteOptions, publish};
 use super::writer::write_snapshot_file;
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
-use crate::format::{
-    DEFAULT_BLOCK_TARGET, DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind,
-    OperatorState,
-};
+use crate::format::{DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind, OperatorState};
 use crate::state::Snapshot;
-
-/// When to write a full snapshot instead of an increment.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ChainPolicy {
-    /// A full snapshot is forced once a chain holds this many increments.
-    pub max_increments: u32,
-    /// A full snapshot is forced once the increments' bytes exceed this fraction of the
-    /// base's bytes.
-    pub max_chain_ratio: f64,
-}
-
-impl Default for ChainPolicy {
-    /// K = 10 and ratio 1.0: the storage benchmark measures recovery through 10 increments
-    /// of 1% churn at ~1.1x a full-only recovery, and at ratio 1.0 a chain never costs more
-    /// than twice the bytes of one full snapshot to read.
-    fn default() -> Self {
-        ChainPolicy { max_increments: 10, max_chain_ratio: 1.0 }
-    }
-}
-
-/// How the background writer compresses the blocks of a snapshot file. Every choice
-/// writes the same format: each block says whether it is LZ4-compressed or stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Compression {
-    /// Every block LZ4-compressed (stored as is only when LZ4 does not shrink it): the
-    /// smallest files, at ~1 GB/s of records per core on the benchmark's data.
-    Lz4,
-    /// Every block stored uncompressed: the least CPU per checkpoint.
-    None,
-    /// A block is compressed only while the disk is the bottleneck: it makes bytes durable
-    /// slower than the encoders produce them and lags behind (so CPU spent on compression
-    /// is free and shrinks what the disk must take); when the disk keeps up, blocks are
-    /// stored. A file too small to measure the disk itself follows what the directory's
-    /// earlier files showed. On a disk slower than LZ4 this writes (nearly) what `Lz4`
-    /// writes; on one faster than LZ4 a checkpoint is no longer CPU-bound. Offline
-    /// compaction, which has no checkpoint to hold up, uses `Lz4`.
-    #[default]
-    Adaptive,
-}
-
-impl Compression {
-    /// Whether every block is compressed, or `None` when it is decided block by block.
-    pub fn fixed(self) -> Option<bool> {
-        match self {
-            Compression::Lz4 => Some(true),
-            Compression::None => Some(false),
-            Compression::Adaptive => None,
-        }
-    }
-}
-
-/// Settings of a checkpoint directory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StorageConfig {
-    /// Completed checkpoints to keep (savepoints are not counted and never deleted).
-    pub num_retained: usize,
-    /// Full vs incremental decisions.
-    pub policy: ChainPolicy,
-    /// Uncompressed size at which a block is closed.
-    pub block_target: usize,
-    /// Threads encoding and compressing a snapshot.
-    pub threads: usize,
-    /// How blocks are compressed.
-    pub compression: Compression,
-    /// While a data file is written, the disk works too, not only at the final fsync, and
-    /// a slow disk holds the writer back, which is what `Compression::Adaptive` sees. A
-    /// buffered file is fdatasynced every this many bytes (0: only at the end); a direct
-    /// file is written in chunks of this size, capped at 1 MiB (0: 1 MiB).
-    pub sync_every: u64,
-    /// Write data files with `O_DIRECT` (Linux), bypassing the page cache, where the file
-    /// system allows it (elsewhere they are buffered). The kernel's copy into the page cache
-    /// and its page bookkeeping cost more CPU than the encoding of a checkpoint; it also
-    /// keeps checkpoint files from crowding the cache. A checkpoint read back soon after
-    /// (recovery) then comes from the disk.
-    pub direct_io: bool,
-}
-
-/// Default of [`StorageConfig::sync_every`]. Measured on the checkpoint benchmark (10^6
-/// keys, 125 MB uncompressed): a full checkpoint took 170 ms with one final fsync and
-/// ~150 ms syncing every 8 or 16 MiB; smaller intervals add fsync calls for no gain.
-pub const DEFAULT_SYNC_EVERY: u64 = 8 << 20;
-
-impl Default for StorageConfig {
-    fn default() -> Self {
-        StorageConfig {
-            num_retained: 3,
-            policy: ChainPolicy::default(),
-            block_target: DEFAULT_BLOCK_TARGET,
-            threads: std::thread::available_parallelism().map_or(2, |n| n.get()).min(4),
-            compression: Compression::default(),
-            sync_every: DEFAULT_SYNC_EVERY,
-            direct_io: true,
-        }
-    }
-}
 
 /// The chain of files that a completed checkpoint holds for one operator instance: the
 /// parent of the instance's next increment.
@@ -124,6 +29,9 @@ pub struct ParentChain {
     pub checkpoint_id: u64,
     /// The store epoch of the snapshot it holds.
     pub epoch: u64,
+    /// The store the snapshot was taken of ([`crate::state::Store::instance`]): epochs
+    /// mean something only within it.
+    pub store_instance: u64,
     /// Its files, full first.
     pub files: Vec<FileRef>,
 }
@@ -154,127 +62,194 @@ pub enum Target {
     Savepoint,
 }
 
-/// A checkpoint directory.
+/// What a commit records besides the state: who wrote it, and what it was made from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitMeta {
+    /// The run of the job that wrote the checkpoint (restarts only consider their own
+    /// run's checkpoints and the one they were started from).
+    pub job: Option<String>,
+    /// The checkpoint a compaction rewrote.
+    pub compacted_from: Option<u64>,
+}
+
+/// The parts of a handle that may write: the directory lock, the ids' lives, and the lock
+/// that serializes commits in this process.
+pub(crate) struct Writer {
+    _lock: DirLock,
+    pub(crate) book: Mutex<IdBook>,
+    commit: Mutex<()>,
+}
+
+/// A checkpoint directory: read-only ([`CheckpointStorage::open_existing`]) or the one
+/// writer of it ([`CheckpointStorage::open`], which holds the directory's lock for as long
+/// as the handle lives).
 pub struct CheckpointStorage {
-    root: PathBuf,
-    io: Arc<dyn Io>,
+    pub(crate) root: PathBuf,
+    pub(crate) io: Arc<dyn Io>,
     config: StorageConfig,
-    /// Checkpoints being written by this process: their files are not orphans.
-    in_flight: Mutex<BTreeSet<u64>>,
+    pub(crate) writer: Option<Writer>,
     /// Unlinks the files that retention after a commit no longer needs.
-    deleter: Deleter,
+    pub(crate) deleter: Deleter,
     /// What the data files written so far showed of the disk (`Compression::Adaptive`).
     disk: DiskModel,
+    /// Cleanup (retention, unlinks, removal of aborted files) that failed since the last
+    /// [`CheckpointStorage::take_cleanup_errors`].
+    pub(crate) cleanup_errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for CheckpointStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CheckpointStorage").field("root", &self.root).field("config", &self.config).finish()
+        f.debug_struct("CheckpointStorage")
+            .field("root", &self.root)
+            .field("writable", &self.writer.is_some())
+            .field("config", &self.config)
+            .finish()
     }
 }
 
-/// What retention and cleanup did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct CleanupReport {
-    /// Manifests removed (checkpoints no longer retained).
-    pub removed_checkpoints: Vec<u64>,
-    /// Files removed.
-    pub removed_files: Vec<PathBuf>,
-    /// Why file deletion was skipped, if it was.
-    pub skipped: Option<String>,
-}
+/// Largest marker file read.
+const MAX_MARKER_LEN: u64 = 4096;
 
-/// Files in a checkpoint directory that no checkpoint needs.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Orphans {
-    /// floe's own files (data or temp files) that no valid manifest references.
-    pub ours: Vec<PathBuf>,
-    /// Files floe did not write: reported, never deleted.
-    pub foreign: Vec<PathBuf>,
+/// What the marker says: floe's, absent, or something else.
+fn read_marker(root: &Path) -> Result<Option<bool>> {
+    let marker = root.join(MARKER);
+    match std::fs::symlink_metadata(&marker) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("stat", &marker, e)),
+        Ok(_) => {}
+    }
+    match crate::fsutil::read_regular(&marker, MAX_MARKER_LEN) {
+        Ok(b) => Ok(Some(b == MARKER_CONTENTS.as_bytes())),
+        Err(Error::Corrupt { .. }) => Ok(Some(false)),
+        Err(e) => Err(e),
+    }
 }
 
 impl CheckpointStorage {
-    /// Opens (creating if needed) a checkpoint directory with the real file system.
+    /// Opens (creating if needed) a checkpoint directory with the real file system, as
+    /// its one writer.
     pub fn open(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
         Self::open_with_io(root, config, Arc::new(StdIo))
     }
 
-    /// Opens a checkpoint directory through `io`. A directory that exists, is not empty
-    /// and has no floe marker is refused: floe never writes into what it does not own.
+    /// Opens a checkpoint directory through `io` as its one writer: takes the directory's
+    /// lock ([`Error::Locked`] naming the holder if another handle, in this process or
+    /// another, has it). A directory that exists, is not empty and has no floe marker is
+    /// refused: floe never writes into what it does not own.
     pub fn open_with_io(root: impl AsRef<Path>, config: StorageConfig, io: Arc<dyn Io>) -> Result<Arc<Self>> {
         let root = root.as_ref().to_path_buf();
-        if config.num_retained == 0 {
-            return Err(Error::InvalidConfig("num_retained must be at least 1".into()));
-        }
-        let marker = root.join(MARKER);
-        match std::fs::read_to_string(&marker) {
-            Ok(s) if s == MARKER_CONTENTS => {}
-            Ok(_) => return Err(Error::NotOurs { path: root, why: "its FLOE marker is not floe's".into() }),
+        validate(&config)?;
+        let ours = match std::fs::metadata(&root) {
+            Ok(m) if !m.is_dir() => {
+                return Err(Error::NotOurs { path: root, why: "it is not a directory".into() });
+            }
+            Ok(_) => read_marker(&root)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let non_empty = std::fs::read_dir(&root).map(|mut d| d.next().is_some()).unwrap_or(false);
-                if non_empty {
+                io.create_dir_all(&root).map_err(|e| Error::io("create dir", &root, e))?;
+                sync_parent(&*io, &root)?;
+                None
+            }
+            Err(e) => return Err(Error::io("stat", &root, e)),
+        };
+        match ours {
+            Some(true) => {}
+            Some(false) => {
+                return Err(Error::NotOurs { path: root, why: "its FLOE marker is not floe's".into() });
+            }
+            None => {
+                // Empty, or holding only the LOCK of an attempt that died before the marker.
+                let others = io
+                    .list_dir(&root)
+                    .map_err(|e| Error::io("read dir", &root, e))?
+                    .into_iter()
+                    .any(|e| e.name != LOCK_FILE);
+                if others {
                     return Err(Error::NotOurs {
                         path: root,
                         why: "it is not empty and has no FLOE marker".into(),
                     });
                 }
-                io.create_dir_all(&root).map_err(|e| Error::io("create dir", &root, e))?;
-                publish(&*io, &root, MARKER, 0, WriteOptions::SMALL, |w, _| {
-                    w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
-                })?;
             }
-            Err(e) => return Err(Error::io("read", &marker, e)),
+        }
+        let lock = DirLock::acquire(&root)?;
+        if ours.is_none() {
+            let marker = root.join(MARKER);
+            publish(&*io, &root, MARKER, 0, WriteOptions::SMALL, |w, _| {
+                w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
+            })?;
         }
         for d in [DATA_DIR, SAVEPOINT_DIR] {
-            let p = root.join(d);
-            io.create_dir_all(&p).map_err(|e| Error::io("create dir", &p, e))?;
+            ensure_dir(&*io, &root, &root.join(d))?;
         }
-        Ok(Self::assemble(root, io, config))
+        let mut storage = Self::assemble(root, io, config);
+        let newest = storage.checkpoint_ids()?.last().copied().unwrap_or(0);
+        let newest = newest.max(storage.savepoint_ids()?.last().copied().unwrap_or(0));
+        let max_used = storage.max_id()?;
+        storage.writer = Some(Writer {
+            _lock: lock,
+            book: Mutex::new(IdBook::new(max_used, newest)),
+            commit: Mutex::new(()),
+        });
+        Ok(Arc::new(storage))
     }
 
-    /// The storage of a checked directory.
-    fn assemble(root: PathBuf, io: Arc<dyn Io>, config: StorageConfig) -> Arc<Self> {
-        let deleter = Deleter::new(Arc::clone(&io));
-        Arc::new(CheckpointStorage {
+    /// Opens an existing checkpoint directory as its one writer (`floe compact`, `floe
+    /// gc`): like [`CheckpointStorage::open`], but a missing directory or marker is
+    /// `NotFound` instead of being created.
+    pub fn open_existing_writer(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
+        let root = root.as_ref();
+        Self::check_existing(root)?;
+        Self::open(root, config)
+    }
+
+    /// The storage of a checked directory, without a writer.
+    fn assemble(root: PathBuf, io: Arc<dyn Io>, config: StorageConfig) -> Self {
+        let cleanup_errors = Arc::new(Mutex::new(Vec::new()));
+        let deleter = Deleter::new(Arc::clone(&io), Arc::clone(&cleanup_errors));
+        CheckpointStorage {
             root,
             io,
             config,
-            in_flight: Mutex::new(BTreeSet::new()),
+            writer: None,
             deleter,
             disk: DiskModel::default(),
-        })
+            cleanup_errors,
+        }
     }
 
-    /// Opens an existing checkpoint directory for reading without creating or changing
-    /// anything (no marker, no folders): `NotFound` when the directory or its FLOE marker
-    /// is missing, `NotOurs` when the path is not a directory or the marker is not floe's.
-    /// Tools use it so that looking at a directory never writes into it.
-    pub fn open_existing(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
-        let root = root.as_ref().to_path_buf();
-        if config.num_retained == 0 {
-            return Err(Error::InvalidConfig("num_retained must be at least 1".into()));
-        }
-        match std::fs::metadata(&root) {
+    fn check_existing(root: &Path) -> Result<()> {
+        match std::fs::metadata(root) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(Error::NotOurs { path: root, why: "it is not a directory".into() }),
+            Ok(_) => {
+                return Err(Error::NotOurs { path: root.to_path_buf(), why: "it is not a directory".into() });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::NotFound(format!("checkpoint directory {}", root.display())));
             }
-            Err(e) => return Err(Error::io("stat", &root, e)),
+            Err(e) => return Err(Error::io("stat", root, e)),
         }
-        let marker = root.join(MARKER);
-        match std::fs::read_to_string(&marker) {
-            Ok(s) if s == MARKER_CONTENTS => {}
-            Ok(_) => return Err(Error::NotOurs { path: root, why: "its FLOE marker is not floe's".into() }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotFound(format!(
-                    "FLOE marker in {} (not a floe checkpoint directory)",
-                    root.display()
-                )));
+        match read_marker(root)? {
+            Some(true) => Ok(()),
+            Some(false) => {
+                Err(Error::NotOurs { path: root.to_path_buf(), why: "its FLOE marker is not floe's".into() })
             }
-            Err(e) => return Err(Error::io("read", &marker, e)),
+            None => Err(Error::NotFound(format!(
+                "FLOE marker in {} (not a floe checkpoint directory)",
+                root.display()
+            ))),
         }
-        Ok(Self::assemble(root, Arc::new(StdIo), config))
+    }
+
+    /// Opens an existing checkpoint directory for reading without creating or changing
+    /// anything (no marker, no folders, no lock taken, never blocked by a writer's lock):
+    /// `NotFound` when the directory or its FLOE marker is missing, `NotOurs` when the path
+    /// is not a directory or the marker is not floe's. Tools use it so that looking at a
+    /// directory never writes into it; every writing call on it is [`Error::ReadOnly`].
+    pub fn open_existing(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
+        let root = root.as_ref().to_path_buf();
+        validate(&config)?;
+        Self::check_existing(&root)?;
+        Ok(Arc::new(Self::assemble(root, Arc::new(StdIo), config)))
     }
 
     /// The directory.
@@ -287,26 +262,61 @@ impl CheckpointStorage {
         &self.config
     }
 
+    /// Whether this handle is the directory's writer.
+    pub fn is_writer(&self) -> bool {
+        self.writer.is_some()
+    }
+
     /// The I/O layer (for writers in other modules).
     pub(crate) fn io(&self) -> &dyn Io {
         &*self.io
     }
 
-    fn target_dir(&self, checkpoint_id: u64, target: Target) -> PathBuf {
+    pub(crate) fn writer(&self, op: &'static str) -> Result<&Writer> {
+        self.writer.as_ref().ok_or_else(|| Error::ReadOnly { path: self.root.clone(), op })
+    }
+
+    pub(crate) fn target_dir(&self, checkpoint_id: u64, target: Target) -> PathBuf {
         match target {
             Target::Checkpoint => self.root.clone(),
             Target::Savepoint => self.root.join(layout::savepoint_dir(checkpoint_id)),
         }
     }
 
-    /// Marks a checkpoint as being written (its files are not orphans meanwhile).
-    pub fn begin(&self, checkpoint_id: u64) {
-        self.in_flight.lock().insert(checkpoint_id);
+    /// Hands out the next checkpoint id (above every id this directory ever used), begun.
+    pub fn next_id(&self) -> Result<u64> {
+        Ok(self.writer("next_id")?.book.lock().reserve())
+    }
+
+    /// Marks a checkpoint as being written (its files are not orphans meanwhile). Ids only
+    /// go up: an id at or below one already used, or an aborted one, is
+    /// [`Error::CheckpointId`].
+    pub fn begin(&self, checkpoint_id: u64) -> Result<()> {
+        self.writer("begin")?.book.lock().begin(checkpoint_id)
+    }
+
+    /// Whether `checkpoint_id` was aborted in this handle.
+    pub fn is_aborted(&self, checkpoint_id: u64) -> bool {
+        self.writer.as_ref().is_some_and(|w| w.book.lock().is_aborted(checkpoint_id))
+    }
+
+    /// Cleanup failures (retention, background unlinks, removal of an aborted
+    /// checkpoint's files) since the last call, oldest first. They never undo a
+    /// checkpoint; the files stay and are found again as orphans.
+    pub fn take_cleanup_errors(&self) -> Vec<String> {
+        std::mem::take(&mut *self.cleanup_errors.lock())
+    }
+
+    pub(crate) fn note_cleanup_error(&self, e: impl std::fmt::Display) {
+        self.cleanup_errors.lock().push(e.to_string());
     }
 
     /// Writes one operator instance's data file for checkpoint `checkpoint_id`: the full
-    /// snapshot when `parent` is `None`, otherwise the increment since the parent's epoch.
-    /// Blocking; call it from a background thread (see `Checkpointer`).
+    /// snapshot when `parent` is `None`, otherwise the increment since the parent's epoch
+    /// (which must be an exact parent: see [`Snapshot::check_increment_parent`]). Blocking;
+    /// call it from a background thread (see `Checkpointer`). If the checkpoint is aborted
+    /// while the file is written, the file is removed and the result is
+    /// [`Error::CheckpointId`].
     #[allow(clippy::too_many_arguments, reason = "each argument is part of the handle")]
     pub fn write_state(
         &self,
@@ -317,10 +327,56 @@ impl CheckpointStorage {
         snapshot: &Snapshot,
         parent: Option<&ParentChain>,
     ) -> Result<StateHandle> {
-        self.begin(checkpoint_id);
+        let w = self.writer("write_state")?;
+        if let Some(p) = parent {
+            if p.checkpoint_id >= checkpoint_id {
+                return Err(Error::ParentMismatch {
+                    task: format!("{operator}[{subtask}]"),
+                    why: format!("parent checkpoint {} is not older than {checkpoint_id}", p.checkpoint_id),
+                });
+            }
+            snapshot
+                .check_increment_parent(p.store_instance, p.epoch)
+                .map_err(|why| Error::ParentMismatch { task: format!("{operator}[{subtask}]"), why })?;
+        }
+        w.book.lock().writer_start(checkpoint_id)?;
+        let result = self.write_state_file(checkpoint_id, target, operator, subtask, snapshot, parent);
+        let after = w.book.lock().writer_end(checkpoint_id);
+        match after {
+            AfterWrite::Keep => result,
+            AfterWrite::Remove { last } => {
+                if let Ok(h) = &result
+                    && let Some(own) = h.files.last()
+                {
+                    let p = self.target_dir(checkpoint_id, target).join(&own.path);
+                    if let Err(e) = self.io.remove_file(&p) {
+                        self.note_cleanup_error(Error::io("remove", &p, e));
+                    }
+                }
+                if last {
+                    self.remove_files_of(checkpoint_id);
+                }
+                result.and_then(|_| {
+                    Err(Error::CheckpointId {
+                        id: checkpoint_id,
+                        why: "aborted while its data file was written; the file was removed".into(),
+                    })
+                })
+            }
+        }
+    }
+
+    fn write_state_file(
+        &self,
+        checkpoint_id: u64,
+        target: Target,
+        operator: &str,
+        subtask: u32,
+        snapshot: &Snapshot,
+        parent: Option<&ParentChain>,
+    ) -> Result<StateHandle> {
         let dir = self.target_dir(checkpoint_id, target);
-        let data = dir.join(DATA_DIR);
-        self.io.create_dir_all(&data).map_err(|e| Error::io("create dir", &data, e))?;
+        ensure_dir(&*self.io, &self.root, &dir.join(DATA_DIR))?;
         let full = parent.is_none();
         let rel = layout::data_file_name(checkpoint_id, operator, subtask, full);
         let header = DataHeader {
@@ -376,16 +432,41 @@ impl CheckpointStorage {
         sources: BTreeMap<String, Vec<u8>>,
         extra: BTreeMap<String, Vec<u8>>,
     ) -> Result<Manifest> {
-        let manifest = self.build_manifest(checkpoint_id, target, handles, sources, extra)?;
-        let result = self.write_manifest(&manifest, target);
-        self.in_flight.lock().remove(&checkpoint_id);
-        result?;
-        if target == Target::Checkpoint {
-            // Retention failing does not undo the checkpoint; it is retried next time. The
-            // files it frees are unlinked in the background (`wait_for_cleanup`).
-            let _ = self.retain_inner(true);
+        self.commit_with(checkpoint_id, target, handles, sources, extra, CommitMeta::default())
+    }
+
+    /// [`CheckpointStorage::commit`] with what the manifest records besides the state.
+    /// Commits are serialized; the id must be above the newest committed one and not
+    /// aborted ([`Error::CheckpointId`]). A commit that fails aborts the id (its files are
+    /// removed) and still applies retention, so a full disk frees what it can.
+    pub fn commit_with(
+        &self,
+        checkpoint_id: u64,
+        target: Target,
+        handles: Vec<StateHandle>,
+        sources: BTreeMap<String, Vec<u8>>,
+        extra: BTreeMap<String, Vec<u8>>,
+        meta: CommitMeta,
+    ) -> Result<Manifest> {
+        let w = self.writer("commit")?;
+        let _serial = w.commit.lock();
+        w.book.lock().check_commit(checkpoint_id)?;
+        let result = self
+            .build_manifest(checkpoint_id, target, handles, sources, extra, meta)
+            .and_then(|m| self.write_manifest(&m, target).map(|()| m));
+        match &result {
+            Ok(_) => w.book.lock().committed(checkpoint_id),
+            Err(_) => self.abort(checkpoint_id),
         }
-        Ok(manifest)
+        if target == Target::Checkpoint || result.is_err() {
+            // Retention failing does not undo the checkpoint; it is retried next time and
+            // reported through `take_cleanup_errors`. The files it frees are unlinked in
+            // the background (`wait_for_cleanup`).
+            if let Err(e) = self.retain_inner(true) {
+                self.note_cleanup_error(format!("retention after checkpoint {checkpoint_id}: {e}"));
+            }
+        }
+        result
     }
 
     fn build_manifest(
@@ -395,8 +476,10 @@ impl CheckpointStorage {
         handles: Vec<StateHandle>,
         sources: BTreeMap<String, Vec<u8>>,
         extra: BTreeMap<String, Vec<u8>>,
+        meta: CommitMeta,
     ) -> Result<Manifest> {
         let mut files: Vec<FileRef> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
         let mut operators = Vec::new();
         let mut incremental = false;
         let mut base = checkpoint_id;
@@ -409,10 +492,16 @@ impl CheckpointStorage {
                     h.max_parallelism
                 )));
             }
+            if h.files.last().is_none_or(|f| f.created_by != checkpoint_id) {
+                return Err(Error::InvalidConfig(format!(
+                    "checkpoint {checkpoint_id}: the state handle of {}[{}] was written for another checkpoint",
+                    h.operator.operator, h.operator.subtask
+                )));
+            }
             incremental |= h.files.len() > 1;
             base = base.min(h.files.first().map_or(checkpoint_id, |f| f.created_by));
             for f in &h.files {
-                if !files.iter().any(|g| g.path == f.path) {
+                if seen.insert(f.path.clone()) {
                     files.push(f.clone());
                 }
             }
@@ -425,7 +514,8 @@ impl CheckpointStorage {
         // fails here instead of being published unrecoverable.
         for f in &files {
             let path = dir.join(&f.path);
-            if self.deleter.is_pending(&path) || !path.is_file() {
+            let there = matches!(self.io.stat(&path), Ok((EntryKind::File, len)) if len == f.size);
+            if self.deleter.is_pending(&path) || !there {
                 return Err(Error::NotFound(format!(
                     "{} for checkpoint {checkpoint_id}: retention removed it (the chain's parent is \
                      no longer retained)",
@@ -438,13 +528,12 @@ impl CheckpointStorage {
             Target::Checkpoint if incremental => ManifestKind::Incremental,
             Target::Checkpoint => ManifestKind::Full,
         };
+        let created_by: BTreeMap<&str, u64> = files.iter().map(|f| (f.path.as_str(), f.created_by)).collect();
         let parent = operators
             .iter()
             .filter_map(|o| {
                 let n = o.chain.len();
-                (n > 1)
-                    .then(|| files.iter().find(|f| f.path == o.chain[n - 2]).map(|f| f.created_by))
-                    .flatten()
+                (n > 1).then(|| created_by.get(o.chain[n - 2].as_str()).copied()).flatten()
             })
             .max();
         let created_unix_ms = std::time::SystemTime::now()
@@ -462,6 +551,8 @@ impl CheckpointStorage {
             operators,
             sources: sources.into_iter().map(|(k, v)| (k, hex_encode(&v))).collect(),
             extra: extra.into_iter().map(|(k, v)| (k, hex_encode(&v))).collect(),
+            job: meta.job,
+            compacted_from: meta.compacted_from,
         })
     }
 
@@ -473,57 +564,55 @@ impl CheckpointStorage {
             Target::Savepoint => SAVEPOINT_MANIFEST.to_string(),
         };
         let path = dir.join(&name);
+        if target == Target::Savepoint {
+            ensure_dir(&*self.io, &self.root, &dir)?;
+        }
         publish(&*self.io, &dir, &name, m.checkpoint_id, WriteOptions::SMALL, |w, _| {
             w.write_all(&bytes).map_err(|e| Error::io("write", &path, e))
         })
     }
 
-    /// Forgets a checkpoint that will not complete and removes the files it wrote.
+    /// Aborts a checkpoint for good: it is never written or committed later, and its
+    /// files are removed now, or by its last writer when one still runs. Failures to
+    /// remove are reported through [`CheckpointStorage::take_cleanup_errors`]. Does nothing
+    /// on a read-only handle.
     pub fn abort(&self, checkpoint_id: u64) {
-        self.in_flight.lock().remove(&checkpoint_id);
-        if let Ok(orphans) = self.orphans() {
-            for p in orphans.ours {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                let id = layout::parse_data_file_name(name).or_else(|| layout::parse_tmp_name(name));
-                if id == Some(checkpoint_id) {
-                    let _ = self.io.remove_file(&p);
-                }
-            }
+        let Some(w) = &self.writer else { return };
+        if w.book.lock().abort(checkpoint_id) {
+            self.remove_files_of(checkpoint_id);
         }
-        // A savepoint that never got its manifest: remove only floe's own files, then the
-        // folders if that left them empty.
-        let mut leftovers = Orphans::default();
-        self.savepoint_leftovers(checkpoint_id, &mut leftovers);
-        for p in &leftovers.ours {
-            let _ = self.io.remove_file(p);
-        }
-        remove_empty_savepoint_dir(&self.root.join(layout::savepoint_dir(checkpoint_id)));
     }
 
     /// Ids of the completed checkpoints in the root (savepoints excluded), ascending.
-    /// A manifest name counts even if its contents turn out to be damaged.
+    /// A manifest name counts even if its contents turn out to be damaged (or it is not a
+    /// regular file).
     pub fn checkpoint_ids(&self) -> Result<Vec<u64>> {
-        let mut ids = Vec::new();
-        for e in std::fs::read_dir(&self.root).map_err(|e| Error::io("read dir", &self.root, e))? {
-            let e = e.map_err(|e| Error::io("read dir", &self.root, e))?;
-            if let Some(id) = e.file_name().to_str().and_then(layout::parse_manifest_name) {
-                ids.push(id);
-            }
-        }
+        let mut ids: Vec<u64> = self
+            .io
+            .list_dir(&self.root)
+            .map_err(|e| Error::io("read dir", &self.root, e))?
+            .iter()
+            .filter_map(|e| layout::parse_manifest_name(&e.name))
+            .collect();
         ids.sort_unstable();
         Ok(ids)
     }
 
-    /// Ids of the savepoints, ascending.
+    /// Ids of the savepoints (folders `sp-<id>` with a `MANIFEST`), ascending.
     pub fn savepoint_ids(&self) -> Result<Vec<u64>> {
         let dir = self.root.join(SAVEPOINT_DIR);
+        let entries = match self.io.list_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("read dir", &dir, e)),
+        };
         let mut ids = Vec::new();
-        let Ok(rd) = std::fs::read_dir(&dir) else { return Ok(ids) };
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some(id) = name.strip_prefix("sp-").and_then(|d| d.parse::<u64>().ok())
-                && e.path().join(SAVEPOINT_MANIFEST).exists()
+        for e in entries {
+            if e.kind != EntryKind::Dir {
+                continue;
+            }
+            if let Some(id) = layout::parse_savepoint_dir_name(&e.name)
+                && self.io.stat(&dir.join(&e.name).join(SAVEPOINT_MANIFEST)).is_ok()
             {
                 ids.push(id);
             }
@@ -544,229 +633,108 @@ impl CheckpointStorage {
 
     /// Reads and validates a checkpoint's manifest.
     pub fn read_manifest(&self, checkpoint_id: u64) -> Result<Manifest> {
-        read_manifest_file(&self.manifest_path(checkpoint_id))
+        read_manifest_with(&*self.io, &self.manifest_path(checkpoint_id))
     }
 
-    /// The highest id used in the directory (0 when empty): manifests, savepoints,
-    /// checkpoints in flight, and leftover data or temp files of failed ones, so a new
-    /// checkpoint never collides with a file that is still there.
+    /// The highest id used in the directory (0 when empty): manifests, savepoints, ids
+    /// this handle handed out or began, and leftover data or temp files of failed ones.
     pub fn max_id(&self) -> Result<u64> {
         let c = self.checkpoint_ids()?.last().copied().unwrap_or(0);
         let s = self.savepoint_ids()?.last().copied().unwrap_or(0);
-        let f = self.in_flight.lock().last().copied().unwrap_or(0);
+        let b = self.writer.as_ref().map_or(0, |w| w.book.lock().max_used());
         let mut files = 0;
         for dir in [self.root.join(DATA_DIR), self.root.clone()] {
-            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-            for e in rd.flatten() {
-                let name = e.file_name();
-                let name = name.to_string_lossy();
+            let Ok(entries) = self.io.list_dir(&dir) else { continue };
+            for e in entries {
                 if let Some(id) =
-                    layout::parse_data_file_name(&name).or_else(|| layout::parse_tmp_name(&name))
+                    layout::parse_data_file_name(&e.name).or_else(|| layout::parse_tmp_name(&e.name))
                 {
                     files = files.max(id);
                 }
             }
         }
-        Ok(c.max(s).max(f).max(files))
-    }
-
-    /// Keeps the newest `num_retained` checkpoints: removes older manifests, then every data
-    /// file no remaining checkpoint references. Skips file deletion (and says why) if a
-    /// remaining manifest cannot be read, since its files are unknown.
-    pub fn retain(&self) -> Result<CleanupReport> {
-        self.retain_inner(false)
-    }
-
-    /// Waits until the files that retention scheduled for deletion after commits are
-    /// gone (or their unlink failed: then they are orphans again, for the next cleanup).
-    pub fn wait_for_cleanup(&self) {
-        self.deleter.wait();
-    }
-
-    /// Retention; with `defer`, the files are handed to the background deleter (and listed
-    /// in the report as removed) instead of unlinked here.
-    fn retain_inner(&self, defer: bool) -> Result<CleanupReport> {
-        let mut report = CleanupReport::default();
-        let ids = self.checkpoint_ids()?;
-        let keep_from = ids.len().saturating_sub(self.config.num_retained);
-        for &id in &ids[..keep_from] {
-            let p = self.manifest_path(id);
-            self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
-            report.removed_checkpoints.push(id);
-        }
-        if !report.removed_checkpoints.is_empty() {
-            self.io.sync_dir(&self.root).map_err(|e| Error::io("fsync dir", &self.root, e))?;
-        }
-        match self.orphans_inner() {
-            Ok(orphans) if defer => {
-                report.removed_files = orphans.ours.clone();
-                self.deleter.schedule(orphans.ours);
-            }
-            Ok(orphans) => {
-                for p in orphans.ours {
-                    self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
-                    report.removed_files.push(p);
-                }
-            }
-            Err(e) => report.skipped = Some(e.to_string()),
-        }
-        Ok(report)
-    }
-
-    /// floe's files that no valid checkpoint needs (and that no checkpoint in flight is
-    /// writing), and files floe did not write.
-    pub fn orphans(&self) -> Result<Orphans> {
-        self.orphans_inner()
-    }
-
-    fn orphans_inner(&self) -> Result<Orphans> {
-        // One listing serves both: a manifest appearing between two listings could otherwise
-        // be newer than `newest` while its files were not counted as referenced.
-        let ids = self.checkpoint_ids()?;
-        let mut referenced = BTreeSet::new();
-        for &id in &ids {
-            let m = self.read_manifest(id)?;
-            referenced.extend(m.files.into_iter().map(|f| f.path));
-        }
-        let in_flight = self.in_flight.lock().clone();
-        let newest = ids.last().copied().unwrap_or(0);
-        let mut out = Orphans::default();
-        let data = self.root.join(DATA_DIR);
-        // A directory opened read-only may lack the data folder: then it holds no data file.
-        let entries = match std::fs::read_dir(&data) {
-            Ok(rd) => Some(rd),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io("read dir", &data, e)),
-        };
-        for e in entries.into_iter().flatten() {
-            let e = e.map_err(|e| Error::io("read dir", &data, e))?;
-            if self.deleter.is_pending(&e.path()) {
-                // Already being deleted.
-                continue;
-            }
-            let name = e.file_name().to_string_lossy().into_owned();
-            let id = layout::parse_data_file_name(&name).or_else(|| layout::parse_tmp_name(&name));
-            match id {
-                Some(id) if in_flight.contains(&id) => {}
-                Some(id)
-                    if layout::parse_tmp_name(&name).is_some()
-                        || !referenced.contains(&format!("{DATA_DIR}/{name}")) =>
-                {
-                    // A data file newer than every manifest may belong to a checkpoint that
-                    // another handle of this process is writing; only in-flight ones are
-                    // known, so files of ids above the newest manifest count as orphans
-                    // only when nothing is in flight.
-                    if id <= newest || in_flight.is_empty() {
-                        out.ours.push(e.path());
-                    }
-                }
-                Some(_) => {}
-                None => out.foreign.push(e.path()),
-            }
-        }
-        for e in std::fs::read_dir(&self.root).map_err(|e| Error::io("read dir", &self.root, e))? {
-            let e = e.map_err(|e| Error::io("read dir", &self.root, e))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name == MARKER
-                || name == DATA_DIR
-                || name == SAVEPOINT_DIR
-                || layout::parse_manifest_name(&name).is_some()
-            {
-                continue;
-            }
-            match layout::parse_tmp_name(&name) {
-                Some(id) if in_flight.contains(&id) => {}
-                Some(_) => out.ours.push(e.path()),
-                None => out.foreign.push(e.path()),
-            }
-        }
-        // Savepoints that never got their MANIFEST (a crash or a failure while one was
-        // written) and that this process is not writing.
-        let savepoints = self.root.join(SAVEPOINT_DIR);
-        for e in std::fs::read_dir(&savepoints).into_iter().flatten() {
-            let e = e.map_err(|e| Error::io("read dir", &savepoints, e))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            match layout::parse_savepoint_dir_name(&name) {
-                Some(id) if !in_flight.contains(&id) => self.savepoint_leftovers(id, &mut out),
-                _ => {}
-            }
-        }
-        out.ours.sort();
-        out.foreign.sort();
-        Ok(out)
-    }
-
-    /// If savepoint `id`'s folder exists without a `MANIFEST`, adds floe's files in it to
-    /// `out.ours` and any other file to `out.foreign`.
-    fn savepoint_leftovers(&self, id: u64, out: &mut Orphans) {
-        let sp = self.root.join(layout::savepoint_dir(id));
-        if !sp.is_dir() || sp.join(SAVEPOINT_MANIFEST).exists() {
-            return;
-        }
-        for (dir, is_root) in [(sp.join(DATA_DIR), false), (sp.clone(), true)] {
-            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if is_root && name == DATA_DIR {
-                    continue;
-                }
-                if layout::parse_data_file_name(&name) == Some(id)
-                    || layout::parse_tmp_name(&name) == Some(id)
-                {
-                    out.ours.push(e.path());
-                } else {
-                    out.foreign.push(e.path());
-                }
-            }
-        }
-    }
-
-    /// Removes floe's orphaned files (or only lists them with `dry_run`).
-    pub fn gc(&self, dry_run: bool) -> Result<Orphans> {
-        self.deleter.wait();
-        let orphans = self.orphans_inner()?;
-        if !dry_run {
-            for p in &orphans.ours {
-                self.io.remove_file(p).map_err(|e| Error::io("remove", p, e))?;
-            }
-            self.remove_empty_savepoint_dirs();
-        }
-        Ok(orphans)
-    }
-
-    /// Removes the folders of savepoints without a `MANIFEST` that are empty now.
-    fn remove_empty_savepoint_dirs(&self) {
-        let in_flight = self.in_flight.lock().clone();
-        for e in std::fs::read_dir(self.root.join(SAVEPOINT_DIR)).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(id) = layout::parse_savepoint_dir_name(&name)
-                && !in_flight.contains(&id)
-                && !e.path().join(SAVEPOINT_MANIFEST).exists()
-            {
-                remove_empty_savepoint_dir(&e.path());
-            }
-        }
+        Ok(c.max(s).max(b).max(files))
     }
 }
 
-/// Removes a savepoint folder and its `data` folder if they are empty (a folder that still
-/// holds anything, floe's or not, stays).
-fn remove_empty_savepoint_dir(sp: &Path) {
-    let _ = std::fs::remove_dir(sp.join(DATA_DIR));
-    let _ = std::fs::remove_dir(sp);
+fn validate(config: &StorageConfig) -> Result<()> {
+    if config.num_retained == 0 {
+        return Err(Error::InvalidConfig("num_retained must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// Makes `dir` exist as a real directory inside `root` with a durable entry: creates what
+/// is missing and fsyncs the parent of every directory it created. A link or a file where a
+/// directory belongs is refused.
+pub(crate) fn ensure_dir(io: &dyn Io, root: &Path, dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut p = dir;
+    loop {
+        match io.stat(p) {
+            Ok((EntryKind::Dir, _)) => break,
+            Ok((kind, _)) => {
+                let what = match kind {
+                    EntryKind::Other(w) => w,
+                    _ => "a regular file",
+                };
+                return Err(Error::NotOurs {
+                    path: p.to_path_buf(),
+                    why: format!("it is {what}, where floe expects a real directory"),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(p.to_path_buf()),
+            Err(e) => return Err(Error::io("stat", p, e)),
+        }
+        if p == root {
+            break;
+        }
+        match p.parent() {
+            Some(q) if q.starts_with(root) => p = q,
+            _ => break,
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    io.create_dir_all(dir).map_err(|e| Error::io("create dir", dir, e))?;
+    // Deepest first: each new directory's entry is durable in its parent.
+    for d in &missing {
+        sync_parent(io, d)?;
+    }
+    Ok(())
+}
+
+fn sync_parent(io: &dyn Io, p: &Path) -> Result<()> {
+    let parent = match p.parent() {
+        Some(q) if !q.as_os_str().is_empty() => q,
+        _ => Path::new("."),
+    };
+    io.sync_dir(parent).map_err(|e| Error::io("fsync dir", parent, e))
+}
+
+/// Largest manifest file read: the body limit plus its header.
+fn max_manifest_file() -> u64 {
+    u64::from(crate::format::MAX_MANIFEST_LEN) + crate::format::MANIFEST_HEADER_LEN as u64
 }
 
 /// Reads and validates a manifest file. A `chk-<id>.manifest` must describe checkpoint
-/// `<id>` (a manifest copied under another name is corrupt, not another checkpoint).
+/// `<id>` (a manifest copied under another name is corrupt, not another checkpoint). A
+/// link, FIFO or device is refused (corruption) without blocking.
 pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
-    if meta.len() > u64::from(crate::format::MAX_MANIFEST_LEN) + crate::format::MANIFEST_HEADER_LEN as u64 {
-        return Err(Error::corrupt(
-            path,
-            0,
-            format!("manifest of {} bytes is larger than allowed", meta.len()),
-        ));
+    read_manifest_with(&StdIo, path)
+}
+
+/// [`read_manifest_file`] through `io`.
+pub(crate) fn read_manifest_with(io: &dyn Io, path: &Path) -> Result<Manifest> {
+    use std::io::Read;
+    let file = io.open_read(path)?;
+    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    if len > max_manifest_file() {
+        return Err(Error::corrupt(path, 0, format!("manifest of {len} bytes is larger than allowed")));
     }
-    let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(max_manifest_file() + 1).read_to_end(&mut bytes).map_err(|e| Error::io("read", path, e))?;
     let m = Manifest::decode(path, &bytes)?;
     let named = path.file_name().and_then(|n| n.to_str()).and_then(layout::parse_manifest_name);
     if let Some(id) = named

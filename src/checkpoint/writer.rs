@@ -6,9 +6,9 @@ use std::path::Path;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::config::StorageConfig;
 use super::io::Io;
 use super::publish::{DiskModel, WriteOptions, publish};
-use super::storage::StorageConfig;
 use crate::error::Result;
 use crate::format::datafile::encode_record;
 use crate::format::{DataFileWriter, DataHeader, EncodedBlock, FileState, FileSummary, encode_block};

@@ -14,7 +14,7 @@ use super::messages::{Ack, Barrier, BarrierKind, Control, Report, TaskCheckpoint
 use super::sink::recover_sink;
 use super::task::{Output, TaskSpec, run_task};
 use crate::checkpoint::{
-    CheckpointStorage, Checkpointer, StateHandle, Target, read_manifest_file, restore_operator,
+    CheckpointStorage, Checkpointer, CommitMeta, StateHandle, Target, read_manifest_file, restore_operator,
 };
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_decode;
@@ -94,6 +94,9 @@ pub struct CheckpointStats {
     pub buffered_records: u64,
     /// Per task.
     pub tasks: Vec<TaskCheckpointStats>,
+    /// Cleanup after the commit that failed (retention, unlinks): the checkpoint stands,
+    /// the files stay as orphans for the next cleanup.
+    pub cleanup_errors: Vec<String>,
 }
 
 /// Callback receiving each checkpoint's statistics (the job's log).
@@ -130,6 +133,10 @@ pub struct JobConfig {
     pub commands: Option<Arc<parking_lot::Mutex<Receiver<JobCommand>>>>,
     /// Counts records handled by non-source tasks while the job runs (for progress).
     pub progress: Option<Arc<AtomicU64>>,
+    /// This run's identity, recorded in every manifest it writes (`None`: a fresh one is
+    /// made). A restart considers only the checkpoints of its own run and the one it was
+    /// started from, never an earlier run's leftovers.
+    pub job_id: Option<String>,
 }
 
 impl JobConfig {
@@ -151,6 +158,7 @@ impl JobConfig {
             log: None,
             commands: None,
             progress: None,
+            job_id: None,
         }
     }
 }
@@ -195,6 +203,27 @@ struct RestorePoint {
     manifest: Manifest,
 }
 
+/// A fresh run identity: 16 hex digits from the time, the process and a counter.
+fn new_job_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let seed = format!("{nanos}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("{:016x}", crate::state::key_hash(seed.as_bytes()))
+}
+
+/// What the attempts of one run share.
+struct Run {
+    /// This run's identity.
+    job: String,
+    /// Checkpoints in the job's storage that a restart may restore: this run's, and the one
+    /// the job was started from when it is in the same directory.
+    started_from: Option<u64>,
+    /// Checkpoints whose restore failed with damage the selection could not see: never
+    /// chosen again.
+    bad: BTreeSet<u64>,
+}
+
 /// Runs `graph` to the end of its (bounded) sources, restarting after failures from the
 /// latest completed checkpoint. Ends with a final checkpoint that publishes the sinks.
 pub fn run_job<T: Data>(graph: &JobGraph<T>, config: &JobConfig) -> Result<JobResult> {
@@ -211,9 +240,18 @@ pub fn run_job<T: Data>(graph: &JobGraph<T>, config: &JobConfig) -> Result<JobRe
         }),
         None => None,
     };
+    let same_dir = |dir: &Path| {
+        let canon = |p: &Path| std::fs::canonicalize(p).ok();
+        canon(dir).is_some() && canon(dir) == canon(config.storage.root())
+    };
+    let mut run = Run {
+        job: config.job_id.clone().unwrap_or_else(new_job_id),
+        started_from: restore.as_ref().filter(|r| same_dir(&r.dir)).map(|r| r.manifest.checkpoint_id),
+        bad: BTreeSet::new(),
+    };
     loop {
         result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
-        match run_attempt(graph, config, restore.as_ref(), &failures, &mut result, &records) {
+        match run_attempt(graph, config, restore.as_ref(), &failures, &mut result, &records, &mut run) {
             Ok(()) => break,
             Err(e) => {
                 result.failures.push(e.to_string());
@@ -225,8 +263,12 @@ pub fn run_job<T: Data>(graph: &JobGraph<T>, config: &JobConfig) -> Result<JobRe
                 }
                 result.restarts += 1;
                 std::thread::sleep(config.restart.delay);
-                if let Some((m, _)) = config.storage.latest_manifest()? {
-                    restore = Some(RestorePoint { dir: config.storage.root().to_path_buf(), manifest: m });
+                if let Some(r) = restart_point(config, &run)? {
+                    restore = Some(r);
+                } else if restore.as_ref().is_some_and(|r| run.bad.contains(&r.manifest.checkpoint_id)) {
+                    return Err(Error::Background(format!(
+                        "job failed: the checkpoint it was started from does not restore: {e}"
+                    )));
                 }
             }
         }
@@ -234,6 +276,25 @@ pub fn run_job<T: Data>(graph: &JobGraph<T>, config: &JobConfig) -> Result<JobRe
     result.records_processed = records.load(Ordering::Relaxed);
     result.elapsed = start.elapsed();
     Ok(result)
+}
+
+/// The newest checkpoint of this run (or the one it was started from) in which every
+/// operator instance's chain reads: the storage's one recovery routine, restricted to what
+/// this run may restore.
+fn restart_point(config: &JobConfig, run: &Run) -> Result<Option<RestorePoint>> {
+    let storage = &config.storage;
+    let consider = |id: u64| {
+        if run.bad.contains(&id) {
+            return false;
+        }
+        if run.started_from == Some(id) {
+            return true;
+        }
+        storage.read_manifest(id).is_ok_and(|m| m.job.as_deref() == Some(run.job.as_str()))
+    };
+    Ok(storage
+        .select_checkpoint(&consider)?
+        .map(|sel| RestorePoint { dir: storage.root().to_path_buf(), manifest: sel.manifest }))
 }
 
 fn validate<T>(graph: &JobGraph<T>) -> Result<()> {
@@ -268,6 +329,7 @@ fn run_attempt<T: Data>(
     failures: &Arc<Vec<(InjectedFailure, AtomicBool)>>,
     result: &mut JobResult,
     records: &Arc<AtomicU64>,
+    run: &mut Run,
 ) -> Result<()> {
     let storage = &config.storage;
     let maxp = config.max_parallelism;
@@ -388,7 +450,20 @@ fn run_attempt<T: Data>(
                     spec.checkpointer = Some(Checkpointer::new(Arc::clone(storage), &n.name, s));
                     if let Some(r) = restore {
                         let cfg = StoreConfig { max_parallelism: maxp, key_groups: range };
-                        let (store, report) = restore_operator(&r.dir, &r.manifest, &n.name, cfg)?;
+                        let (store, report) = match restore_operator(&r.dir, &r.manifest, &n.name, cfg) {
+                            Ok(x) => x,
+                            Err(e) => {
+                                if e.is_permanent_damage() {
+                                    run.bad.insert(r.manifest.checkpoint_id);
+                                }
+                                // Tasks already started stop at their next check.
+                                cancel.store(true, Ordering::SeqCst);
+                                for c in &controls {
+                                    let _ = c.send(Control::Stop);
+                                }
+                                return Err(e);
+                            }
+                        };
                         spec.restored_store = Some(store);
                         let rs = restore_stats.get_or_insert_with(|| RestoreStats {
                             checkpoint_id: r.manifest.checkpoint_id,
@@ -435,28 +510,25 @@ fn run_attempt<T: Data>(
         }
     };
 
-    let mut next_id = storage.max_id()? + 1;
     let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
     let mut sources_done = 0usize;
     let mut final_id: Option<u64> = None;
     let mut failed_in_row = 0u32;
     let mut next_trigger = config.checkpoint_interval.map(|d| Instant::now() + d);
     let n_tasks = index.len();
-    let trigger = |barrier_kind: BarrierKind,
-                   aligned: bool,
-                   pending: &mut BTreeMap<u64, Pending>,
-                   next_id: &mut u64| {
-        let id = *next_id;
-        *next_id += 1;
-        let aligned = aligned || barrier_kind != BarrierKind::Checkpoint;
-        let barrier = Barrier { id, kind: barrier_kind, aligned };
-        storage.begin(id);
-        for &t in &source_tasks {
-            let _ = controls[t].send(Control::Trigger(barrier));
-        }
-        pending.insert(id, Pending { barrier, triggered: Instant::now(), acks: BTreeMap::new() });
-        id
-    };
+    let mut last_failure = String::new();
+    // The storage hands out ids: above every id the directory ever used.
+    let trigger =
+        |barrier_kind: BarrierKind, aligned: bool, pending: &mut BTreeMap<u64, Pending>| -> Result<u64> {
+            let id = storage.next_id()?;
+            let aligned = aligned || barrier_kind != BarrierKind::Checkpoint;
+            let barrier = Barrier { id, kind: barrier_kind, aligned };
+            for &t in &source_tasks {
+                let _ = controls[t].send(Control::Trigger(barrier));
+            }
+            pending.insert(id, Pending { barrier, triggered: Instant::now(), acks: BTreeMap::new() });
+            Ok(id)
+        };
     loop {
         // Periodic and on-demand triggers.
         let now = Instant::now();
@@ -465,7 +537,7 @@ fn run_attempt<T: Data>(
                 && now >= t
             {
                 if pending.len() < config.max_concurrent {
-                    trigger(BarrierKind::Checkpoint, false, &mut pending, &mut next_id);
+                    trigger(BarrierKind::Checkpoint, false, &mut pending)?;
                 }
                 next_trigger = config.checkpoint_interval.map(|d| now + d);
             }
@@ -476,7 +548,7 @@ fn run_attempt<T: Data>(
                     } else {
                         BarrierKind::Checkpoint
                     };
-                    trigger(kind, false, &mut pending, &mut next_id);
+                    trigger(kind, false, &mut pending)?;
                 }
             }
         }
@@ -486,7 +558,7 @@ fn run_attempt<T: Data>(
             } else {
                 BarrierKind::Drain
             };
-            final_id = Some(trigger(kind, true, &mut pending, &mut next_id));
+            final_id = Some(trigger(kind, true, &mut pending)?);
         }
         // Timeouts.
         let expired: Vec<u64> = pending
@@ -496,6 +568,7 @@ fn run_attempt<T: Data>(
             .collect();
         for id in expired {
             if let Some(p) = pending.remove(&id) {
+                last_failure = format!("checkpoint {id} timed out");
                 abort(storage, &controls, p, "timed out".into(), result, config);
                 failed_in_row += 1;
                 if final_id == Some(id) {
@@ -506,7 +579,10 @@ fn run_attempt<T: Data>(
         if failed_in_row > config.tolerable_failed_checkpoints {
             cancel.store(true, Ordering::SeqCst);
             stop_all(&controls, handles);
-            return Err(Error::Background(format!("{failed_in_row} checkpoints failed in a row")));
+            return Err(Error::Background(format!(
+                "{failed_in_row} checkpoints failed in a row (more than the {} tolerated); the last: {last_failure}",
+                config.tolerable_failed_checkpoints
+            )));
         }
         let msg = match report_rx.recv_timeout(Duration::from_millis(2)) {
             Ok(m) => m,
@@ -540,6 +616,7 @@ fn run_attempt<T: Data>(
                 let Some(p) = pending.get_mut(&id) else { continue };
                 if let Some(e) = &ack.error {
                     let reason = format!("{} failed to write: {e}", ack.stats.task);
+                    last_failure = format!("checkpoint {id}: {reason}");
                     if let Some(p) = pending.remove(&id) {
                         abort(storage, &controls, p, reason, result, config);
                     }
@@ -554,7 +631,7 @@ fn run_attempt<T: Data>(
                     continue;
                 }
                 let Some(p) = pending.remove(&id) else { continue };
-                match complete(storage, &controls, p, result, config) {
+                match complete(storage, &controls, p, result, config, &run.job) {
                     Ok(()) => {
                         failed_in_row = 0;
                         // Older pending checkpoints are subsumed.
@@ -571,11 +648,11 @@ fn run_attempt<T: Data>(
                         }
                     }
                     Err(e) => {
+                        last_failure = format!("checkpoint {id}: manifest not written: {e}");
                         failed_in_row += 1;
                         if final_id == Some(id) {
                             final_id = None;
                         }
-                        let _ = e;
                     }
                 }
             }
@@ -589,6 +666,7 @@ fn complete(
     p: Pending,
     result: &mut JobResult,
     config: &JobConfig,
+    job: &str,
 ) -> Result<()> {
     let id = p.barrier.id;
     let mut handles: Vec<StateHandle> = Vec::new();
@@ -604,6 +682,7 @@ fn complete(
         bytes_incremental: 0,
         buffered_records: 0,
         tasks: Vec::new(),
+        cleanup_errors: Vec::new(),
     };
     for (_, ack) in p.acks {
         let ack = *ack;
@@ -628,8 +707,9 @@ fn complete(
     if p.barrier.kind != BarrierKind::Drain {
         let target =
             if p.barrier.kind == BarrierKind::Savepoint { Target::Savepoint } else { Target::Checkpoint };
-        if let Err(e) = storage.commit(id, target, handles, sources, extra) {
-            storage.abort(id);
+        let meta = CommitMeta { job: Some(job.to_string()), compacted_from: None };
+        if let Err(e) = storage.commit_with(id, target, handles, sources, extra, meta) {
+            stats.cleanup_errors = storage.take_cleanup_errors();
             for c in controls {
                 let _ = c.send(Control::Abort(id));
             }
@@ -643,6 +723,7 @@ fn complete(
     for c in controls {
         let _ = c.send(Control::Complete(id));
     }
+    stats.cleanup_errors = storage.take_cleanup_errors();
     stats.duration = p.triggered.elapsed();
     log(config, &stats);
     result.checkpoints.push(stats);
@@ -672,6 +753,7 @@ fn abort(
         bytes_incremental: 0,
         buffered_records: 0,
         tasks: p.acks.into_values().map(|a| a.stats).collect(),
+        cleanup_errors: storage.take_cleanup_errors(),
     };
     log(config, &stats);
     result.checkpoints.push(stats);

@@ -668,7 +668,17 @@ fn snapshot<T: Data>(
         Logic::Keyed { store, cp: Some(cp), .. } if b.kind != BarrierKind::Drain => {
             let target =
                 if b.kind == BarrierKind::Savepoint { Target::Savepoint } else { Target::Checkpoint };
-            let w = cp.snapshot(store, b.id, target)?;
+            let w = match cp.snapshot(store, b.id, target) {
+                Ok(w) => w,
+                // A late barrier of a checkpoint the coordinator already aborted: nothing to
+                // write, and nothing wrong with the task.
+                Err(e @ Error::CheckpointId { .. }) => {
+                    p.error = Some(e.to_string());
+                    p.stats = stats;
+                    return Ok(p);
+                }
+                Err(e) => return Err(e),
+            };
             stats.sync = w.sync_duration;
             stats.file_kind = Some(w.kind);
             p.write = Some(w);

@@ -368,14 +368,23 @@ impl std::fmt::Debug for DataFile {
 
 impl DataFile {
     /// Opens `path` through mmap (falling back to a plain read) and validates its frame.
+    /// A link, FIFO, socket or device is refused (corruption) without blocking.
     pub fn open(path: &Path) -> Result<DataFile> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+        Self::from_file(crate::fsutil::open_regular(path)?, path)
+    }
+
+    /// Maps (or reads) `file`, opened from `path`, and validates its frame.
+    pub fn from_file(file: std::fs::File, path: &Path) -> Result<DataFile> {
         // SAFETY: published data files are immutable: floe writes them under a temp name,
         // renames them into place and never modifies them again; every byte read through
         // the map is validated (lengths, checksums) before use.
         let bytes = match unsafe { memmap2::Mmap::map(&file) } {
             Ok(m) => FileBytes::Mapped(m),
-            Err(_) => FileBytes::Owned(std::fs::read(path).map_err(|e| Error::io("read", path, e))?),
+            Err(_) => {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut &file, &mut v).map_err(|e| Error::io("read", path, e))?;
+                FileBytes::Owned(v)
+            }
         };
         Self::parse(path.to_path_buf(), bytes)
     }

@@ -93,6 +93,13 @@ pub struct Manifest {
     /// Opaque per-task extra data (for example in-flight records), hex-encoded.
     #[serde(default)]
     pub extra: std::collections::BTreeMap<String, String>,
+    /// The run of the job that wrote it (absent: written by the library directly, or by a
+    /// build before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The checkpoint that `floe compact` rewrote into this one (absent: not a compaction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted_from: Option<u64>,
 }
 
 impl Manifest {

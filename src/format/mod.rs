@@ -4,6 +4,7 @@
 mod cursor;
 pub mod datafile;
 pub mod manifest;
+pub mod time;
 
 pub use datafile::{
     BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileState, FileSummary,

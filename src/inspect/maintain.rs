@@ -1,10 +1,10 @@
 //! The commands that write: `floe compact` (a checkpoint's chains rewritten as one new
 //! full checkpoint or savepoint) and `floe gc` (orphaned files removed).
 //!
-//! Both refuse a directory that is missing or not floe's (they never create one). Neither
-//! should run while a job writes to the directory: the storage layer only knows the
-//! checkpoints in flight in its own process, so another process's half-written files look
-//! orphaned.
+//! Both refuse a directory that is missing or not floe's (they never create one). Both
+//! take the directory's writer lock, so neither runs beside a job (or another compact or
+//! gc) on the same directory: the second gets `Error::Locked` naming the holder (exit 2).
+//! `gc --dry-run` only looks, and takes no lock.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -45,7 +45,7 @@ pub fn compact(
     savepoint: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<CompactReport> {
-    let storage = CheckpointStorage::open_existing(dir, maintenance_config())?;
+    let storage = CheckpointStorage::open_existing_writer(dir, maintenance_config())?;
     let source = match id {
         Some(id) => {
             let l = locate(&storage, id)?;
@@ -58,9 +58,9 @@ pub fn compact(
         }
         None => {
             storage
-                .latest_manifest()?
+                .select_checkpoint(&|_| true)?
                 .ok_or_else(|| Error::NotFound(format!("any readable checkpoint in {}", dir.display())))?
-                .0
+                .manifest
                 .checkpoint_id
         }
     };
@@ -101,7 +101,11 @@ pub struct GcReport {
 
 /// Removes the orphaned files of `dir` (only lists them with `dry_run`).
 pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
-    let storage = CheckpointStorage::open_existing(dir, maintenance_config())?;
+    let storage = if dry_run {
+        CheckpointStorage::open_existing(dir, maintenance_config())?
+    } else {
+        CheckpointStorage::open_existing_writer(dir, maintenance_config())?
+    };
     let o = storage.gc(dry_run)?;
     let root = storage.root();
     Ok(GcReport {

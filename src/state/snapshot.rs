@@ -19,6 +19,11 @@ pub struct Snapshot(pub(crate) Arc<SnapshotInner>);
 
 pub(crate) struct SnapshotInner {
     pub epoch: u64,
+    /// The store it was taken of ([`crate::state::Store::instance`]).
+    pub store_instance: u64,
+    /// The store's confirmed epoch when it was taken: an increment against an older
+    /// parent would miss the deletes whose tombstones confirmation dropped.
+    pub confirmed: u64,
     pub max_parallelism: u32,
     pub key_groups: KeyGroupRange,
     pub states: Vec<StateSnapshot>,
@@ -69,6 +74,42 @@ impl Snapshot {
     /// The epoch of the snapshot: it holds every write stamped `<= epoch`.
     pub fn epoch(&self) -> u64 {
         self.0.epoch
+    }
+
+    /// The instance number of the store it was taken of.
+    pub fn store_instance(&self) -> u64 {
+        self.0.store_instance
+    }
+
+    /// The store's confirmed epoch when it was taken (0: none): the oldest parent an
+    /// increment of this snapshot can be exact against.
+    pub fn confirmed_epoch(&self) -> u64 {
+        self.0.confirmed
+    }
+
+    /// Checks that an increment of this snapshot since `parent_epoch` of store
+    /// `parent_instance` is exact: same store, parent older than this snapshot and not
+    /// older than the store's confirmed epoch. `Err` says what does not hold.
+    pub fn check_increment_parent(&self, parent_instance: u64, parent_epoch: u64) -> Result<(), String> {
+        if parent_instance != self.0.store_instance {
+            return Err(format!(
+                "the parent snapshot was taken of another store (instance {parent_instance}, this is {})",
+                self.0.store_instance
+            ));
+        }
+        if parent_epoch >= self.0.epoch {
+            return Err(format!(
+                "the parent epoch {parent_epoch} is not older than the snapshot's {}",
+                self.0.epoch
+            ));
+        }
+        if parent_epoch < self.0.confirmed {
+            return Err(format!(
+                "the parent epoch {parent_epoch} is older than the store's confirmed epoch {} (its deletes are gone)",
+                self.0.confirmed
+            ));
+        }
+        Ok(())
     }
 
     /// Number of key groups of the job.

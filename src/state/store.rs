@@ -82,6 +82,9 @@ pub struct Store {
     epoch: u64,
     /// Epoch of the last confirmed snapshot (0: none): the parent of the next increment.
     confirmed: u64,
+    /// Unique in the process: epochs and stamps mean something only within one store, so
+    /// an increment is only computed against a parent of the same instance.
+    instance: u64,
     states: Vec<StateTable>,
     by_name: HashMap<String, StateId>,
 }
@@ -103,10 +106,17 @@ impl Default for Store {
             config: StoreConfig::default(),
             epoch: 1,
             confirmed: 0,
+            instance: next_instance(),
             states: Vec::new(),
             by_name: HashMap::new(),
         }
     }
+}
+
+/// A fresh store instance number.
+fn next_instance() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The location of a key: state index, group index within the store, hash.
@@ -127,6 +137,12 @@ impl Store {
     pub fn with_config(config: StoreConfig) -> Result<Store> {
         config.validate()?;
         Ok(Store { config, ..Store::default() })
+    }
+
+    /// This store's instance number, unique in the process (snapshots carry it, so a
+    /// checkpointer can tell whether a parent snapshot came from this very store).
+    pub fn instance(&self) -> u64 {
+        self.instance
     }
 
     /// The store's partitioning.
@@ -405,6 +421,8 @@ impl Store {
             .collect();
         let snap = Snapshot(Arc::new(SnapshotInner {
             epoch: self.epoch,
+            store_instance: self.instance,
+            confirmed: self.confirmed,
             max_parallelism: self.config.max_parallelism,
             key_groups: self.config.key_groups,
             states,

@@ -1,0 +1,154 @@
+//! One writer per checkpoint directory: an exclusive advisory lock (`flock`) on
+//! `ROOT/LOCK`, held for as long as a writing handle (a job's `CheckpointStorage`, `floe
+//! compact`, `floe gc`) lives, as RocksDB's `LOCK` file. The file also says who holds it
+//! (pid, host, since when), so a second writer's error can name the holder.
+//!
+//! `flock` locks belong to the open file description: a second handle in the same process
+//! conflicts like one in another process, and the kernel drops the lock when the holder
+//! dies, however it dies, so a crashed job never leaves a stale lock behind.
+
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Name of the lock file in a checkpoint directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// A held directory lock; released when dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// Takes the lock of directory `root` without waiting, creating the lock file if
+    /// needed. [`Error::Locked`] names the holder when another handle holds it.
+    pub fn acquire(root: &Path) -> Result<DirLock> {
+        let path = root.join(LOCK_FILE);
+        let mut file = open_lock_file(&path)?;
+        match try_lock(&file) {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                return Err(Error::Locked { path: root.to_path_buf(), holder: describe(&holder) });
+            }
+            Err(e) => return Err(Error::io("lock", &path, e)),
+        }
+        // Ours now: say who holds it. Not durable on purpose: after a crash the lock is
+        // free anyway, and a stale holder line is only ever shown next to a live lock.
+        let since = crate::format::time::iso8601(unix_ms());
+        let line = format!("pid {} on host {} since {since}\n", std::process::id(), host_name());
+        file.set_len(0).map_err(|e| Error::io("truncate", &path, e))?;
+        file.rewind().map_err(|e| Error::io("seek", &path, e))?;
+        file.write_all(line.as_bytes()).map_err(|e| Error::io("write", &path, e))?;
+        Ok(DirLock { _file: file, path })
+    }
+
+    /// Who holds the lock of `root` now (in this or another process), as its LOCK file
+    /// says; `None` when nobody does (a directory without a lock file is not held).
+    pub fn held_by(root: &Path) -> Result<Option<String>> {
+        let path = root.join(LOCK_FILE);
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("stat", &path, e)),
+            Ok(_) => {}
+        }
+        let mut file = crate::fsutil::open_regular(&path)?;
+        // Taking it and letting it go at once (the file closes); a held lock fails at once.
+        if try_lock(&file).map_err(|e| Error::io("lock", &path, e))? {
+            return Ok(None);
+        }
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        Ok(Some(describe(&holder)))
+    }
+
+    /// Whether some handle holds the lock of `root` now.
+    pub fn is_held(root: &Path) -> Result<bool> {
+        Self::held_by(root).map(|h| h.is_some())
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The holder line of a LOCK file, for an error message.
+fn describe(holder: &str) -> String {
+    let h = holder.trim();
+    if h.is_empty() {
+        "holder unknown: it has not written its LOCK line yet".into()
+    } else {
+        h.chars().take(200).collect()
+    }
+}
+
+fn open_lock_file(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(crate::fsutil::NO_FOLLOW | crate::fsutil::NON_BLOCK)
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(Error::NotOurs {
+            path: path.to_path_buf(),
+            why: "the LOCK is not a regular file".into(),
+        });
+    }
+    Ok(file)
+}
+
+/// `Ok(false)` when another open file description holds the lock.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    use rustix::fs::{FlockOperation, flock};
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_is_refused_and_names_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DirLock::acquire(dir.path()).unwrap();
+        assert!(DirLock::is_held(dir.path()).unwrap());
+        match DirLock::acquire(dir.path()) {
+            Err(Error::Locked { holder, .. }) => {
+                assert!(holder.contains(&format!("pid {}", std::process::id())), "{holder}")
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(first);
+        assert!(!DirLock::is_held(dir.path()).unwrap());
+        let _again = DirLock::acquire(dir.path()).unwrap();
+    }
+}

@@ -1,0 +1,278 @@
+//! Retention, orphans and garbage collection of a checkpoint directory.
+//!
+//! A file is deleted only when no remaining manifest names it, never when a remaining
+//! manifest cannot be read, never when its name is not one floe writes, never when it is
+//! not a regular file (a link, FIFO or device is reported as foreign and left alone), and
+//! never when the id that wrote it may still commit. Only a writing handle deletes.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::io::EntryKind;
+use super::layout::{self, DATA_DIR, MARKER, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
+use super::lock::{DirLock, LOCK_FILE};
+use super::storage::CheckpointStorage;
+use crate::error::{Error, Result};
+
+/// What retention and cleanup did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// Manifests removed (checkpoints no longer retained).
+    pub removed_checkpoints: Vec<u64>,
+    /// Files removed.
+    pub removed_files: Vec<PathBuf>,
+    /// Why file deletion was skipped, if it was.
+    pub skipped: Option<String>,
+}
+
+/// Files in a checkpoint directory that no checkpoint needs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Orphans {
+    /// floe's own files (data or temp files) that no valid manifest references.
+    pub ours: Vec<PathBuf>,
+    /// Files floe did not write, and anything that is not a regular file: reported,
+    /// never deleted.
+    pub foreign: Vec<PathBuf>,
+}
+
+/// Which ids' files are spoken for, besides those the manifests reference.
+enum Protect<'a> {
+    /// The writing handle's book knows every writer.
+    Book(&'a CheckpointStorage),
+    /// A read-only look while another handle holds the lock: files newer than every
+    /// manifest may be that writer's checkpoint in flight.
+    Above(u64),
+    /// A read-only look at an unlocked directory: nothing is in flight.
+    Nothing,
+}
+
+impl Protect<'_> {
+    fn protects(&self, id: u64) -> bool {
+        match self {
+            Protect::Book(s) => s.writer.as_ref().is_some_and(|w| w.book.lock().protects(id)),
+            Protect::Above(newest) => id > *newest,
+            Protect::Nothing => false,
+        }
+    }
+}
+
+impl CheckpointStorage {
+    /// Keeps the newest `num_retained` checkpoints: removes older manifests, then every data
+    /// file no remaining checkpoint references. Skips file deletion (and says why) if a
+    /// remaining manifest cannot be read, since its files are unknown.
+    pub fn retain(&self) -> Result<CleanupReport> {
+        self.retain_inner(false)
+    }
+
+    /// Waits until the files that retention scheduled for deletion after commits are
+    /// gone (or their unlink failed: then they are orphans again, for the next cleanup,
+    /// and the failure is in [`CheckpointStorage::take_cleanup_errors`]).
+    pub fn wait_for_cleanup(&self) {
+        self.deleter.wait();
+    }
+
+    /// Retention; with `defer`, the files are handed to the background deleter (and listed
+    /// in the report as removed) instead of unlinked here.
+    pub(crate) fn retain_inner(&self, defer: bool) -> Result<CleanupReport> {
+        self.writer("retain")?;
+        let mut report = CleanupReport::default();
+        let ids = self.checkpoint_ids()?;
+        let keep_from = ids.len().saturating_sub(self.config().num_retained);
+        for &id in &ids[..keep_from] {
+            let p = self.manifest_path(id);
+            self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            report.removed_checkpoints.push(id);
+        }
+        if !report.removed_checkpoints.is_empty() {
+            self.io.sync_dir(&self.root).map_err(|e| Error::io("fsync dir", &self.root, e))?;
+        }
+        match self.orphans_inner() {
+            Ok(orphans) if defer => {
+                report.removed_files = orphans.ours.clone();
+                self.deleter.schedule(orphans.ours);
+            }
+            Ok(orphans) => {
+                for p in orphans.ours {
+                    self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+                    report.removed_files.push(p);
+                }
+            }
+            Err(e) => report.skipped = Some(e.to_string()),
+        }
+        Ok(report)
+    }
+
+    /// floe's files that no valid checkpoint needs (and that no checkpoint in flight is
+    /// writing), and files floe did not write.
+    pub fn orphans(&self) -> Result<Orphans> {
+        self.orphans_inner()
+    }
+
+    fn protection(&self, newest: u64) -> Result<Protect<'_>> {
+        if self.is_writer() {
+            return Ok(Protect::Book(self));
+        }
+        Ok(if DirLock::is_held(&self.root)? { Protect::Above(newest) } else { Protect::Nothing })
+    }
+
+    fn list(&self, dir: &Path) -> Result<Vec<super::io::DirEntry>> {
+        match self.io.list_dir(dir) {
+            Ok(e) => Ok(e),
+            // A directory opened read-only may lack a folder: then it holds nothing.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(Error::io("read dir", dir, e)),
+        }
+    }
+
+    fn orphans_inner(&self) -> Result<Orphans> {
+        // One listing serves both: a manifest appearing between two listings could otherwise
+        // be newer than `newest` while its files were not counted as referenced.
+        let ids = self.checkpoint_ids()?;
+        let mut referenced = BTreeSet::new();
+        for &id in &ids {
+            let m = self.read_manifest(id)?;
+            referenced.extend(m.files.into_iter().map(|f| f.path));
+        }
+        let newest = ids.last().copied().unwrap_or(0);
+        let protect = self.protection(newest)?;
+        let mut out = Orphans::default();
+        let data = self.root.join(DATA_DIR);
+        for e in self.list(&data)? {
+            let path = data.join(&e.name);
+            if self.deleter.is_pending(&path) {
+                // Already being deleted.
+                continue;
+            }
+            let id = layout::parse_data_file_name(&e.name).or_else(|| layout::parse_tmp_name(&e.name));
+            match id {
+                _ if e.kind != EntryKind::File => out.foreign.push(path),
+                None => out.foreign.push(path),
+                Some(id) if protect.protects(id) => {}
+                Some(_) if layout::parse_tmp_name(&e.name).is_some() => out.ours.push(path),
+                Some(_) if !referenced.contains(&format!("{DATA_DIR}/{}", e.name)) => out.ours.push(path),
+                Some(_) => {}
+            }
+        }
+        for e in self.list(&self.root)? {
+            let path = self.root.join(&e.name);
+            match e.name.as_str() {
+                MARKER | LOCK_FILE if e.kind == EntryKind::File => continue,
+                DATA_DIR | SAVEPOINT_DIR if e.kind == EntryKind::Dir => continue,
+                _ => {}
+            }
+            if layout::parse_manifest_name(&e.name).is_some() && e.kind == EntryKind::File {
+                continue;
+            }
+            match layout::parse_tmp_name(&e.name) {
+                _ if e.kind != EntryKind::File => out.foreign.push(path),
+                Some(id) if protect.protects(id) => {}
+                Some(_) => out.ours.push(path),
+                None => out.foreign.push(path),
+            }
+        }
+        // Savepoints that never got their MANIFEST (a crash or a failure while one was
+        // written) and that no writer may still commit.
+        let savepoints = self.root.join(SAVEPOINT_DIR);
+        for e in self.list(&savepoints)? {
+            match layout::parse_savepoint_dir_name(&e.name) {
+                _ if e.kind != EntryKind::Dir => out.foreign.push(savepoints.join(&e.name)),
+                Some(id) if !protect.protects(id) => self.savepoint_leftovers(id, &mut out),
+                _ => {}
+            }
+        }
+        out.ours.sort();
+        out.foreign.sort();
+        Ok(out)
+    }
+
+    /// If savepoint `id`'s folder exists without a `MANIFEST`, adds floe's files in it to
+    /// `out.ours` and anything else to `out.foreign`.
+    fn savepoint_leftovers(&self, id: u64, out: &mut Orphans) {
+        let sp = self.root.join(layout::savepoint_dir(id));
+        if !matches!(self.io.stat(&sp), Ok((EntryKind::Dir, _)))
+            || self.io.stat(&sp.join(SAVEPOINT_MANIFEST)).is_ok()
+        {
+            return;
+        }
+        for (dir, is_root) in [(sp.join(DATA_DIR), false), (sp.clone(), true)] {
+            if is_root || matches!(self.io.stat(&dir), Ok((EntryKind::Dir, _))) {
+                for e in self.io.list_dir(&dir).unwrap_or_default() {
+                    if is_root && e.name == DATA_DIR && e.kind == EntryKind::Dir {
+                        continue;
+                    }
+                    let ours = e.kind == EntryKind::File
+                        && (layout::parse_data_file_name(&e.name) == Some(id)
+                            || layout::parse_tmp_name(&e.name) == Some(id));
+                    if ours { out.ours.push(dir.join(&e.name)) } else { out.foreign.push(dir.join(&e.name)) }
+                }
+            } else if self.io.stat(&dir).is_ok() {
+                out.foreign.push(dir);
+            }
+        }
+    }
+
+    /// Removes floe's orphaned files (or only lists them with `dry_run`, which a read-only
+    /// handle may do). Removing needs the writing handle.
+    pub fn gc(&self, dry_run: bool) -> Result<Orphans> {
+        if !dry_run {
+            self.writer("gc")?;
+        }
+        self.deleter.wait();
+        let orphans = self.orphans_inner()?;
+        if !dry_run {
+            for p in &orphans.ours {
+                self.io.remove_file(p).map_err(|e| Error::io("remove", p, e))?;
+            }
+            self.remove_empty_savepoint_dirs();
+        }
+        Ok(orphans)
+    }
+
+    /// Removes the files an aborted checkpoint `id` left (data and temp files named with
+    /// its id, and its savepoint folder if it never got a MANIFEST). Failures are noted.
+    pub(crate) fn remove_files_of(&self, id: u64) {
+        let mut doomed = Vec::new();
+        for dir in [self.root.join(DATA_DIR), self.root.clone()] {
+            for e in self.io.list_dir(&dir).unwrap_or_default() {
+                let of = layout::parse_data_file_name(&e.name).or_else(|| layout::parse_tmp_name(&e.name));
+                if e.kind == EntryKind::File && of == Some(id) {
+                    doomed.push(dir.join(&e.name));
+                }
+            }
+        }
+        let mut leftovers = Orphans::default();
+        self.savepoint_leftovers(id, &mut leftovers);
+        doomed.extend(leftovers.ours);
+        for p in doomed {
+            if let Err(e) = self.io.remove_file(&p)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                self.note_cleanup_error(Error::io("remove", &p, e));
+            }
+        }
+        self.remove_empty_savepoint_dir(id);
+    }
+
+    /// Removes the folders of savepoints without a `MANIFEST` that are empty now.
+    fn remove_empty_savepoint_dirs(&self) {
+        for e in self.io.list_dir(&self.root.join(SAVEPOINT_DIR)).unwrap_or_default() {
+            if let Some(id) = layout::parse_savepoint_dir_name(&e.name)
+                && e.kind == EntryKind::Dir
+                && !self.writer.as_ref().is_some_and(|w| w.book.lock().protects(id))
+            {
+                self.remove_empty_savepoint_dir(id);
+            }
+        }
+    }
+
+    /// Removes savepoint `id`'s folder and its `data` folder if they are empty and it has no
+    /// MANIFEST (a folder that still holds anything, floe's or not, stays).
+    fn remove_empty_savepoint_dir(&self, id: u64) {
+        let sp = self.root.join(layout::savepoint_dir(id));
+        if self.io.stat(&sp.join(SAVEPOINT_MANIFEST)).is_ok() {
+            return;
+        }
+        let _ = self.io.remove_dir(&sp.join(DATA_DIR));
+        let _ = self.io.remove_dir(&sp);
+    }
+}

@@ -1,0 +1,79 @@
+//! Opening paths that come from a checkpoint directory, whose entries are untrusted: only
+//! regular files are read, a symbolic link is never followed, and a FIFO or device never
+//! blocks the opener (it is refused after `open` returns at once).
+
+use std::fs::File;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// `O_NOFOLLOW`: opening a symbolic link fails (`ELOOP`) instead of following it.
+pub(crate) const NO_FOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+/// `O_NONBLOCK`: opening a FIFO without a writer returns at once.
+pub(crate) const NON_BLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+
+/// What a directory entry is, by its own type (a link is not followed).
+pub(crate) fn kind_name(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else if ft.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading if it is a regular file. Anything else (a link, a FIFO, a
+/// socket, a device, a directory) is [`Error::Corrupt`] at offset 0, naming what it is: a
+/// checkpoint directory holds only regular files where floe looks for one.
+pub fn open_regular(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(NO_FOLLOW | NON_BLOCK).open(path) {
+        Ok(f) => f,
+        // ELOOP: the last component is a symbolic link.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Err(Error::corrupt(
+                path,
+                0,
+                "is a symbolic link, not a regular file (floe never follows one)",
+            ));
+        }
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(Error::corrupt(
+            path,
+            0,
+            format!("is {}, not a regular file", kind_name(meta.file_type())),
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads a whole regular file of at most `max` bytes (see [`open_regular`]); larger is
+/// [`Error::Corrupt`].
+pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let file = open_regular(path)?;
+    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    if len > max {
+        return Err(Error::corrupt(path, 0, format!("file of {len} bytes is larger than the {max} allowed")));
+    }
+    // The length was checked, and `take` bounds the read if the file grows meanwhile.
+    let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(max.saturating_add(1)).read_to_end(&mut out).map_err(|e| Error::io("read", path, e))?;
+    if out.len() as u64 > max {
+        return Err(Error::corrupt(path, 0, format!("file grew past the {max} bytes allowed while read")));
+    }
+    Ok(out)
+}
