@@ -400,7 +400,14 @@ pub fn publish<T>(
                 Error::io("rename", &tmp, e)
             }
         })?;
-        io.sync_dir(&parent).map_err(|e| Error::io("fsync dir", &parent, e))?;
+        if let Err(e) = io.sync_dir(&parent) {
+            // Published but not durable, and the caller is told it failed: take it back, so
+            // that a failed manifest never names files its failed checkpoint then removes.
+            // (If even this fails, the file is complete and consistent: a power cut may keep
+            // or drop it, and either is a valid state of the directory.)
+            let _ = io.remove_file(&final_path);
+            return Err(Error::io("fsync dir", &parent, e));
+        }
         Ok(value)
     })();
     if result.is_err() {
