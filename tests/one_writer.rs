@@ -662,3 +662,217 @@ fn dropping_a_checkpointer_waits_for_its_writer() {
         checkpoint(&storage, &mut cp, &mut store, storage.next_id().unwrap());
     }
 }
+
+// ---- 3 (executor). Restarts use the one recovery routine, within their own run ---------
+
+mod job {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use floe::executor::{GeneratorSource, JobCommand, JobConfig, JobGraph, KeyedProcess, Source};
+    use floe::state::{Store, ValueState};
+
+    pub const KEYS: u64 = 20;
+    pub const RECORDS: u64 = 600;
+    /// Sent while the source holds: ignored by the counter.
+    const HEARTBEAT: u64 = u64::MAX;
+
+    /// Generator records; after `hold_at` of them it sends heartbeats (which change nothing)
+    /// until `release` is set, so checkpoints happen while the input waits, by event.
+    pub struct HoldSource {
+        pub seed: u64,
+        pub next: u64,
+        pub hold_at: u64,
+        pub release: Arc<AtomicBool>,
+    }
+
+    impl Source<(u64, i64)> for HoldSource {
+        fn next_record(&mut self) -> floe::Result<Option<(u64, i64)>> {
+            if self.next == self.hold_at && !self.release.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                return Ok(Some((HEARTBEAT, 0)));
+            }
+            if self.next >= RECORDS {
+                return Ok(None);
+            }
+            self.next += 1;
+            Ok(Some(GeneratorSource::record(self.seed, KEYS, self.next - 1)))
+        }
+        fn position(&self) -> Vec<u8> {
+            self.next.to_le_bytes().to_vec()
+        }
+        fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
+            self.next =
+                u64::from_le_bytes(p.try_into().map_err(|_| floe::Error::InvalidRecord("pos".into()))?);
+            Ok(())
+        }
+    }
+
+    /// Per key: count and sum. Fails once when `fail` is set.
+    pub struct Count {
+        pub state: Option<ValueState<u64, (u64, i64)>>,
+        pub fail: Arc<AtomicBool>,
+    }
+
+    impl KeyedProcess<(u64, i64)> for Count {
+        fn open(&mut self, store: &mut Store) -> floe::Result<()> {
+            self.state = Some(store.value_state("count")?);
+            Ok(())
+        }
+        fn process(
+            &mut self,
+            _input: usize,
+            _key: &[u8],
+            r: (u64, i64),
+            store: &mut Store,
+            _out: &mut Vec<(u64, i64)>,
+        ) -> floe::Result<()> {
+            if self.fail.swap(false, Ordering::SeqCst) {
+                return Err(floe::Error::Injected("after the checkpoint event".into()));
+            }
+            if r.0 == HEARTBEAT {
+                return Ok(());
+            }
+            let Some(st) = &self.state else { return Err(floe::Error::UnknownState("count".into())) };
+            let (c, s) = st.get(store, &r.0)?.unwrap_or((0, 0));
+            st.put(store, &r.0, &(c + 1, s + r.1))
+        }
+    }
+
+    pub fn expected(seed: u64) -> BTreeMap<u64, (u64, i64)> {
+        let mut m: BTreeMap<u64, (u64, i64)> = BTreeMap::new();
+        for i in 0..RECORDS {
+            let (k, v) = GeneratorSource::record(seed, KEYS, i);
+            let e = m.entry(k).or_default();
+            e.0 += 1;
+            e.1 += v;
+        }
+        m
+    }
+
+    pub struct Flags {
+        pub release: Arc<AtomicBool>,
+        pub fail: Arc<AtomicBool>,
+        pub completed: Arc<AtomicU64>,
+    }
+
+    pub fn graph(seed: u64, hold_at: u64, flags: &Flags) -> JobGraph<(u64, i64)> {
+        let mut g = JobGraph::new();
+        let release = Arc::clone(&flags.release);
+        let src = g.source("src", 1, move |_, _| {
+            Box::new(HoldSource { seed, next: 0, hold_at, release: Arc::clone(&release) })
+        });
+        let fail = Arc::clone(&flags.fail);
+        g.keyed_process(
+            "count",
+            2,
+            &[src],
+            |r: &(u64, i64)| r.0,
+            move || Box::new(Count { state: None, fail: Arc::clone(&fail) }),
+        );
+        g
+    }
+
+    pub fn final_state(
+        storage: &floe::checkpoint::CheckpointStorage,
+        last: u64,
+    ) -> BTreeMap<u64, (u64, i64)> {
+        let m = storage.read_manifest(last).unwrap();
+        let (mut store, _) =
+            floe::checkpoint::restore_operator(storage.root(), &m, "count", floe::StoreConfig::default())
+                .unwrap();
+        let st: ValueState<u64, (u64, i64)> = store.value_state("count").unwrap();
+        let snap = store.snapshot();
+        (0..KEYS).filter_map(|k| st.get_at(&snap, &k).unwrap().map(|v| (k, v))).collect()
+    }
+
+    pub fn commands()
+    -> (std::sync::mpsc::Sender<JobCommand>, Arc<parking_lot::Mutex<std::sync::mpsc::Receiver<JobCommand>>>)
+    {
+        let (tx, rx) = std::sync::mpsc::channel();
+        (tx, Arc::new(parking_lot::Mutex::new(rx)))
+    }
+
+    pub fn base_config(storage: &Arc<floe::checkpoint::CheckpointStorage>) -> JobConfig {
+        let mut config = JobConfig::new(Arc::clone(storage));
+        // Checkpoints only on command (the interval is never reached; it makes the final
+        // one a checkpoint): every one of them is an event the test chose.
+        config.checkpoint_interval = Some(std::time::Duration::from_secs(3600));
+        config.restart =
+            floe::executor::RestartStrategy { max_attempts: 2, delay: std::time::Duration::ZERO };
+        config
+    }
+
+    pub use floe::executor::run_job as run;
+}
+
+#[test]
+fn a_restart_skips_its_own_damaged_checkpoint_and_falls_back() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open(dir.path());
+    let flags =
+        job::Flags { release: Default::default(), fail: Default::default(), completed: Default::default() };
+    let (tx, rx) = job::commands();
+    let mut config = job::base_config(&storage);
+    config.commands = Some(rx);
+    let (release, fail, completed) =
+        (Arc::clone(&flags.release), Arc::clone(&flags.fail), Arc::clone(&flags.completed));
+    let root = dir.path().to_path_buf();
+    let damaged = Arc::new(AtomicU64Cell::default());
+    let damaged_in_log = Arc::clone(&damaged);
+    let tx_log = tx.clone();
+    config.log = Some(Arc::new(move |s: &floe::executor::CheckpointStats| {
+        if s.status != "completed" || release.load(Ordering::SeqCst) {
+            return;
+        }
+        let n = completed.fetch_add(1, Ordering::SeqCst) + 1;
+        if n < 3 {
+            let _ = tx_log.send(floe::executor::JobCommand::Checkpoint);
+            return;
+        }
+        // Checkpoint 3 of this run completed: damage its own files, then fail.
+        for f in std::fs::read_dir(root.join("data")).unwrap().flatten() {
+            let name = f.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("{:020}-", s.id)) {
+                let mut b = std::fs::read(f.path()).unwrap();
+                let mid = b.len() / 2;
+                b[mid] ^= 0xFF;
+                std::fs::write(f.path(), b).unwrap();
+            }
+        }
+        damaged_in_log.0.store(s.id, Ordering::SeqCst);
+        fail.store(true, Ordering::SeqCst);
+        release.store(true, Ordering::SeqCst);
+    }));
+    tx.send(floe::executor::JobCommand::Checkpoint).unwrap();
+    let result = job::run(&job::graph(5, 300, &flags), &config).unwrap();
+    let bad = damaged.0.load(Ordering::SeqCst);
+    assert!(bad > 0, "the third checkpoint never completed");
+    assert_eq!(result.restarts, 1, "{:?}", result.failures);
+    assert_eq!(result.restored_from, vec![None, Some(bad - 1)], "the restart did not fall back over {bad}");
+    assert_eq!(job::final_state(&storage, result.last_checkpoint.unwrap()), job::expected(5));
+}
+
+#[derive(Default)]
+struct AtomicU64Cell(std::sync::atomic::AtomicU64);
+
+#[test]
+fn a_restart_never_restores_an_earlier_runs_checkpoint() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open(dir.path());
+    // Run A completes and leaves its checkpoints.
+    let flags =
+        job::Flags { release: Default::default(), fail: Default::default(), completed: Default::default() };
+    flags.release.store(true, Ordering::SeqCst);
+    let a = job::run(&job::graph(1, 0, &flags), &job::base_config(&storage)).unwrap();
+    assert!(a.last_checkpoint.is_some());
+    // Run B, fresh in the same directory, fails before any checkpoint of its own.
+    flags.fail.store(true, Ordering::SeqCst);
+    let b = job::run(&job::graph(2, 0, &flags), &job::base_config(&storage)).unwrap();
+    assert_eq!(b.restarts, 1);
+    assert_eq!(b.restored_from, vec![None, None], "run B restarted from run A's checkpoint");
+    assert_eq!(job::final_state(&storage, b.last_checkpoint.unwrap()), job::expected(2));
+}
