@@ -876,3 +876,117 @@ fn a_restart_never_restores_an_earlier_runs_checkpoint() {
     assert_eq!(b.restored_from, vec![None, None], "run B restarted from run A's checkpoint");
     assert_eq!(job::final_state(&storage, b.last_checkpoint.unwrap()), job::expected(2));
 }
+
+#[test]
+fn the_io_rename_never_replaces_an_existing_file() {
+    use floe::checkpoint::io::{Io, StdIo};
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::write(&a, b"new").unwrap();
+    std::fs::write(&b, b"old").unwrap();
+    let err = StdIo.rename(&a, &b).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+    assert_eq!(std::fs::read(&b).unwrap(), b"old");
+    assert_eq!(std::fs::read(&a).unwrap(), b"new");
+}
+
+#[test]
+fn a_commit_whose_manifest_dir_sync_fails_leaves_no_manifest_behind() {
+    // Find the step of the manifest's directory fsync, then fail only that step.
+    let run = |dir: &Path, io: Arc<FaultyIo>| -> (floe::Result<()>, u64) {
+        let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
+        let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
+        let mut store = store_with(StoreConfig::default());
+        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+        put_round(&mut store, 1, 100);
+        checkpoint(&storage, &mut cp, &mut store, 1);
+        put_round(&mut store, 2, 100);
+        let (h, _) = cp.snapshot(&mut store, 2, Target::Checkpoint).unwrap().wait().unwrap();
+        let start = io.steps();
+        let r = storage.commit(2, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).map(|_| ());
+        (r, start)
+    };
+    let dry = tempfile::tempdir().unwrap();
+    let count = FaultyIo::new(u64::MAX, Fault::Fail);
+    let (r, start) = run(dry.path(), count.clone());
+    r.unwrap();
+    let log = count.log();
+    let rename = (start as usize..log.len())
+        .find(|&i| log[i].0 == "rename" && log[i].1.to_string_lossy().ends_with(".manifest"))
+        .unwrap();
+    let sync = rename + 1;
+    assert_eq!(log[sync].0, "fsync dir");
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _) = run(dir.path(), FaultyIo::new_once(sync as u64, Fault::Fail));
+    assert!(r.is_err(), "the commit must report the failed directory sync");
+    let storage = CheckpointStorage::open_existing(dir.path(), StorageConfig::default()).unwrap();
+    assert_eq!(storage.checkpoint_ids().unwrap(), vec![1], "the failed commit's manifest stayed");
+    let rec = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(rec.report.checkpoint_id, 1);
+    assert!(rec.report.skipped.is_empty(), "{:?}", rec.report.skipped);
+}
+
+/// An `Io` whose data-file renames wait until released: a write that is still running.
+struct GatedIo {
+    entered: std::sync::mpsc::SyncSender<()>,
+    release: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl floe::checkpoint::io::Io for GatedIo {
+    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn floe::checkpoint::io::IoFile>> {
+        floe::checkpoint::io::StdIo.create_new(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        if to.to_string_lossy().contains("/data/") {
+            let _ = self.entered.send(());
+            let _ = self.release.lock().recv();
+        }
+        floe::checkpoint::io::StdIo.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.sync_dir(dir)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.remove_file(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.create_dir_all(path)
+    }
+    fn remove_dir(&self, path: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.remove_dir(path)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<floe::checkpoint::io::DirEntry>> {
+        floe::checkpoint::io::StdIo.list_dir(dir)
+    }
+    fn stat(&self, path: &Path) -> std::io::Result<(floe::checkpoint::io::EntryKind, u64)> {
+        floe::checkpoint::io::StdIo.stat(path)
+    }
+    fn open_read(&self, path: &Path) -> floe::Result<std::fs::File> {
+        floe::checkpoint::io::StdIo.open_read(path)
+    }
+}
+
+#[test]
+fn an_abort_while_the_file_is_written_removes_it_when_the_write_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (entered_tx, entered) = std::sync::mpsc::sync_channel(1);
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let io = Arc::new(GatedIo { entered: entered_tx, release: parking_lot::Mutex::new(release_rx) });
+    let storage = CheckpointStorage::open_with_io(dir.path(), StorageConfig::default(), io).unwrap();
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 100);
+    let id = storage.next_id().unwrap();
+    let pending = cp.snapshot(&mut store, id, Target::Checkpoint).unwrap();
+    // The writer is inside the data file's rename now: the write is running.
+    entered.recv().unwrap();
+    storage.abort(id);
+    release.send(()).unwrap();
+    let err = pending.wait().unwrap_err();
+    assert!(matches!(err, Error::CheckpointId { .. }), "{err}");
+    assert!(files_in(&dir.path().join("data")).is_empty(), "{:?}", files_in(&dir.path().join("data")));
+    drop(cp);
+    drop(storage);
+    let fresh = CheckpointStorage::open_existing(dir.path(), StorageConfig::default()).unwrap();
+    assert!(fresh.orphans().unwrap().ours.is_empty());
+}

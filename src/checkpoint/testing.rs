@@ -77,6 +77,8 @@ pub struct FaultyIo {
     steps: AtomicU64,
     fail_at: u64,
     fault: Fault,
+    /// Fail only step `fail_at` (the disk recovers), instead of it and every later one.
+    once: bool,
     dead: AtomicBool,
     /// Per file (current path): bytes written and bytes known durable.
     files: Mutex<HashMap<PathBuf, (u64, u64)>>,
@@ -95,10 +97,20 @@ pub struct FaultyIo {
 impl FaultyIo {
     /// Fails step `fail_at` with `fault`. `u64::MAX` never fails (for counting steps).
     pub fn new(fail_at: u64, fault: Fault) -> Arc<FaultyIo> {
+        Self::build(fail_at, fault, false)
+    }
+
+    /// Fails only step `fail_at` with `fault`; every other step works (a transient fault).
+    pub fn new_once(fail_at: u64, fault: Fault) -> Arc<FaultyIo> {
+        Self::build(fail_at, fault, true)
+    }
+
+    fn build(fail_at: u64, fault: Fault, once: bool) -> Arc<FaultyIo> {
         Arc::new(FaultyIo {
             steps: AtomicU64::new(0),
             fail_at,
             fault,
+            once,
             dead: AtomicBool::new(false),
             files: Mutex::new(HashMap::new()),
             log: Mutex::new(Vec::new()),
@@ -143,6 +155,9 @@ impl FaultyIo {
         }
         self.log.lock().push((kind, path.to_path_buf()));
         let n = self.steps.fetch_add(1, Ordering::SeqCst);
+        if self.once {
+            return if n == self.fail_at { Err(self.fault) } else { Ok(()) };
+        }
         if n >= self.fail_at {
             self.dead.store(true, Ordering::SeqCst);
             return Err(self.fault);
