@@ -990,3 +990,30 @@ fn an_abort_while_the_file_is_written_removes_it_when_the_write_ends() {
     let fresh = CheckpointStorage::open_existing(dir.path(), StorageConfig::default()).unwrap();
     assert!(fresh.orphans().unwrap().ours.is_empty());
 }
+
+#[test]
+fn a_job_on_a_full_disk_fails_naming_it() {
+    use std::sync::atomic::Ordering;
+    let Some(fs) = Tmpfs::mount("1m") else {
+        eprintln!("no tmpfs can be mounted here: the injected ENOSPC test covers the storage side");
+        return;
+    };
+    let storage = open(&fs.0.path().join("ckpt"));
+    // Fill what is left of the file system (outside the checkpoint directory).
+    let mut filler = std::fs::File::create(fs.0.path().join("filler")).unwrap();
+    let block = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut filler, &block).is_ok() {}
+    drop(filler);
+    let flags =
+        job::Flags { release: Default::default(), fail: Default::default(), completed: Default::default() };
+    flags.release.store(true, Ordering::SeqCst);
+    let mut config = job::base_config(&storage);
+    config.tolerable_failed_checkpoints = 0;
+    config.restart = floe::executor::RestartStrategy { max_attempts: 0, delay: std::time::Duration::ZERO };
+    let err = job::run(&job::graph(3, 0, &flags), &config).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("no space left on the device"), "{msg}");
+    drop(storage);
+    let ro = CheckpointStorage::open_existing(fs.0.path().join("ckpt"), StorageConfig::default()).unwrap();
+    assert!(ro.checkpoint_ids().unwrap().is_empty());
+}
