@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::checkpoint::lock::DirLock;
 use crate::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
 use crate::error::{Error, Result};
 use crate::executor::{
@@ -173,7 +174,10 @@ fn graph(o: &DemoOptions, output: &Path) -> JobGraph<(u64, i64)> {
 
 /// Prepares the demo directory: creates it, or clears a previous demo's data. Anything
 /// else in it is refused and left untouched.
-fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+/// Returns the demo directory's own lock too (its `LOCK`), held for the whole run: a second
+/// demo on the same directory is refused before it clears anything.
+fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf, DirLock)> {
+    use crate::checkpoint::lock::LOCK_FILE;
     let checkpoints = dir.join("checkpoints");
     let output = dir.join("output");
     if dir.exists() {
@@ -183,15 +187,25 @@ fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf)> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         if !entries.is_empty() {
-            let ours = entries.iter().all(|n| n == DEMO_MARKER || n == "checkpoints" || n == "output");
-            if !ours || !dir.join(DEMO_MARKER).is_file() {
+            let ours = entries
+                .iter()
+                .all(|n| n == DEMO_MARKER || n == LOCK_FILE || n == "checkpoints" || n == "output");
+            if !ours {
                 return Err(Error::NotOurs {
                     path: dir.to_path_buf(),
                     why: "it holds something other than a previous floe demo".into(),
                 });
             }
-            // A previous demo's data: ours by the marker, unless a live process (another
-            // demo, a job, compact or gc) holds its checkpoint directory.
+            // A previous demo's data, or another demo starting: the lock tells them apart.
+            let lock = DirLock::acquire(dir)?;
+            if !dir.join(DEMO_MARKER).is_file() && entries.iter().any(|n| n != LOCK_FILE) {
+                return Err(Error::NotOurs {
+                    path: dir.to_path_buf(),
+                    why: "it holds something other than a previous floe demo".into(),
+                });
+            }
+            // Ours by the marker, unless a live process (a job, compact, gc) holds its
+            // checkpoint directory.
             if let Some(holder) = crate::checkpoint::lock::DirLock::held_by(&checkpoints)? {
                 return Err(Error::Locked { path: checkpoints.clone(), holder });
             }
@@ -200,12 +214,14 @@ fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf)> {
                     std::fs::remove_dir_all(d).map_err(|e| Error::io("remove", d, e))?;
                 }
             }
+            return Ok((checkpoints, output, lock));
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create dir", dir, e))?;
+    let lock = DirLock::acquire(dir)?;
     std::fs::write(dir.join(DEMO_MARKER), b"floe demo directory\n")
         .map_err(|e| Error::io("write", dir.join(DEMO_MARKER), e))?;
-    Ok((checkpoints, output))
+    Ok((checkpoints, output, lock))
 }
 
 /// The expected final state, from the generator alone.
@@ -227,7 +243,7 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     if o.records == 0 || o.keys == 0 {
         return Err(Error::InvalidConfig("records and keys must be at least 1".into()));
     }
-    let (checkpoints_dir, output_dir) = prepare(&o.dir)?;
+    let (checkpoints_dir, output_dir, _demo_lock) = prepare(&o.dir)?;
     let storage = CheckpointStorage::open(&checkpoints_dir, StorageConfig::default())?;
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.mode = o.mode;

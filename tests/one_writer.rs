@@ -1017,3 +1017,156 @@ fn a_job_on_a_full_disk_fails_naming_it() {
     let ro = CheckpointStorage::open_existing(fs.0.path().join("ckpt"), StorageConfig::default()).unwrap();
     assert!(ro.checkpoint_ids().unwrap().is_empty());
 }
+
+// ---- Found by the outsider's attack ------------------------------------------------------
+
+#[test]
+fn a_symlinked_savepoint_folder_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(outside.path().join("data")).unwrap();
+    let storage = open(dir.path());
+    let id = storage.next_id().unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join(floe::checkpoint::layout::savepoint_dir(id)))
+        .unwrap();
+    let mut store = store_with(StoreConfig::default());
+    put_round(&mut store, 1, 50);
+    let err = storage.write_state(id, Target::Savepoint, "op", 0, &store.snapshot(), None).unwrap_err();
+    assert!(matches!(&err, Error::NotOurs { why, .. } if why.contains("symbolic link")), "{err}");
+    assert!(files_in(&outside.path().join("data")).is_empty(), "floe wrote outside its directory");
+}
+
+#[test]
+fn ids_run_out_instead_of_repeating_and_a_committed_checkpoint_keeps_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        two_operators(&s);
+    }
+    // A stray file claims the last id.
+    std::fs::write(dir.path().join("data").join(format!("{}-x.full", u64::MAX)), b"").unwrap();
+    let d = dir.path().to_str().unwrap();
+    for _ in 0..2 {
+        let (code, _, err) = tool(&["compact", d]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no checkpoint id is left"), "{err}");
+    }
+    let (code, out, err) = tool(&["verify", d]);
+    assert_eq!(code, 0, "the committed checkpoint lost files: {out}{err}");
+}
+
+#[test]
+fn a_commit_that_leaves_a_key_group_gap_or_overlap_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open(dir.path());
+    let half = StoreConfig { max_parallelism: 128, key_groups: KeyGroupRange::new(0, 64).unwrap() };
+    let mut store = store_with(half);
+    let h = storage.write_state(1, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
+    let err = storage.commit(1, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap_err();
+    assert!(matches!(&err, Error::CheckpointId { why, .. } if why.contains("0..64 of 0..128")), "{err}");
+    let mut whole = store_with(StoreConfig::default());
+    put_round(&mut whole, 2, 50);
+    let h = storage.write_state(2, Target::Checkpoint, "op", 0, &whole.snapshot(), None).unwrap();
+    let err = storage
+        .commit(2, Target::Checkpoint, vec![h.clone(), h], BTreeMap::new(), BTreeMap::new())
+        .unwrap_err();
+    assert!(matches!(&err, Error::CheckpointId { why, .. } if why.contains("overlapping")), "{err}");
+    assert!(storage.checkpoint_ids().unwrap().is_empty());
+}
+
+#[test]
+fn two_writers_racing_on_a_new_directory_meet_at_the_lock() {
+    for round in 0..20 {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("new");
+        let gate = Arc::new(std::sync::Barrier::new(2));
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let (dir, gate) = (dir.clone(), Arc::clone(&gate));
+                std::thread::spawn(move || {
+                    gate.wait();
+                    CheckpointStorage::open(&dir, StorageConfig::default())
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        assert!(won >= 1, "round {round}: nobody opened it: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(matches!(e, Error::Locked { .. }), "round {round}: the loser got {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn retention_leaves_entries_that_are_not_regular_manifests_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage =
+        CheckpointStorage::open(dir.path(), StorageConfig { num_retained: 1, ..Default::default() }).unwrap();
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let victim = tempfile::NamedTempFile::new().unwrap();
+    let link = dir.path().join(floe::checkpoint::layout::manifest_name(1000));
+    std::os::unix::fs::symlink(victim.path(), &link).unwrap();
+    let sub = dir.path().join(floe::checkpoint::layout::manifest_name(1001));
+    std::fs::create_dir(&sub).unwrap();
+    for _ in 0..3 {
+        let id = storage.next_id().unwrap();
+        put_round(&mut store, id, 50);
+        checkpoint(&storage, &mut cp, &mut store, id);
+    }
+    assert!(link.is_symlink() && sub.is_dir() && victim.path().exists());
+    assert!(storage.take_cleanup_errors().iter().all(|e| !e.contains("Is a directory")));
+    let regular: Vec<String> = files_in(dir.path())
+        .into_iter()
+        .filter(|n| n.ends_with(".manifest") && !n.contains("0000100"))
+        .collect();
+    assert_eq!(regular.len(), 1, "retention did not remove old manifests: {regular:?}");
+}
+
+#[test]
+fn readers_refuse_a_symlinked_data_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        two_operators(&s);
+    }
+    let moved = tempfile::tempdir().unwrap();
+    let target = moved.path().join("data");
+    std::fs::rename(dir.path().join("data"), &target).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("data")).unwrap();
+    for cmd in ["inspect", "verify", "dump"] {
+        let (code, _, err) = tool(&[cmd, dir.path().to_str().unwrap()]);
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert!(err.contains("symbolic link"), "{cmd}: {err}");
+    }
+}
+
+#[test]
+fn a_hard_linked_lock_is_refused_and_its_other_name_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    let victim = tempfile::NamedTempFile::new_in(dir.path().parent().unwrap()).unwrap();
+    std::fs::write(victim.path(), b"precious").unwrap();
+    std::fs::remove_file(dir.path().join("LOCK")).unwrap();
+    std::fs::hard_link(victim.path(), dir.path().join("LOCK")).unwrap();
+    let err = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap_err();
+    assert!(matches!(&err, Error::NotOurs { why, .. } if why.contains("hard links")), "{err}");
+    assert_eq!(std::fs::read(victim.path()).unwrap(), b"precious");
+}
+
+#[test]
+fn a_directory_left_by_a_writer_that_died_before_its_marker_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("LOCK"), b"pid 1 on host gone since then\n").unwrap();
+    std::fs::write(dir.path().join("tmp-00000000000000000000-FLOE"), b"floe check").unwrap();
+    let storage = open(dir.path());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("FLOE")).unwrap(),
+        "floe checkpoint directory\nformat 1\n"
+    );
+    assert!(!dir.path().join("tmp-00000000000000000000-FLOE").exists());
+    drop(storage);
+}

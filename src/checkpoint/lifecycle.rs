@@ -42,8 +42,8 @@ pub(crate) enum AfterWrite {
 /// Ids of one directory, as one writing handle sees them.
 #[derive(Debug)]
 pub(crate) struct IdBook {
-    /// The lowest id that may still be begun.
-    next: u64,
+    /// The lowest id that may still be begun (`u64::MAX + 1`: none is left).
+    next: u128,
     /// The newest committed id (checkpoint or savepoint); 0 if none.
     newest_committed: u64,
     /// Ids begun or aborted and above `newest_committed` (or with writers still running).
@@ -54,15 +54,19 @@ impl IdBook {
     /// A book for a directory whose highest used id is `max_used` and whose newest
     /// committed id is `newest_committed`.
     pub fn new(max_used: u64, newest_committed: u64) -> Self {
-        IdBook { next: max_used.saturating_add(1).max(1), newest_committed, live: BTreeMap::new() }
+        let next = (u128::from(max_used) + 1).max(u128::from(newest_committed) + 1);
+        IdBook { next, newest_committed, live: BTreeMap::new() }
     }
 
-    /// Hands out the next id, begun.
-    pub fn reserve(&mut self) -> u64 {
-        let id = self.next;
-        self.next = self.next.saturating_add(1);
+    /// Hands out the next id, begun; an error once every id up to `u64::MAX` was used.
+    pub fn reserve(&mut self) -> Result<u64> {
+        let id = u64::try_from(self.next).map_err(|_| Error::CheckpointId {
+            id: u64::MAX,
+            why: "no checkpoint id is left: this directory already used u64::MAX".into(),
+        })?;
+        self.next += 1;
         self.live.insert(id, Entry { life: Life::Begun, writers: 0 });
-        id
+        Ok(id)
     }
 
     /// Begins `id` (again: begun ids are fine), or says why it cannot be used.
@@ -81,7 +85,7 @@ impl IdBook {
                 why: format!("at or below the newest committed checkpoint {}", self.newest_committed),
             });
         }
-        if id < self.next {
+        if u128::from(id) < self.next {
             return Err(Error::CheckpointId {
                 id,
                 why: format!(
@@ -90,7 +94,7 @@ impl IdBook {
                 ),
             });
         }
-        self.next = id.saturating_add(1);
+        self.next = u128::from(id) + 1;
         self.live.insert(id, Entry { life: Life::Begun, writers: 0 });
         Ok(())
     }
@@ -129,7 +133,7 @@ impl IdBook {
     pub fn committed(&mut self, id: u64) {
         debug_assert!(id > self.newest_committed, "committed ids only go up");
         self.newest_committed = self.newest_committed.max(id);
-        self.next = self.next.max(id.saturating_add(1));
+        self.next = self.next.max(u128::from(id) + 1);
         self.live.remove(&id);
         for e in self.live.range_mut(..id).map(|(_, e)| e) {
             e.life = Life::Aborted;
@@ -146,7 +150,7 @@ impl IdBook {
         }
         let e = self.live.entry(id).or_insert(Entry { life: Life::Aborted, writers: 0 });
         e.life = Life::Aborted;
-        self.next = self.next.max(id.saturating_add(1));
+        self.next = self.next.max(u128::from(id) + 1);
         e.writers == 0
     }
 
@@ -156,14 +160,9 @@ impl IdBook {
         self.live.get(&id).is_some_and(|e| e.life == Life::Begun || e.writers > 0)
     }
 
-    /// Whether `id` is aborted.
-    pub fn is_aborted(&self, id: u64) -> bool {
-        self.live.get(&id).is_some_and(|e| e.life == Life::Aborted)
-    }
-
     /// The highest id used (0: none).
     pub fn max_used(&self) -> u64 {
-        self.next.saturating_sub(1)
+        u64::try_from(self.next.saturating_sub(1)).unwrap_or(u64::MAX)
     }
 }
 
@@ -183,7 +182,7 @@ mod tests {
         let mut b = IdBook::new(4, 4);
         assert!(b.begin(3).is_err(), "below the newest committed");
         assert!(b.begin(4).is_err());
-        assert_eq!(b.reserve(), 5);
+        assert_eq!(b.reserve().unwrap(), 5);
         b.begin(7).unwrap();
         assert!(b.begin(6).is_err(), "7 was used, 6 is behind it");
         b.writer_start(7).unwrap();
@@ -196,13 +195,23 @@ mod tests {
         b.committed(5);
         assert!(b.check_commit(5).is_err(), "a second commit of the same id");
         assert!(b.begin(7).is_err());
-        assert_eq!(b.reserve(), 8);
+        assert_eq!(b.reserve().unwrap(), 8);
+    }
+
+    #[test]
+    fn ids_run_out_instead_of_repeating() {
+        let mut b = IdBook::new(u64::MAX - 1, 0);
+        assert_eq!(b.reserve().unwrap(), u64::MAX);
+        b.committed(u64::MAX);
+        assert!(b.reserve().is_err());
+        assert!(b.begin(u64::MAX).is_err());
+        assert!(!b.abort(u64::MAX), "a committed id is settled: its files must stay");
     }
 
     #[test]
     fn a_commit_aborts_every_lower_id() {
         let mut b = IdBook::new(0, 0);
-        let (x, y) = (b.reserve(), b.reserve());
+        let (x, y) = (b.reserve().unwrap(), b.reserve().unwrap());
         b.writer_start(x).unwrap();
         b.committed(y);
         assert!(b.check_commit(x).is_err());

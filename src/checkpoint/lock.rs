@@ -29,7 +29,17 @@ impl DirLock {
     pub fn acquire(root: &Path) -> Result<DirLock> {
         let path = root.join(LOCK_FILE);
         let mut file = open_lock_file(&path)?;
-        match try_lock(&file) {
+        // A reader's probe (`held_by`) holds a shared lock for a moment: try a few times
+        // over ~50 ms before saying that another writer holds it.
+        let mut got = try_lock(&file);
+        for _ in 0..50 {
+            if !matches!(got, Ok(false)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            got = try_lock(&file);
+        }
+        match got {
             Ok(true) => {}
             Ok(false) => {
                 let mut holder = String::new();
@@ -58,8 +68,10 @@ impl DirLock {
             Ok(_) => {}
         }
         let mut file = crate::fsutil::open_regular(&path)?;
-        // Taking it and letting it go at once (the file closes); a held lock fails at once.
-        if try_lock(&file).map_err(|e| Error::io("lock", &path, e))? {
+        // A shared lock, taken and let go at once (the file closes): it fails at once while a
+        // writer holds the exclusive one, never conflicts with other readers, and a writer
+        // starting meanwhile retries (`acquire`).
+        if try_lock_shared(&file).map_err(|e| Error::io("lock", &path, e))? {
             return Ok(None);
         }
         let mut holder = String::new();
@@ -97,21 +109,52 @@ fn open_lock_file(path: &Path) -> Result<File> {
         .truncate(false)
         .custom_flags(crate::fsutil::NO_FOLLOW | crate::fsutil::NON_BLOCK)
         .open(path)
-        .map_err(|e| Error::io("open", path, e))?;
+        .map_err(|e| {
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                Error::NotOurs {
+                    path: dir_of(path),
+                    why: "its LOCK is a symbolic link; floe never follows one".into(),
+                }
+            } else {
+                Error::io("open", path, e)
+            }
+        })?;
     let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
     if !meta.is_file() {
         return Err(Error::NotOurs {
-            path: path.to_path_buf(),
-            why: "the LOCK is not a regular file".into(),
+            path: dir_of(path),
+            why: format!("its LOCK is {}, not a regular file", crate::fsutil::kind_name(meta.file_type())),
+        });
+    }
+    // The holder line is written into the file: never into one that has other names (a
+    // hard link to a file elsewhere).
+    if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return Err(Error::NotOurs {
+            path: dir_of(path),
+            why: "its LOCK has other hard links; floe writes only into files it alone names".into(),
         });
     }
     Ok(file)
+}
+
+fn dir_of(lock: &Path) -> PathBuf {
+    lock.parent().map_or_else(|| lock.to_path_buf(), Path::to_path_buf)
 }
 
 /// `Ok(false)` when another open file description holds the lock.
 fn try_lock(file: &File) -> std::io::Result<bool> {
     use rustix::fs::{FlockOperation, flock};
     match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `Ok(false)` while a writer holds the exclusive lock.
+fn try_lock_shared(file: &File) -> std::io::Result<bool> {
+    use rustix::fs::{FlockOperation, flock};
+    match flock(file, FlockOperation::NonBlockingLockShared) {
         Ok(()) => Ok(true),
         Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
         Err(e) => Err(e.into()),

@@ -515,13 +515,25 @@ impl CheckpointStorage {
     }
 }
 
-/// Every operator's instances cover its key groups `0..max_parallelism` exactly once (the
-/// spec: a gap or an overlap is corruption).
+/// Every operator's instances in `m` cover its key groups `0..max_parallelism` exactly
+/// once (the spec: a gap or an overlap is corruption).
 pub fn check_coverage(dir: &Path, m: &Manifest) -> Result<()> {
+    let path = dir.join(super::layout::manifest_name(m.checkpoint_id));
+    check_operator_coverage(&path, m.checkpoint_id, m.max_parallelism, &m.operators)
+}
+
+/// [`check_coverage`] of operator entries before they are in a manifest; errors name `path`.
+pub(crate) fn check_operator_coverage(
+    path: &Path,
+    checkpoint_id: u64,
+    max_parallelism: u32,
+    operators: &[OperatorState],
+) -> Result<()> {
     let mut by_op: std::collections::BTreeMap<&str, Vec<(u32, u32)>> = std::collections::BTreeMap::new();
-    for o in &m.operators {
+    for o in operators {
         by_op.entry(o.operator.as_str()).or_default().push((o.key_groups.start, o.key_groups.end));
     }
+    let at = crate::format::MANIFEST_HEADER_LEN as u64;
     for (op, mut ranges) in by_op {
         ranges.sort_unstable();
         let mut next = 0u32;
@@ -529,24 +541,22 @@ pub fn check_coverage(dir: &Path, m: &Manifest) -> Result<()> {
             if start != next {
                 let what = if start < next { "overlapping instances" } else { "a gap" };
                 return Err(Error::corrupt(
-                    dir.join(super::layout::manifest_name(m.checkpoint_id)),
-                    crate::format::MANIFEST_HEADER_LEN as u64,
+                    path,
+                    at,
                     format!(
-                        "checkpoint {}: operator {op:?} has {what} at key group {}",
-                        m.checkpoint_id,
+                        "checkpoint {checkpoint_id}: operator {op:?} has {what} at key group {}",
                         start.min(next)
                     ),
                 ));
             }
             next = end;
         }
-        if next != m.max_parallelism {
+        if next != max_parallelism {
             return Err(Error::corrupt(
-                dir.join(super::layout::manifest_name(m.checkpoint_id)),
-                crate::format::MANIFEST_HEADER_LEN as u64,
+                path,
+                at,
                 format!(
-                    "checkpoint {}: operator {op:?} covers key groups 0..{next} of 0..{}",
-                    m.checkpoint_id, m.max_parallelism
+                    "checkpoint {checkpoint_id}: operator {op:?} covers key groups 0..{next} of 0..{max_parallelism}"
                 ),
             ));
         }

@@ -76,7 +76,18 @@ impl CheckpointStorage {
     pub(crate) fn retain_inner(&self, defer: bool) -> Result<CleanupReport> {
         self.writer("retain")?;
         let mut report = CleanupReport::default();
-        let ids = self.checkpoint_ids()?;
+        // Only regular files named like manifests take part: a link, FIFO or directory of
+        // that name is foreign, never removed, and holds nothing up.
+        let ids: Vec<u64> = self
+            .io
+            .list_dir(&self.root)
+            .map_err(|e| Error::io("read dir", &self.root, e))?
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .filter_map(|e| layout::parse_manifest_name(&e.name))
+            .collect();
+        let mut ids = ids;
+        ids.sort_unstable();
         let keep_from = ids.len().saturating_sub(self.config().num_retained);
         for &id in &ids[..keep_from] {
             let p = self.manifest_path(id);
@@ -130,6 +141,8 @@ impl CheckpointStorage {
         let ids = self.checkpoint_ids()?;
         let mut referenced = BTreeSet::new();
         for &id in &ids {
+            // A manifest name that is not a regular file (a link, FIFO, directory) makes
+            // this fail like a damaged manifest: nothing can be proven unreferenced.
             let m = self.read_manifest(id)?;
             referenced.extend(m.files.into_iter().map(|f| f.path));
         }
@@ -160,7 +173,10 @@ impl CheckpointStorage {
                 DATA_DIR | SAVEPOINT_DIR if e.kind == EntryKind::Dir => continue,
                 _ => {}
             }
-            if layout::parse_manifest_name(&e.name).is_some() && e.kind == EntryKind::File {
+            if layout::parse_manifest_name(&e.name).is_some() {
+                if e.kind != EntryKind::File {
+                    out.foreign.push(path);
+                }
                 continue;
             }
             match layout::parse_tmp_name(&e.name) {

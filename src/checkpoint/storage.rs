@@ -151,32 +151,42 @@ impl CheckpointStorage {
             }
             Err(e) => return Err(Error::io("stat", &root, e)),
         };
+        let tmp_marker = format!("{}{:020}-{MARKER}", super::publish::TMP_PREFIX, 0);
+        // Empty, or holding only what a writer that is starting (or died before its marker)
+        // leaves: the LOCK and the marker's temp file. Checked before the lock is taken, so
+        // nothing is ever written into a foreign directory...
+        let only_starting = |io: &dyn Io| -> Result<bool> {
+            let entries = io.list_dir(&root).map_err(|e| Error::io("read dir", &root, e))?;
+            Ok(entries.iter().all(|e| e.name == LOCK_FILE || e.name == tmp_marker))
+        };
+        if ours.is_none() && !only_starting(&*io)? && read_marker(&root)?.is_none() {
+            return Err(Error::NotOurs { path: root, why: "it is not empty and has no FLOE marker".into() });
+        }
+        // ...and again after: two writers racing on a new directory meet at the lock, and
+        // the loser is told who holds it (not that the winner's fresh files are foreign).
+        let lock = DirLock::acquire(&root)?;
+        let ours = read_marker(&root)?;
         match ours {
             Some(true) => {}
             Some(false) => {
                 return Err(Error::NotOurs { path: root, why: "its FLOE marker is not floe's".into() });
             }
             None => {
-                // Empty, or holding only the LOCK of an attempt that died before the marker.
-                let others = io
-                    .list_dir(&root)
-                    .map_err(|e| Error::io("read dir", &root, e))?
-                    .into_iter()
-                    .any(|e| e.name != LOCK_FILE);
-                if others {
+                if !only_starting(&*io)? {
                     return Err(Error::NotOurs {
                         path: root,
                         why: "it is not empty and has no FLOE marker".into(),
                     });
                 }
+                if matches!(io.stat(&root.join(&tmp_marker)), Ok((EntryKind::File, _))) {
+                    let t = root.join(&tmp_marker);
+                    io.remove_file(&t).map_err(|e| Error::io("remove", &t, e))?;
+                }
+                let marker = root.join(MARKER);
+                publish(&*io, &root, MARKER, 0, WriteOptions::SMALL, |w, _| {
+                    w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
+                })?;
             }
-        }
-        let lock = DirLock::acquire(&root)?;
-        if ours.is_none() {
-            let marker = root.join(MARKER);
-            publish(&*io, &root, MARKER, 0, WriteOptions::SMALL, |w, _| {
-                w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
-            })?;
         }
         for d in [DATA_DIR, SAVEPOINT_DIR] {
             ensure_dir(&*io, &root, &root.join(d))?;
@@ -227,6 +237,21 @@ impl CheckpointStorage {
                 return Err(Error::NotFound(format!("checkpoint directory {}", root.display())));
             }
             Err(e) => return Err(Error::io("stat", root, e)),
+        }
+        for d in [DATA_DIR, SAVEPOINT_DIR] {
+            let p = root.join(d);
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if !m.file_type().is_dir() => {
+                    return Err(Error::NotOurs {
+                        path: p,
+                        why: format!(
+                            "it is {}, where floe expects a real directory (links are never followed)",
+                            crate::fsutil::kind_name(m.file_type())
+                        ),
+                    });
+                }
+                _ => {}
+            }
         }
         match read_marker(root)? {
             Some(true) => Ok(()),
@@ -285,7 +310,7 @@ impl CheckpointStorage {
 
     /// Hands out the next checkpoint id (above every id this directory ever used), begun.
     pub fn next_id(&self) -> Result<u64> {
-        Ok(self.writer("next_id")?.book.lock().reserve())
+        self.writer("next_id")?.book.lock().reserve()
     }
 
     /// Marks a checkpoint as being written (its files are not orphans meanwhile). Ids only
@@ -293,11 +318,6 @@ impl CheckpointStorage {
     /// [`Error::CheckpointId`].
     pub fn begin(&self, checkpoint_id: u64) -> Result<()> {
         self.writer("begin")?.book.lock().begin(checkpoint_id)
-    }
-
-    /// Whether `checkpoint_id` was aborted in this handle.
-    pub fn is_aborted(&self, checkpoint_id: u64) -> bool {
-        self.writer.as_ref().is_some_and(|w| w.book.lock().is_aborted(checkpoint_id))
     }
 
     /// Cleanup failures (retention, background unlinks, removal of an aborted
@@ -493,10 +513,13 @@ impl CheckpointStorage {
                 )));
             }
             if h.files.last().is_none_or(|f| f.created_by != checkpoint_id) {
-                return Err(Error::InvalidConfig(format!(
-                    "checkpoint {checkpoint_id}: the state handle of {}[{}] was written for another checkpoint",
-                    h.operator.operator, h.operator.subtask
-                )));
+                return Err(Error::CheckpointId {
+                    id: checkpoint_id,
+                    why: format!(
+                        "the state handle of {}[{}] was written for another checkpoint",
+                        h.operator.operator, h.operator.subtask
+                    ),
+                });
             }
             incremental |= h.files.len() > 1;
             base = base.min(h.files.first().map_or(checkpoint_id, |f| f.created_by));
@@ -517,8 +540,9 @@ impl CheckpointStorage {
             let there = matches!(self.io.stat(&path), Ok((EntryKind::File, len)) if len == f.size);
             if self.deleter.is_pending(&path) || !there {
                 return Err(Error::NotFound(format!(
-                    "{} for checkpoint {checkpoint_id}: retention removed it (the chain's parent is \
-                     no longer retained)",
+                    "{} for checkpoint {checkpoint_id}: not there with the size its handle says (retention \
+                     removed it when the chain's parent was no longer retained, or the handle was written \
+                     for another target)",
                     path.display()
                 )));
             }
@@ -528,6 +552,16 @@ impl CheckpointStorage {
             Target::Checkpoint if incremental => ManifestKind::Incremental,
             Target::Checkpoint => ManifestKind::Full,
         };
+        // Recovery treats a gap or an overlap in an operator's key groups as corruption:
+        // such a checkpoint is refused here instead of committed unrecoverable.
+        let maxp = max_parallelism.unwrap_or(crate::state::keygroup::DEFAULT_MAX_PARALLELISM);
+        let at = dir.join(layout::manifest_name(checkpoint_id));
+        super::recovery::check_operator_coverage(&at, checkpoint_id, maxp, &operators).map_err(|e| {
+            Error::CheckpointId {
+                id: checkpoint_id,
+                why: format!("its state handles do not cover each operator's key groups exactly once: {e}"),
+            }
+        })?;
         let created_by: BTreeMap<&str, u64> = files.iter().map(|f| (f.path.as_str(), f.created_by)).collect();
         let parent = operators
             .iter()
@@ -668,37 +702,39 @@ fn validate(config: &StorageConfig) -> Result<()> {
 /// is missing and fsyncs the parent of every directory it created. A link or a file where a
 /// directory belongs is refused.
 pub(crate) fn ensure_dir(io: &dyn Io, root: &Path, dir: &Path) -> Result<()> {
+    // Every component below the root, top down: an existing one must be a real directory
+    // (`stat` does not follow a link in the last component, so each level is checked on
+    // its own; a link higher up would otherwise be followed silently).
+    let rel = dir.strip_prefix(root).unwrap_or(Path::new(""));
+    let mut p = root.to_path_buf();
     let mut missing = Vec::new();
-    let mut p = dir;
-    loop {
-        match io.stat(p) {
-            Ok((EntryKind::Dir, _)) => break,
+    for c in rel.components() {
+        p.push(c);
+        if !missing.is_empty() {
+            missing.push(p.clone());
+            continue;
+        }
+        match io.stat(&p) {
+            Ok((EntryKind::Dir, _)) => {}
             Ok((kind, _)) => {
                 let what = match kind {
                     EntryKind::Other(w) => w,
                     _ => "a regular file",
                 };
                 return Err(Error::NotOurs {
-                    path: p.to_path_buf(),
+                    path: p.clone(),
                     why: format!("it is {what}, where floe expects a real directory"),
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(p.to_path_buf()),
-            Err(e) => return Err(Error::io("stat", p, e)),
-        }
-        if p == root {
-            break;
-        }
-        match p.parent() {
-            Some(q) if q.starts_with(root) => p = q,
-            _ => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(p.clone()),
+            Err(e) => return Err(Error::io("stat", &p, e)),
         }
     }
     if missing.is_empty() {
         return Ok(());
     }
     io.create_dir_all(dir).map_err(|e| Error::io("create dir", dir, e))?;
-    // Deepest first: each new directory's entry is durable in its parent.
+    // Each new directory's entry is durable in its parent.
     for d in &missing {
         sync_parent(io, d)?;
     }

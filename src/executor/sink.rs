@@ -33,9 +33,33 @@ fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync dir", dir, e))
 }
 
+/// Creates the output directory (and its parents) with durable entries: each directory
+/// created is fsynced in its parent, so a power cut cannot lose the folder of published
+/// part files.
+fn create_output_dir(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut p = Some(dir);
+    while let Some(d) = p {
+        if d.as_os_str().is_empty() || d.exists() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        p = d.parent();
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create dir", dir, e))?;
+    for d in missing {
+        let parent = match d.parent() {
+            Some(q) if !q.as_os_str().is_empty() => q.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        sync_dir(&parent)?;
+    }
+    Ok(())
+}
+
 impl FileSink {
     pub fn open(config: &SinkConfig, subtask: u32) -> Result<FileSink> {
-        std::fs::create_dir_all(&config.dir).map_err(|e| Error::io("create dir", &config.dir, e))?;
+        create_output_dir(&config.dir)?;
         Ok(FileSink { config: config.clone(), subtask, out: None })
     }
 
@@ -116,7 +140,7 @@ fn publish_pending(dir: &Path, completed: u64, subtask: Option<u32>) -> Result<(
 /// checkpoint's completion would have published, and discards staged and pending output of
 /// later, never-completed checkpoints.
 pub(crate) fn recover_sink(config: &SinkConfig, completed: u64) -> Result<()> {
-    std::fs::create_dir_all(&config.dir).map_err(|e| Error::io("create dir", &config.dir, e))?;
+    create_output_dir(&config.dir)?;
     if !config.exactly_once {
         return Ok(());
     }
