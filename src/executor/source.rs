@@ -14,6 +14,69 @@ pub trait Source<T>: Send {
     fn position(&self) -> Vec<u8>;
     /// Continues from a position returned by `position`.
     fn seek(&mut self, position: &[u8]) -> Result<()>;
+    /// Whether `next_record` may be called now. A source that is not ready is asked again
+    /// after each message its task receives (a checkpoint trigger or completion) and at
+    /// least every 20 ms; it still takes part in checkpoints meanwhile.
+    fn ready(&self) -> bool {
+        true
+    }
+    /// Checkpoint `checkpoint_id` completed (Flink's `notifyCheckpointComplete`).
+    fn checkpoint_complete(&mut self, checkpoint_id: u64) {
+        let _ = checkpoint_id;
+    }
+}
+
+/// Paces a source by checkpoints instead of by the clock: at most `records_per_checkpoint`
+/// records before the first checkpoint of the attempt completes, and as many more after
+/// each completed checkpoint. A source of `n` records thus cannot finish before
+/// `ceil(n / records_per_checkpoint) - 1` checkpoints completed, however fast or slow the
+/// machine is: what tests need to make "a checkpoint happened before record k" an event
+/// instead of a hope.
+///
+/// It only waits: a job whose checkpoints never complete (periodic checkpoints off, or
+/// every one failing) stalls its sources until it fails or is told to stop.
+pub struct CheckpointPaced<S> {
+    inner: S,
+    per_checkpoint: u64,
+    /// Records returned since the attempt started (or since the last `seek`).
+    emitted: u64,
+    /// Checkpoints heard complete since then.
+    completed: u64,
+}
+
+impl<S> CheckpointPaced<S> {
+    /// Wraps `inner`; `records_per_checkpoint` is raised to at least 1.
+    pub fn new(inner: S, records_per_checkpoint: u64) -> Self {
+        CheckpointPaced { inner, per_checkpoint: records_per_checkpoint.max(1), emitted: 0, completed: 0 }
+    }
+}
+
+impl<T, S: Source<T>> Source<T> for CheckpointPaced<S> {
+    /// The next record, whether or not the source is `ready` (the wrapper only advises).
+    fn next_record(&mut self) -> Result<Option<T>> {
+        let r = self.inner.next_record()?;
+        if r.is_some() {
+            self.emitted += 1;
+        }
+        Ok(r)
+    }
+    fn position(&self) -> Vec<u8> {
+        self.inner.position()
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        self.inner.seek(position)?;
+        self.emitted = 0;
+        self.completed = 0;
+        Ok(())
+    }
+    fn ready(&self) -> bool {
+        self.inner.ready()
+            && self.emitted < self.per_checkpoint.saturating_mul(self.completed.saturating_add(1))
+    }
+    fn checkpoint_complete(&mut self, checkpoint_id: u64) {
+        self.completed += 1;
+        self.inner.checkpoint_complete(checkpoint_id);
+    }
 }
 
 fn pos_u64(position: &[u8], what: &str) -> Result<u64> {
@@ -207,5 +270,28 @@ mod tests {
         let lines: Vec<String> = std::iter::from_fn(|| f.next_record().unwrap()).collect();
         assert_eq!(lines, ["alpha", "beta", "", "gamma", "delta without newline"]);
         assert!(f.seek(&[1, 2, 3]).is_err(), "a position of the wrong size is an error");
+    }
+
+    #[test]
+    fn checkpoint_paced_sources_wait_for_completed_checkpoints() {
+        let mut s = CheckpointPaced::new(GeneratorSource::new(1, 10, 10), 4);
+        let mut read = |s: &mut CheckpointPaced<GeneratorSource>| {
+            let mut n = 0;
+            while s.ready() && s.next_record().unwrap().is_some() {
+                n += 1;
+            }
+            n
+        };
+        assert_eq!(read(&mut s), 4, "before any checkpoint completed");
+        assert!(!s.ready());
+        s.checkpoint_complete(7);
+        assert_eq!(read(&mut s), 4);
+        s.checkpoint_complete(8);
+        assert_eq!(read(&mut s), 2, "the end of the input");
+        assert_eq!(s.position(), 10u64.to_le_bytes());
+        // A restored attempt starts a fresh budget at its position.
+        s.seek(&3u64.to_le_bytes()).unwrap();
+        assert_eq!(read(&mut s), 4);
+        assert_eq!(s.position(), 7u64.to_le_bytes());
     }
 }

@@ -247,9 +247,10 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
         if spec.cancel.load(Ordering::SeqCst) {
             return Ok(());
         }
-        // Control first: barriers go between records.
+        // Control first: barriers go between records. A source that is done or not ready
+        // (waiting for a checkpoint to complete) waits for the next message.
         loop {
-            let msg = if done {
+            let msg = if done || !source.ready() {
                 match spec.control.recv_timeout(Duration::from_millis(20)) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => break,
@@ -278,11 +279,14 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                     let _ = spec.report.send(Report::Ack(Box::new(ack)));
                 }
                 Control::Stop => return Ok(()),
-                Control::Complete(_) => events.completed(&spec)?,
+                Control::Complete(id) => {
+                    source.checkpoint_complete(id);
+                    events.completed(&spec)?;
+                }
                 Control::Abort(_) => {}
             }
         }
-        if done {
+        if done || !source.ready() {
             continue;
         }
         match source.next_record()? {
