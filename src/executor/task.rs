@@ -250,7 +250,7 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
         // Control first: barriers go between records. A source that is done or not ready
         // (waiting for a checkpoint to complete) waits for the next message.
         loop {
-            let msg = if done || !source.ready() {
+            let msg = if done || !source.ready()? {
                 match spec.control.recv_timeout(Duration::from_millis(20)) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => break,
@@ -286,7 +286,7 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                 Control::Abort(_) => {}
             }
         }
-        if done || !source.ready() {
+        if done || !source.ready()? {
             continue;
         }
         match source.next_record()? {
