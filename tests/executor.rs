@@ -102,7 +102,9 @@ fn run_job(graph: &JobGraph<Rec>, config: &JobConfig) -> floe::Result<JobResult>
     let (done, watched) = mpsc::channel::<()>();
     let dog = std::thread::spawn(move || {
         if let Err(RecvTimeoutError::Timeout) = watched.recv_timeout(Duration::from_secs(300)) {
-            eprintln!("a job did not end within 300 s: stalled");
+            // Straight to stderr: the test harness would swallow a captured `eprintln!`.
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(b"a job did not end within 300 s: stalled\n");
             std::process::exit(101);
         }
     });
