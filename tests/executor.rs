@@ -114,6 +114,20 @@ fn run_job(graph: &JobGraph<Rec>, config: &JobConfig) -> floe::Result<JobResult>
     r
 }
 
+/// The error of a job that must fail; a job that ended fine names what it did instead.
+fn must_fail(r: floe::Result<JobResult>) -> floe::Error {
+    match r {
+        Err(e) => e,
+        Ok(r) => {
+            let completed = r.checkpoints.iter().filter(|c| c.status == "completed").count();
+            panic!(
+                "the job ended without failing: {completed} checkpoints completed, {} restarts, failures {:?}",
+                r.restarts, r.failures
+            )
+        }
+    }
+}
+
 /// The source positions recorded in checkpoint or savepoint manifest `path`.
 fn source_positions(path: &Path) -> BTreeMap<String, u64> {
     let m = floe::checkpoint::read_manifest_file(path).unwrap();
@@ -316,7 +330,7 @@ fn restore_with_another_parallelism_gives_the_same_result() {
     config.restart = RestartStrategy { max_attempts: 0, delay: Duration::ZERO };
     let at = FailAt::AfterCheckpoint { completed: 2, records: 0 };
     config.failures = vec![InjectedFailure { operator: "sum".into(), subtask: 1, at, panic: false }];
-    let err = run_job(&graph(seed, &sink, true, 2, 30_000.0, PACE), &config).unwrap_err();
+    let err = must_fail(run_job(&graph(seed, &sink, true, 2, 30_000.0, PACE), &config));
     assert!(err.to_string().contains(&format!("injected failure: sum[1] at {at:?}")), "{err}");
     let (latest, _) = storage.latest_manifest().unwrap().unwrap();
     assert!(latest.checkpoint_id >= 2, "the failure came before checkpoint 2: {}", latest.checkpoint_id);
@@ -359,7 +373,7 @@ fn savepoint_on_demand_and_start_from_it() {
     let at = FailAt::AfterCheckpoint { completed: 1, records: 0 };
     config.failures = vec![InjectedFailure { operator: "sum".into(), subtask: 0, at, panic: false }];
     tx.send(floe::executor::JobCommand::Savepoint).unwrap();
-    let err = run_job(&graph(seed, &sink, true, 2, 30_000.0, pace), &config).unwrap_err();
+    let err = must_fail(run_job(&graph(seed, &sink, true, 2, 30_000.0, pace), &config));
     assert!(err.to_string().contains(&format!("injected failure: sum[0] at {at:?}")), "{err}");
     let sp = storage.savepoint_ids().unwrap();
     assert_eq!(sp.len(), 1, "one savepoint");
@@ -399,7 +413,7 @@ fn checkpoints_that_time_out_are_aborted_and_fail_the_job_past_the_tolerance() {
     }));
     // No checkpoint completes, so the paced sources stop after `PACE` records and cannot
     // end the job before three checkpoints timed out, however slowly they run.
-    let err = run_job(&graph(3, &dir.path().join("out"), true, 2, 5_000.0, PACE), &config).unwrap_err();
+    let err = must_fail(run_job(&graph(3, &dir.path().join("out"), true, 2, 5_000.0, PACE), &config));
     assert!(err.to_string().contains("checkpoints failed in a row"), "{err}");
     assert_eq!(
         aborted.load(std::sync::atomic::Ordering::SeqCst),
