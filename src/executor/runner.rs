@@ -47,7 +47,7 @@ pub enum FailAt {
     /// checkpoints completed in the attempt (savepoints included), it fails after handling
     /// (sources: emitting) `records` more records; `records: 0` fails on hearing it.
     AfterCheckpoint {
-        /// Completed checkpoints to hear first (at least 1).
+        /// Completed checkpoints to hear first (0: counts records from the attempt's start).
         completed: u64,
         /// Records to handle after that.
         records: u64,
