@@ -18,8 +18,8 @@ use crate::checkpoint::lock::DirLock;
 use crate::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
 use crate::error::{Error, Result};
 use crate::executor::{
-    FailAt, GeneratorSource, InjectedFailure, JobConfig, JobGraph, KeyedProcess, Mode, RestartStrategy,
-    SinkConfig, published_output, run_job,
+    CheckpointPaced, FailAt, GeneratorSource, InjectedFailure, JobConfig, JobGraph, KeyedProcess, Mode,
+    RestartStrategy, SinkConfig, published_output, run_job,
 };
 use crate::state::{MapState, Store, StoreConfig, ValueState};
 
@@ -154,7 +154,10 @@ fn graph(o: &DemoOptions, output: &Path) -> JobGraph<(u64, i64)> {
     let (seed, keys, records, rate) = (o.seed, o.keys, o.records, o.rate);
     let src = g.source("generator", 2, move |sub, _| {
         let s = GeneratorSource::new(seed_of(seed, sub), keys, records);
-        Box::new(if rate > 0.0 { s.with_rate(rate) } else { s })
+        let s = if rate > 0.0 { s.with_rate(rate) } else { s };
+        // At most an eighth of the input per completed checkpoint: however slow the
+        // machine, an attempt sees several checkpoints complete before its sources end.
+        Box::new(CheckpointPaced::new(s, records.div_ceil(8)))
     });
     let counted = g.keyed_process(
         "counter",

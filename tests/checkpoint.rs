@@ -674,6 +674,10 @@ fn kill_child_writer() {
     }
 }
 
+/// SIGKILLs a child writing checkpoints, then recovers. The kill comes after the child
+/// reported its n-th completed checkpoint (an event, not a wall-clock delay that a busy
+/// machine could spend before the first one), plus a random few milliseconds to land
+/// anywhere in the writing of the next ones.
 #[test]
 fn kill_test_child_processes() {
     use std::io::BufRead;
@@ -689,24 +693,35 @@ fn kill_test_child_processes() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (tx, completed) = std::sync::mpsc::channel::<u64>();
         let reader = std::thread::spawn(move || {
-            let mut last = 0u64;
             for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(id) = line.strip_prefix("COMPLETE ") {
-                    last = id.trim().parse().unwrap();
+                    let _ = tx.send(id.trim().parse().unwrap());
                 }
             }
-            last
         });
         let mut rng = Rng::new(seed);
-        std::thread::sleep(std::time::Duration::from_millis(150 + rng.below(600)));
+        let kill_after = 1 + rng.below(10);
+        let mut reported = 0u64;
+        while reported < kill_after {
+            // A safety net against a hung child, not what the test waits for.
+            match completed.recv_timeout(std::time::Duration::from_secs(300)) {
+                Ok(id) => reported = id,
+                Err(e) => {
+                    let _ = child.kill();
+                    panic!("run {run}: no checkpoint {kill_after} reported ({e}); last {reported}");
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(rng.below(20)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let reported = reader.join().unwrap();
+        reader.join().unwrap();
+        reported = completed.try_iter().last().unwrap_or(reported);
         let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
         let Some(mut r) = storage.recover("op", StoreConfig::default()).unwrap() else {
-            assert_eq!(reported, 0, "run {run}: checkpoint {reported} reported complete but none found");
-            continue;
+            panic!("run {run}: checkpoint {reported} reported complete but none found");
         };
         let id = r.report.checkpoint_id;
         assert!(id >= reported, "run {run}: recovered {id}, but {reported} was reported complete");

@@ -28,6 +28,8 @@ fn demo_crashes_recovers_verifies_and_leaves_checkpoints() {
         let r: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(r["verified"], true, "{out}");
         assert!(r["crash"].as_str().unwrap().contains("injected failure"), "{out}");
+        // The demo's sources wait for a completed checkpoint after each eighth of their
+        // input: incremental checkpoints happen however busy the machine is.
         assert!(r["checkpoints_incremental"].as_u64().unwrap() >= 2, "{out}");
         assert!(r["output_lines"].as_u64().unwrap() > 0);
     }

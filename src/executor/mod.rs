@@ -17,7 +17,7 @@ pub use runner::{
     RestartStrategy, RestoreStats, run_job,
 };
 pub use sink::{SinkConfig, published_output};
-pub use source::{FileSource, GeneratorSource, IterSource, Source};
+pub use source::{CheckpointPaced, FileSource, GeneratorSource, IterSource, Source};
 
 /// What a job's records must be: cloneable, sendable, and serializable (sinks write JSON
 /// lines; unaligned checkpoints store in-flight records with postcard).

@@ -34,12 +34,24 @@ pub enum Mode {
 }
 
 /// When an injected failure fires (once per job, in the first attempt that reaches it).
+///
+/// A trigger that is never reached does not fire: the job then ends without it, and
+/// `JobResult::restarts` and `JobResult::failures` say so. Tests assert on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailAt {
     /// After the task handled (sources: emitted) this many records in the attempt.
     Record(u64),
     /// Right after the task's n-th snapshot started, while its data file is being written.
     CheckpointWrite(u64),
+    /// Driven by checkpoints, not by the clock: once the task has heard that `completed`
+    /// checkpoints completed in the attempt (savepoints included), it fails after handling
+    /// (sources: emitting) `records` more records; `records: 0` fails on hearing it.
+    AfterCheckpoint {
+        /// Completed checkpoints to hear first (0: counts records from the attempt's start).
+        completed: u64,
+        /// Records to handle after that.
+        records: u64,
+    },
 }
 
 /// A failure to inject into a task.

@@ -14,12 +14,121 @@ pub trait Source<T>: Send {
     fn position(&self) -> Vec<u8>;
     /// Continues from a position returned by `position`.
     fn seek(&mut self, position: &[u8]) -> Result<()>;
+    /// Whether `next_record` may be called now (it may read ahead to know). A source that
+    /// is not ready is asked again after each message its task receives (a checkpoint
+    /// trigger or completion) and at least every 20 ms; it still takes part in checkpoints
+    /// meanwhile.
+    fn ready(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    /// Checkpoint `checkpoint_id` completed (Flink's `notifyCheckpointComplete`).
+    fn checkpoint_complete(&mut self, checkpoint_id: u64) {
+        let _ = checkpoint_id;
+    }
 }
 
 fn pos_u64(position: &[u8], what: &str) -> Result<u64> {
     let b: [u8; 8] =
         position.try_into().map_err(|_| Error::InvalidRecord(format!("{what} position must be 8 bytes")))?;
     Ok(u64::from_le_bytes(b))
+}
+
+/// Paces a source by checkpoints instead of by the clock: at most `records_per_checkpoint`
+/// records before the first checkpoint of the attempt completes, and as many more after
+/// each completed checkpoint. A source of `n` records thus cannot finish before
+/// `ceil(n / records_per_checkpoint) - 1` checkpoints completed, however fast or slow the
+/// machine is: what tests need to make "a checkpoint happened before record k" an event
+/// instead of a hope.
+///
+/// It only waits: a job whose checkpoints never complete (periodic checkpoints off, or
+/// every one failing) stalls its sources until it fails or is told to stop. Reaching the
+/// end of the input needs no budget: at the budget it reads one record ahead, and holds it
+/// (its position stays the one before it) until the next completed checkpoint.
+pub struct CheckpointPaced<S, T> {
+    inner: S,
+    per_checkpoint: u64,
+    /// Records returned since the attempt started (or since the last `seek`).
+    emitted: u64,
+    /// Checkpoints heard complete since then.
+    completed: u64,
+    /// The record read ahead at the budget, and the position before it.
+    held: Option<(T, Vec<u8>)>,
+    /// The read ahead found the end of the input.
+    ended: bool,
+}
+
+impl<S, T> CheckpointPaced<S, T> {
+    /// Wraps `inner`; `records_per_checkpoint` is raised to at least 1.
+    pub fn new(inner: S, records_per_checkpoint: u64) -> Self {
+        CheckpointPaced {
+            inner,
+            per_checkpoint: records_per_checkpoint.max(1),
+            emitted: 0,
+            completed: 0,
+            held: None,
+            ended: false,
+        }
+    }
+
+    fn within_budget(&self) -> bool {
+        self.emitted < self.per_checkpoint.saturating_mul(self.completed.saturating_add(1))
+    }
+}
+
+impl<T: Send, S: Source<T>> Source<T> for CheckpointPaced<S, T> {
+    /// The next record, whether or not the source is `ready` (the wrapper only advises).
+    fn next_record(&mut self) -> Result<Option<T>> {
+        let r = match self.held.take() {
+            Some((r, _)) => Some(r),
+            None if self.ended => None,
+            None => self.inner.next_record()?,
+        };
+        if r.is_some() {
+            self.emitted += 1;
+        }
+        Ok(r)
+    }
+    fn position(&self) -> Vec<u8> {
+        match &self.held {
+            Some((_, before)) => before.clone(),
+            None => self.inner.position(),
+        }
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        self.inner.seek(position)?;
+        self.emitted = 0;
+        self.completed = 0;
+        self.held = None;
+        self.ended = false;
+        Ok(())
+    }
+    fn ready(&mut self) -> Result<bool> {
+        if self.ended || (self.held.is_some() && self.within_budget()) {
+            return Ok(true);
+        }
+        if self.held.is_some() || !self.inner.ready()? {
+            return Ok(false);
+        }
+        if self.within_budget() {
+            return Ok(true);
+        }
+        // At the budget: is there more?
+        let before = self.inner.position();
+        match self.inner.next_record()? {
+            Some(r) => {
+                self.held = Some((r, before));
+                Ok(false)
+            }
+            None => {
+                self.ended = true;
+                Ok(true)
+            }
+        }
+    }
+    fn checkpoint_complete(&mut self, checkpoint_id: u64) {
+        self.completed += 1;
+        self.inner.checkpoint_complete(checkpoint_id);
+    }
 }
 
 /// Records from a vector; the position is the index of the next record.
@@ -207,5 +316,48 @@ mod tests {
         let lines: Vec<String> = std::iter::from_fn(|| f.next_record().unwrap()).collect();
         assert_eq!(lines, ["alpha", "beta", "", "gamma", "delta without newline"]);
         assert!(f.seek(&[1, 2, 3]).is_err(), "a position of the wrong size is an error");
+    }
+
+    #[test]
+    fn checkpoint_paced_sources_wait_for_completed_checkpoints() {
+        type Paced = CheckpointPaced<GeneratorSource, (u64, i64)>;
+        let read = |s: &mut Paced| {
+            let mut n = 0;
+            while s.ready().unwrap() {
+                if s.next_record().unwrap().is_none() {
+                    return (n, true);
+                }
+                n += 1;
+            }
+            (n, false)
+        };
+        let mut s = Paced::new(GeneratorSource::new(1, 10, 10), 4);
+        assert_eq!(read(&mut s), (4, false), "before any checkpoint completed");
+        // The record read ahead at the budget is not part of the position.
+        assert_eq!(s.position(), 4u64.to_le_bytes());
+        s.checkpoint_complete(7);
+        assert_eq!(read(&mut s), (4, false));
+        s.checkpoint_complete(8);
+        assert_eq!(read(&mut s), (2, true), "the end of the input");
+        assert_eq!(s.position(), 10u64.to_le_bytes());
+        // A restored attempt starts a fresh budget at its position.
+        s.seek(&3u64.to_le_bytes()).unwrap();
+        assert_eq!(read(&mut s), (4, false));
+        assert_eq!(s.position(), 7u64.to_le_bytes());
+        // The same records as unpaced, and the end is found without another checkpoint
+        // when the budget runs out with the input.
+        let mut s = Paced::new(GeneratorSource::new(1, 10, 8), 4);
+        let mut got = Vec::new();
+        while s.ready().unwrap() {
+            let Some(r) = s.next_record().unwrap() else { break };
+            got.push(r);
+            if got.len() == 4 {
+                assert!(!s.ready().unwrap());
+                s.checkpoint_complete(1);
+            }
+        }
+        let want: Vec<_> = (0..8).map(|i| GeneratorSource::record(1, 10, i)).collect();
+        assert_eq!(got, want);
+        assert!(s.ready().unwrap() && s.next_record().unwrap().is_none(), "ends at budget 8 of 8");
     }
 }

@@ -156,19 +156,82 @@ pub(crate) fn run_task<T: Data>(spec: TaskSpec<T>) {
 /// Fails the task if an injected failure is due: an error, or a panic for `panic: true`.
 fn check_failure<T>(spec: &TaskSpec<T>, at: FailAt) -> Result<()> {
     for (f, fired) in spec.failures.iter() {
-        if f.operator == spec.operator
-            && f.subtask == spec.subtask
-            && f.at == at
-            && !fired.swap(true, Ordering::SeqCst)
-        {
-            let what = format!("{}[{}] at {at:?}", spec.operator, spec.subtask);
-            if f.panic {
-                std::panic::panic_any(format!("injected failure: {what}"));
-            }
-            return Err(Error::Injected(what));
+        if is_mine(spec, f) && f.at == at {
+            fire(spec, f, fired)?;
         }
     }
     Ok(())
+}
+
+fn is_mine<T>(spec: &TaskSpec<T>, f: &InjectedFailure) -> bool {
+    f.operator == spec.operator && f.subtask == spec.subtask
+}
+
+/// Fires `f` unless it already fired in this job.
+fn fire<T>(spec: &TaskSpec<T>, f: &InjectedFailure, fired: &AtomicBool) -> Result<()> {
+    if fired.swap(true, Ordering::SeqCst) {
+        return Ok(());
+    }
+    let what = format!("{}[{}] at {:?}", spec.operator, spec.subtask, f.at);
+    if f.panic {
+        std::panic::panic_any(format!("injected failure: {what}"));
+    }
+    Err(Error::Injected(what))
+}
+
+/// What the task has seen in this attempt that injected failures wait for: records
+/// handled (sources: emitted) and completed checkpoints heard.
+struct Events {
+    records: u64,
+    completed: u64,
+    /// `AfterCheckpoint` failures whose checkpoint count was reached: (index in
+    /// `spec.failures`, records handled then).
+    armed: Vec<(usize, u64)>,
+}
+
+impl Events {
+    fn new<T>(spec: &TaskSpec<T>) -> Events {
+        let mut e = Events { records: 0, completed: 0, armed: Vec::new() };
+        e.arm(spec);
+        e
+    }
+
+    /// Arms the failures that wait for exactly the checkpoints heard so far.
+    fn arm<T>(&mut self, spec: &TaskSpec<T>) {
+        for (i, (f, _)) in spec.failures.iter().enumerate() {
+            if is_mine(spec, f)
+                && matches!(f.at, FailAt::AfterCheckpoint { completed, .. } if completed == self.completed)
+            {
+                self.armed.push((i, self.records));
+            }
+        }
+    }
+
+    /// The task handled one more record.
+    fn record<T>(&mut self, spec: &TaskSpec<T>) -> Result<()> {
+        self.records += 1;
+        check_failure(spec, FailAt::Record(self.records))?;
+        self.fire_due(spec)
+    }
+
+    /// The task heard that a checkpoint completed.
+    fn completed<T>(&mut self, spec: &TaskSpec<T>) -> Result<()> {
+        self.completed += 1;
+        self.arm(spec);
+        self.fire_due(spec)
+    }
+
+    fn fire_due<T>(&self, spec: &TaskSpec<T>) -> Result<()> {
+        for &(i, armed_at) in &self.armed {
+            let Some((f, fired)) = spec.failures.get(i) else { continue };
+            if let FailAt::AfterCheckpoint { records, .. } = f.at
+                && self.records - armed_at == records
+            {
+                fire(spec, f, fired)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
@@ -179,14 +242,15 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
     }
     let name = format!("{}/{}", spec.operator, spec.subtask);
     let mut done = false;
-    let mut emitted = 0u64;
+    let mut events = Events::new(&spec);
     loop {
         if spec.cancel.load(Ordering::SeqCst) {
             return Ok(());
         }
-        // Control first: barriers go between records.
+        // Control first: barriers go between records. A source that is done or not ready
+        // (waiting for a checkpoint to complete) waits for the next message.
         loop {
-            let msg = if done {
+            let msg = if done || !source.ready()? {
                 match spec.control.recv_timeout(Duration::from_millis(20)) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => break,
@@ -215,17 +279,20 @@ fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                     let _ = spec.report.send(Report::Ack(Box::new(ack)));
                 }
                 Control::Stop => return Ok(()),
-                Control::Complete(_) | Control::Abort(_) => {}
+                Control::Complete(id) => {
+                    source.checkpoint_complete(id);
+                    events.completed(&spec)?;
+                }
+                Control::Abort(_) => {}
             }
         }
-        if done {
+        if done || !source.ready()? {
             continue;
         }
         match source.next_record()? {
             Some(r) => {
                 send_all(&mut spec.outputs, r)?;
-                emitted += 1;
-                check_failure(&spec, FailAt::Record(emitted))?;
+                events.record(&spec)?;
             }
             None => {
                 done = true;
@@ -309,7 +376,7 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
         received: vec![0; spec.channel_input.len()],
         snapshots: 0,
     };
-    let mut processed = 0u64;
+    let mut events = Events::new(&spec);
     let mut out_buf: Vec<T> = Vec::new();
     let mut input_closed = false;
 
@@ -325,7 +392,10 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
         // Control messages.
         while let Ok(msg) = spec.control.try_recv() {
             match msg {
-                Control::Complete(id) => on_complete(&mut logic, &mut st.completed_handles, id)?,
+                Control::Complete(id) => {
+                    on_complete(&mut logic, &mut st.completed_handles, id)?;
+                    events.completed(&spec)?;
+                }
                 Control::Abort(id) => {
                     if let Logic::Keyed { cp: Some(cp), .. } = &mut logic {
                         cp.notify_aborted(id);
@@ -353,6 +423,7 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
                 Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
                 Ok(Control::Complete(id)) => {
                     on_complete(&mut logic, &mut st.completed_handles, id)?;
+                    events.completed(&spec)?;
                     continue;
                 }
                 Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
@@ -389,8 +460,7 @@ fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
             Element::Record(r) => {
                 let input_idx = spec.channel_input[ch];
                 process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
-                processed += 1;
-                check_failure(&spec, FailAt::Record(processed))?;
+                events.record(&spec)?;
                 finish_unaligned(&spec, &mut st)?;
             }
             Element::Barrier(b) => on_barrier(&mut spec, &mut logic, &mut st, ch, b, None)?,
