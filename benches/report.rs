@@ -375,7 +375,7 @@ fn breakdown(store: &mut Store, id: StateId, runs: usize) -> Breakdown {
                     if records == 0 && stage == 1 {
                         first = key_hash(r.key());
                     }
-                    encode_record(&mut buf, &r);
+                    encode_record(&mut buf, &r).unwrap();
                     records += 1;
                     if buf.len() >= 64 << 10 {
                         if stage == 1 {
@@ -387,7 +387,8 @@ fn breakdown(store: &mut Store, id: StateId, runs: usize) -> Breakdown {
                                 records,
                                 first,
                                 true,
-                            );
+                            )
+                            .unwrap();
                             sink += b.bytes.len();
                             spare = b.bytes;
                         } else {
@@ -401,7 +402,8 @@ fn breakdown(store: &mut Store, id: StateId, runs: usize) -> Breakdown {
                 if records > 0 {
                     if stage == 1 {
                         let b =
-                            encode_block(0, kg, &mut buf, std::mem::take(&mut spare), records, first, true);
+                            encode_block(0, kg, &mut buf, std::mem::take(&mut spare), records, first, true)
+                                .unwrap();
                         sink += b.bytes.len();
                         spare = b.bytes;
                     }

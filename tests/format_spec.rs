@@ -710,3 +710,24 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
     }
     Ok(Json::Object(out))
 }
+
+#[test]
+fn limits_table_matches_the_code() {
+    let limits: BTreeMap<String, u64> = one("limits")[1..]
+        .iter()
+        .map(|r| (r[0].clone(), int(r[1].split_whitespace().next().unwrap())))
+        .collect();
+    let want: BTreeMap<String, u64> = [
+        ("`raw_len` of a block", u64::from(format::MAX_BLOCK_LEN)),
+        ("one record, tag and lengths included", floe::state::MAX_RECORD_LEN as u64),
+        ("a state name", floe::state::MAX_STATE_NAME_LEN as u64),
+        ("states per operator entry", format::MAX_STATES_PER_OPERATOR as u64),
+        ("`max_parallelism`", u64::from(floe::state::keygroup::MAX_MAX_PARALLELISM)),
+        ("manifest body", u64::from(format::MAX_MANIFEST_LEN)),
+        ("counts and lengths of fields", u64::from(u32::MAX)),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), *v))
+    .collect();
+    assert_eq!(limits, want);
+}

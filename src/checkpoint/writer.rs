@@ -9,9 +9,11 @@ use parking_lot::{Condvar, Mutex};
 use super::io::Io;
 use super::publish::{DiskModel, WriteOptions, publish};
 use super::storage::StorageConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::datafile::encode_record;
-use crate::format::{DataFileWriter, DataHeader, EncodedBlock, FileState, FileSummary, encode_block};
+use crate::format::{
+    DataFileWriter, DataHeader, EncodedBlock, FileState, FileSummary, MAX_BLOCK_LEN, encode_block,
+};
 use crate::state::{Snapshot, StateId, key_hash};
 
 /// Encodes the records of one (state, key group) of `snapshot` into blocks of about
@@ -32,7 +34,21 @@ pub(crate) fn encode_unit(
     let mut buf = Vec::new();
     let mut records = 0u32;
     let mut first_hash = 0u64;
+    // The callback cannot return an error: the first one is kept and ends the work.
+    let mut failed: Option<Error> = None;
     snapshot.for_each_record(StateId::from_index(state), key_group, since, &mut |r| {
+        if failed.is_some() {
+            return;
+        }
+        // A block may pass the target by one record, but never MAX_BLOCK_LEN: a record
+        // that would carry it past the limit starts the next block.
+        if records > 0 && buf.len().saturating_add(r.encoded_len()) > MAX_BLOCK_LEN as usize {
+            match encode_block(state, key_group, &mut buf, pool.take(), records, first_hash, compress()) {
+                Ok(b) => blocks.push(b),
+                Err(e) => failed = Some(e),
+            }
+            records = 0;
+        }
         if records == 0 {
             first_hash = key_hash(r.key());
             if buf.capacity() == 0 {
@@ -40,23 +56,24 @@ pub(crate) fn encode_unit(
             }
             buf.reserve(capacity);
         }
-        encode_record(&mut buf, &r);
+        if let Err(e) = encode_record(&mut buf, &r) {
+            failed = Some(e);
+            return;
+        }
         records += 1;
         if buf.len() >= target {
-            blocks.push(encode_block(
-                state,
-                key_group,
-                &mut buf,
-                pool.take(),
-                records,
-                first_hash,
-                compress(),
-            ));
+            match encode_block(state, key_group, &mut buf, pool.take(), records, first_hash, compress()) {
+                Ok(b) => blocks.push(b),
+                Err(e) => failed = Some(e),
+            }
             records = 0;
         }
     })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
     if records > 0 {
-        blocks.push(encode_block(state, key_group, &mut buf, pool.take(), records, first_hash, compress()));
+        blocks.push(encode_block(state, key_group, &mut buf, pool.take(), records, first_hash, compress())?);
     }
     pool.give(buf);
     Ok(blocks)

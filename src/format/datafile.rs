@@ -18,7 +18,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::state::keygroup::{key_group_of_hash, key_hash};
-use crate::state::{Record, StateKind, list};
+use crate::state::{MIN_RECORD_LEN, Record, StateKind, list};
 
 /// Whether a data file is a full snapshot or an increment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -120,12 +120,20 @@ pub struct EncodedBlock {
     pub compression: u8,
 }
 
-/// Appends the encoding of one record to a block buffer.
-pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
+/// Appends the encoding of one record to a block buffer. A record longer than
+/// `MAX_BLOCK_LEN` (which the store refuses to hold) is an error, and `buf` is unchanged.
+pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) -> Result<()> {
     fn lp(buf: &mut Vec<u8>, b: &[u8]) {
-        // Lengths were bounded by u32 when the values entered the store.
-        buf.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        // Fits: the whole record was checked against MAX_BLOCK_LEN (< u32::MAX) below.
+        buf.extend_from_slice(&len_u32(b.len()).to_le_bytes());
         buf.extend_from_slice(b);
+    }
+    let len = r.encoded_len();
+    if len > MAX_BLOCK_LEN as usize {
+        return Err(Error::InvalidRecord(format!(
+            "a {} record of {len} bytes exceeds the format's limit of {MAX_BLOCK_LEN}",
+            r.kind_name()
+        )));
     }
     match *r {
         Record::Put { key, value } => {
@@ -156,6 +164,13 @@ pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
             lp(buf, map_key);
         }
     }
+    Ok(())
+}
+
+/// `len` as a `u32`, for lengths already bounded by `MAX_BLOCK_LEN` (saturating, never
+/// truncating).
+fn len_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
 }
 
 /// Makes a block of the encoded records in `raw`, which it leaves empty and ready for the
@@ -172,8 +187,13 @@ pub fn encode_block(
     records: u32,
     first_hash: u64,
     compress: bool,
-) -> EncodedBlock {
-    let raw_len = raw.len() as u32;
+) -> Result<EncodedBlock> {
+    let raw_len = u32::try_from(raw.len()).ok().filter(|&l| l <= MAX_BLOCK_LEN).ok_or_else(|| {
+        Error::InvalidRecord(format!(
+            "a block of {} bytes exceeds the format's limit of {MAX_BLOCK_LEN}",
+            raw.len()
+        ))
+    })?;
     let mut out = spare;
     let compressed = compress && {
         out.clear();
@@ -196,7 +216,19 @@ pub fn encode_block(
         (std::mem::replace(raw, out), compression::NONE)
     };
     let crc32 = crc32fast::hash(&bytes);
-    EncodedBlock { state, key_group, raw_len, records, crc32, first_hash, compression, bytes }
+    Ok(EncodedBlock { state, key_group, raw_len, records, crc32, first_hash, compression, bytes })
+}
+
+/// Most records `records_in` reserves room for before parsing a block (16384 records, ~1 MB
+/// of `Record`s: every block floe writes with the default target of 64 KiB and records of
+/// at least 4 bytes of key and value gets its exact size at once).
+pub const RECORDS_PREALLOC_MAX: usize = 1 << 14;
+
+/// The capacity to reserve for the records of a block that claims `claimed` records in
+/// `raw_len` decompressed bytes: no more than the bytes can hold (`MIN_RECORD_LEN` each)
+/// and no more than `RECORDS_PREALLOC_MAX`, whatever the index claims.
+pub fn record_capacity(claimed: u32, raw_len: usize) -> usize {
+    usize::try_from(claimed).unwrap_or(usize::MAX).min(raw_len / MIN_RECORD_LEN).min(RECORDS_PREALLOC_MAX)
 }
 
 /// What a finished data file is.
@@ -291,8 +323,13 @@ impl<W: Write> DataFileWriter<W> {
 
     /// Writes the index and footer, flushes, and returns the summary and the writer.
     pub fn finish(mut self) -> Result<(FileSummary, W)> {
+        let count = |n: usize, what: &str| {
+            u32::try_from(n).map_err(|_| Error::InvalidConfig(format!("{n} {what} do not fit a data file")))
+        };
+        let n_states = count(self.states.len(), "states")?;
+        let n_blocks = count(self.index.len(), "blocks")?;
         let mut idx = Vec::with_capacity(8 + self.index.len() * INDEX_ENTRY_LEN);
-        idx.extend_from_slice(&(self.states.len() as u32).to_le_bytes());
+        idx.extend_from_slice(&n_states.to_le_bytes());
         for s in &self.states {
             idx.push(s.kind.code());
             let name = s.name.as_bytes();
@@ -301,7 +338,7 @@ impl<W: Write> DataFileWriter<W> {
             idx.extend_from_slice(&len.to_le_bytes());
             idx.extend_from_slice(name);
         }
-        idx.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        idx.extend_from_slice(&n_blocks.to_le_bytes());
         for b in &self.index {
             idx.extend_from_slice(&b.state.to_le_bytes());
             idx.extend_from_slice(&b.key_group.to_le_bytes());
@@ -326,7 +363,7 @@ impl<W: Write> DataFileWriter<W> {
         let summary = FileSummary {
             size: self.offset,
             crc32: self.crc.clone().finalize(),
-            blocks: self.index.len() as u32,
+            blocks: n_blocks,
             records: self.records,
             raw_bytes: self.raw_bytes,
         };
@@ -614,7 +651,11 @@ impl DataFile {
     /// Reads one block into `buf` and returns its checked records, which borrow `buf`.
     pub fn records_in<'b>(&self, b: &BlockInfo, buf: &'b mut Vec<u8>) -> Result<Vec<Record<'b>>> {
         self.read_block(b, buf)?;
-        let mut out = Vec::with_capacity(b.records as usize);
+        // Not the index's record count: a crafted block (64 MiB of LZ4-compressed zeros in
+        // 263 KB) could claim 13 million records, ~750 MB of `Record`s, before parsing
+        // failed at its first byte. The vector grows past the bound only with records
+        // actually parsed.
+        let mut out = Vec::with_capacity(record_capacity(b.records, buf.len()));
         self.parse_block(b, buf, &mut |r| {
             out.push(r);
             Ok(())
@@ -771,5 +812,41 @@ impl DataFile {
     /// CRC-32 of the whole file (as recorded in manifests).
     pub fn whole_crc32(&self) -> u32 {
         crc32fast::hash(&self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The capacity reserved before parsing a block is bounded by what its bytes can hold
+    /// and by `RECORDS_PREALLOC_MAX`, whatever the index claims.
+    #[test]
+    fn record_capacity_is_bounded_by_the_bytes_and_a_constant() {
+        let raw = MAX_BLOCK_LEN as usize;
+        assert_eq!(record_capacity(u32::MAX, raw), RECORDS_PREALLOC_MAX);
+        assert_eq!(record_capacity(u32::MAX, 50), 10);
+        assert_eq!(record_capacity(3, raw), 3);
+        assert_eq!(record_capacity(7, 4), 0);
+        // The crafted block of the issue: 64 MiB claiming raw / 5 records reserves at most
+        // RECORDS_PREALLOC_MAX records, ~1 MB, instead of ~750 MB.
+        let claimed = u32::try_from(raw / MIN_RECORD_LEN).unwrap();
+        let bytes = record_capacity(claimed, raw) * std::mem::size_of::<Record<'_>>();
+        assert!(bytes <= 1 << 20, "{bytes}");
+    }
+
+    /// A record longer than a block may be is an error, not a truncated length.
+    #[test]
+    fn encode_record_refuses_records_over_the_block_limit() {
+        let value = vec![0u8; MAX_BLOCK_LEN as usize - 9 - 1];
+        let mut buf = Vec::new();
+        encode_record(&mut buf, &Record::Put { key: b"k", value: &value }).unwrap();
+        assert_eq!(buf.len(), MAX_BLOCK_LEN as usize);
+        buf.clear();
+        let err = encode_record(&mut buf, &Record::Put { key: b"kk", value: &value }).unwrap_err();
+        assert!(matches!(err, Error::InvalidRecord(_)), "{err}");
+        assert!(buf.is_empty());
+        let mut raw = vec![0u8; MAX_BLOCK_LEN as usize + 1];
+        assert!(encode_block(0, 0, &mut raw, Vec::new(), 1, 0, false).is_err());
     }
 }

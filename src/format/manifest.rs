@@ -5,6 +5,7 @@
 //! magic (8) | version u32 | body length u32 | body CRC-32 u32 | reserved u32 | JSON body
 //! ```
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -166,9 +167,15 @@ impl Manifest {
         if self.max_parallelism == 0 || self.max_parallelism > crate::state::keygroup::MAX_MAX_PARALLELISM {
             return Err(bad(format!("max_parallelism {} out of range", self.max_parallelism)));
         }
+        // One set of the listed paths, so that checking the chains below is linear in the
+        // manifest's size (a lookup over all files per chain entry was quadratic).
+        let mut listed = HashSet::with_capacity(self.files.len());
         for f in &self.files {
             if !is_safe_relative(&f.path) {
                 return Err(bad(format!("file path {:?} points outside the checkpoint directory", f.path)));
+            }
+            if !listed.insert(f.path.as_str()) {
+                return Err(bad(format!("file path {:?} is listed twice", f.path)));
             }
         }
         for op in &self.operators {
@@ -187,7 +194,7 @@ impl Manifest {
                 return Err(bad(format!("operator {} has an empty chain", op.operator)));
             }
             for c in &op.chain {
-                if !self.files.iter().any(|f| &f.path == c) {
+                if !listed.contains(c.as_str()) {
                     return Err(bad(format!("chain file {c:?} is not listed in files")));
                 }
             }

@@ -30,10 +30,13 @@ pub const MANIFEST_HEADER_LEN: usize = 24;
 /// Largest uncompressed block a reader accepts (a block holds at least one record, so this
 /// also bounds a record).
 pub const MAX_BLOCK_LEN: u32 = 64 << 20;
+// The store refuses records a block could not hold.
+const _: () = assert!(MAX_BLOCK_LEN as usize == crate::state::MAX_RECORD_LEN);
 /// Largest manifest body a reader accepts.
 pub const MAX_MANIFEST_LEN: u32 = 64 << 20;
-/// Most states one operator instance may list in a manifest (each costs memory at restore).
-pub const MAX_STATES_PER_OPERATOR: usize = 1024;
+/// Most states one operator instance may list in a manifest (each costs memory at restore);
+/// a store refuses to register more.
+pub const MAX_STATES_PER_OPERATOR: usize = crate::state::MAX_STATES;
 /// Uncompressed size at which a writer closes a block.
 pub const DEFAULT_BLOCK_TARGET: usize = 64 << 10;
 

@@ -12,10 +12,18 @@ use std::sync::Arc;
 use super::descriptor::{StateDescriptor, StateKind};
 use super::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupRange, MAX_MAX_PARALLELISM, key_hash};
 use super::list::{self, ListItems};
-use super::record::Record;
+use super::record::{MAX_RECORD_LEN, Record};
 use super::snapshot::{Snapshot, SnapshotInner, StateSnapshot};
 use super::trie::{Entry, ListValue, MapValue, Prev, Trie, Value};
 use crate::error::{Error, Result};
+
+/// Most states one store (one operator instance) may register: a manifest lists at most this
+/// many per operator instance (`format::MAX_STATES_PER_OPERATOR`), since each costs memory
+/// at restore.
+pub const MAX_STATES: usize = 1024;
+
+/// Longest state name in bytes: data files store it after a `u16` length.
+pub const MAX_STATE_NAME_LEN: usize = u16::MAX as usize;
 
 /// Identifies a registered state within one [`Store`] (its registration index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -158,6 +166,14 @@ impl Store {
             }
             return Ok(id);
         }
+        // Refused here rather than by every checkpoint later: a data file stores the name
+        // after a u16 length, and a manifest lists at most MAX_STATES states per instance.
+        if desc.name.len() > MAX_STATE_NAME_LEN {
+            return Err(too_large(&desc.name, "state name", desc.name.len(), MAX_STATE_NAME_LEN));
+        }
+        if self.states.len() >= MAX_STATES {
+            return Err(too_large(&desc.name, "number of states", self.states.len() + 1, MAX_STATES));
+        }
         let index =
             u32::try_from(self.states.len()).map_err(|_| Error::InvalidConfig("too many states".into()))?;
         let id = StateId(index);
@@ -206,6 +222,18 @@ impl Store {
         Ok(Loc { state: state.index(), group: (kg - range.start) as usize, hash })
     }
 
+    /// Refuses a write whose record (`len` bytes encoded) a data file could not hold.
+    fn check_record(&self, loc: Loc, what: &'static str, len: usize) -> Result<()> {
+        if len > MAX_RECORD_LEN {
+            return Err(too_large(&self.states[loc.state].desc.name, what, len, MAX_RECORD_LEN));
+        }
+        Ok(())
+    }
+
+    fn item_too_large(&self, loc: Loc, len: usize) -> Error {
+        too_large(&self.states[loc.state].desc.name, "list item", len, MAX_RECORD_LEN)
+    }
+
     fn trie(&self, loc: Loc) -> &Trie {
         &self.states[loc.state].groups[loc.group]
     }
@@ -228,6 +256,7 @@ impl Store {
     /// Sets the value of `key` in a value state.
     pub fn put(&mut self, state: StateId, key: &[u8], value: &[u8]) -> Result<()> {
         let loc = self.locate(state, key, StateKind::Value)?;
+        self.check_record(loc, "put record (key and value)", Record::Put { key, value }.encoded_len())?;
         let epoch = self.epoch;
         replace(self.trie_mut(loc), loc.hash, key, epoch, |old| match old {
             // Overwrite in place when the entry is ours alone and the size matches.
@@ -265,8 +294,13 @@ impl Store {
 
     /// Appends one item to `key`'s list.
     pub fn list_append(&mut self, state: StateId, key: &[u8], item: &[u8]) -> Result<()> {
+        // An item too large on its own is refused before it is copied (the whole list is
+        // checked below).
+        let loc = self.locate(state, key, StateKind::List)?;
+        let alone = list_record_len(key, item.len().saturating_add(4));
+        self.check_record(loc, "list (key and all items)", alone)?;
         let mut enc = Vec::with_capacity(item.len() + 4);
-        list::push_item(&mut enc, item).map_err(|e| too_large(e.0))?;
+        list::push_item(&mut enc, item).map_err(|e| self.item_too_large(loc, e.0))?;
         self.list_append_encoded(state, key, &enc, 1)
     }
 
@@ -276,6 +310,16 @@ impl Store {
             return Ok(());
         }
         let loc = self.locate(state, key, StateKind::List)?;
+        // A full snapshot writes the whole list as one record.
+        let have = match self.trie(loc).get(loc.hash, key).map(|e| &e.value) {
+            Some(Value::List(l)) => l.buf.len(),
+            _ => 0,
+        };
+        self.check_record(
+            loc,
+            "list (key and all items)",
+            list_record_len(key, have.saturating_add(enc.len())),
+        )?;
         let epoch = self.epoch;
         modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
             let first_write = e.stamp != epoch;
@@ -308,11 +352,15 @@ impl Store {
         key: &[u8],
         items: impl IntoIterator<Item = &'i [u8]>,
     ) -> Result<()> {
+        let loc = self.locate(state, key, StateKind::List)?;
         let mut buf = Vec::new();
         let mut count = 0u32;
         for item in items {
-            list::push_item(&mut buf, item).map_err(|e| too_large(e.0))?;
-            count += 1;
+            // Checked as the list grows, so a list over the limit is not built first.
+            let len = list_record_len(key, buf.len().saturating_add(item.len()).saturating_add(4));
+            self.check_record(loc, "list (key and all items)", len)?;
+            list::push_item(&mut buf, item).map_err(|e| self.item_too_large(loc, e.0))?;
+            count = count.saturating_add(1);
         }
         self.list_replace_encoded(state, key, buf, count)
     }
@@ -323,6 +371,7 @@ impl Store {
             return Ok(());
         }
         let loc = self.locate(state, key, StateKind::List)?;
+        self.check_record(loc, "list (key and all items)", list_record_len(key, buf.len()))?;
         let epoch = self.epoch;
         let value = Value::List(Box::new(ListValue { buf, count, ..ListValue::default() }));
         replace(self.trie_mut(loc), loc.hash, key, epoch, |_| Some(value));
@@ -346,6 +395,8 @@ impl Store {
     /// Sets `map_key` to `value` in `key`'s map.
     pub fn map_put(&mut self, state: StateId, key: &[u8], map_key: &[u8], value: &[u8]) -> Result<()> {
         let loc = self.locate(state, key, StateKind::Map)?;
+        let len = Record::MapPut { key, map_key, value }.encoded_len();
+        self.check_record(loc, "map-put record (key, map key and value)", len)?;
         let epoch = self.epoch;
         let mhash = key_hash(map_key);
         modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
@@ -647,8 +698,14 @@ impl<'r> Loader<'r> {
     }
 }
 
-fn too_large(len: usize) -> Error {
-    Error::InvalidRecord(format!("list item of {len} bytes exceeds u32::MAX"))
+fn too_large(state: &str, what: &'static str, len: usize, limit: usize) -> Error {
+    let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    Error::TooLarge { state: state.to_string(), what, len: wide(len), limit: wide(limit) }
+}
+
+/// Length of the `Put` record that holds `key` and a list encoded in `list_len` bytes.
+fn list_record_len(key: &[u8], list_len: usize) -> usize {
+    Record::Put { key, value: &[] }.encoded_len().saturating_add(list_len)
 }
 
 pub(crate) fn len_u32(len: usize) -> u32 {
