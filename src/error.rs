@@ -87,6 +87,23 @@ pub enum Error {
         /// The largest size the format holds.
         limit: u64,
     },
+    /// A state was registered again with another codec or other type names than it was
+    /// registered (or recorded in the checkpoint it was restored from) with. Changing them
+    /// takes an explicit migration (`Store::migrate_state`).
+    #[error(
+        "state {name:?} is registered with {field} {registered:?}, not {requested:?} \
+         (re-typing a state takes Store::migrate_state)"
+    )]
+    StateTypeMismatch {
+        /// The state's name.
+        name: String,
+        /// What differs: `"codec"`, `"key type"`, `"map key type"` or `"value type"`.
+        field: &'static str,
+        /// What the state is registered with.
+        registered: String,
+        /// What the caller asked for.
+        requested: String,
+    },
     /// A record does not fit the state it is applied to (wrong kind, malformed list).
     #[error("invalid record: {0}")]
     InvalidRecord(String),

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use floe::Error;
-use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::format::FileKind;
 use floe::state::{
     KeyGroupRange, MAX_RECORD_LEN, MAX_STATES, StateDescriptor, StateKind, Store, StoreConfig,
 };
@@ -138,4 +139,141 @@ fn state_names_and_counts_over_the_limits_are_refused_at_registration() {
     let r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
     assert_eq!(r.store.descriptors().count(), MAX_STATES);
     assert_eq!(r.store.get(r.store.state_id(&long[1..]).unwrap(), b"k").unwrap(), Some(&b"v"[..]));
+}
+
+// ---- types ------------------------------------------------------------------------------
+
+/// The `StateTypeMismatch` error's differing field and the two names, or a panic.
+fn type_mismatch<T: std::fmt::Debug>(r: floe::Result<T>) -> (&'static str, String, String) {
+    match r {
+        Err(Error::StateTypeMismatch { field, registered, requested, .. }) => (field, registered, requested),
+        other => panic!("expected Error::StateTypeMismatch, got {other:?}"),
+    }
+}
+
+fn key(s: &str) -> String {
+    s.to_string()
+}
+
+/// Storage whose chain policy always takes an increment after the first full checkpoint.
+fn storage_with_increments(dir: &std::path::Path) -> Arc<CheckpointStorage> {
+    let policy = ChainPolicy { max_increments: 100, max_chain_ratio: 1000.0 };
+    CheckpointStorage::open(dir, StorageConfig { policy, ..StorageConfig::default() }).unwrap()
+}
+
+/// Goal: a state written as `u64` cannot be registered again as `u8` or `i64` (which would
+/// read 300 back as 172 or 150), nor with another kind, codec or map key type, in the live
+/// store and after a restore (recovery registers the recorded descriptors first); the same
+/// types still register, after the restore too, and get the same state.
+#[test]
+fn a_u64_state_registered_again_as_u8_or_i64_is_a_typed_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(tmp.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let mut store = Store::new();
+    let counts = store.value_state::<String, u64>("counts").unwrap();
+    counts.put(&mut store, &key("a"), &300).unwrap();
+    let attrs = store.map_state::<String, u32, u64>("attrs").unwrap();
+    attrs.put(&mut store, &key("a"), &1, &2).unwrap();
+
+    let check = |store: &mut Store| {
+        assert_eq!(
+            type_mismatch(store.value_state::<String, u8>("counts")),
+            ("value type", "u64".to_string(), "u8".to_string())
+        );
+        assert_eq!(type_mismatch(store.value_state::<String, i64>("counts")).2, "i64");
+        assert_eq!(type_mismatch(store.value_state::<u64, u64>("counts")).0, "key type");
+        assert_eq!(type_mismatch(store.map_state::<String, u64, u64>("attrs")).0, "map key type");
+        let raw = store.register(StateDescriptor::raw("counts", StateKind::Value));
+        assert_eq!(type_mismatch(raw), ("codec", "postcard".to_string(), "raw".to_string()));
+        match store.list_state::<String, u64>("counts") {
+            Err(Error::StateKindMismatch { .. }) => {}
+            other => panic!("expected StateKindMismatch, got {other:?}"),
+        }
+        // The recorded types register, and read what was written.
+        let again = store.value_state::<String, u64>("counts").unwrap();
+        assert_eq!(again.get(store, &key("a")).unwrap(), Some(300));
+        let attrs = store.map_state::<String, u32, u64>("attrs").unwrap();
+        assert_eq!(attrs.get(store, &key("a"), &1).unwrap(), Some(2));
+    };
+    check(&mut store);
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    check(&mut r.store);
+}
+
+/// Goal: a state is re-typed only explicitly, by a migration that converts every value:
+/// after a restore of `u64` counts, `migrate_value_state::<_, u64, i64>` converts them,
+/// the next checkpoint (an increment on the old base) carries the new bytes and records
+/// the new types, so its restore reads `i64` and refuses `u64`. Migrating again is a no-op,
+/// from types the state does not have is an error, and a failed conversion changes
+/// nothing. Lists (item by item) and maps (values) migrate the same way.
+#[test]
+fn migration_re_types_a_state_explicitly_and_survives_increments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = storage_with_increments(&tmp.path().join("ckpt"));
+    let mut store = Store::new();
+    let counts = store.value_state::<String, u64>("counts").unwrap();
+    let events = store.list_state::<String, u32>("events").unwrap();
+    let attrs = store.map_state::<String, String, u32>("attrs").unwrap();
+    for i in 0..50u64 {
+        counts.put(&mut store, &format!("k{i}"), &(i * 100)).unwrap();
+        events.add(&mut store, &format!("k{i}"), &(i as u32)).unwrap();
+        events.add(&mut store, &format!("k{i}"), &7).unwrap();
+        attrs.put(&mut store, &format!("k{i}"), &key("x"), &(i as u32)).unwrap();
+    }
+    counts.remove(&mut store, &key("k0")).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+
+    // A conversion that fails part-way changes nothing.
+    let mut n = 0;
+    let r = store.migrate_state(
+        StateDescriptor { value_type: "other".into(), ..store.descriptor("counts").unwrap().clone() },
+        &mut |b| {
+            n += 1;
+            if n > 10 { Err(Error::InvalidRecord("conversion failed".into())) } else { Ok(b.to_vec()) }
+        },
+    );
+    assert!(matches!(r, Err(Error::InvalidRecord(_))), "{r:?}");
+    assert_eq!(store.descriptor("counts").unwrap().value_type, "u64");
+    assert_eq!(counts.get(&store, &key("k3")).unwrap(), Some(300));
+
+    let counts = store.migrate_value_state::<String, u64, i64>("counts", |v| -(v as i64)).unwrap();
+    let events = store.migrate_list_state::<String, u32, String>("events", |v| v.to_string()).unwrap();
+    let attrs = store.migrate_map_state::<String, String, u32, u64>("attrs", |v| u64::from(v) + 1).unwrap();
+    assert_eq!(counts.get(&store, &key("k3")).unwrap(), Some(-300));
+    assert_eq!(counts.get(&store, &key("k0")).unwrap(), None, "a deleted key stays deleted");
+    assert_eq!(events.get(&store, &key("k3")).unwrap(), vec!["3".to_string(), "7".to_string()]);
+    assert_eq!(attrs.get(&store, &key("k3"), &key("x")).unwrap(), Some(4));
+    assert_eq!(type_mismatch(store.value_state::<String, u64>("counts")).1, "i64");
+    // Idempotent; from the wrong old type an error.
+    let again = store.migrate_value_state::<String, u64, i64>("counts", |_| panic!("converted twice"));
+    assert_eq!(again.unwrap().get(&store, &key("k3")).unwrap(), Some(-300));
+    let wrong = store.migrate_value_state::<String, u8, i32>("counts", i32::from);
+    assert_eq!(type_mismatch(wrong).1, "i64");
+
+    let pending = cp.snapshot(&mut store, 2, Target::Checkpoint).unwrap();
+    assert_eq!(pending.kind, FileKind::Increment, "the migration must travel in an increment");
+    let (handle, _) = pending.wait().unwrap();
+    storage.commit(2, Target::Checkpoint, vec![handle.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+    cp.notify_complete(2, &handle, &mut store);
+
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.manifest.checkpoint_id, 2);
+    assert_eq!(type_mismatch(r.store.value_state::<String, u64>("counts")).1, "i64");
+    let counts = r.store.value_state::<String, i64>("counts").unwrap();
+    let events = r.store.list_state::<String, String>("events").unwrap();
+    let attrs = r.store.map_state::<String, String, u64>("attrs").unwrap();
+    for i in 1..50u64 {
+        assert_eq!(counts.get(&r.store, &format!("k{i}")).unwrap(), Some(-((i * 100) as i64)));
+        assert_eq!(events.get(&r.store, &format!("k{i}")).unwrap(), vec![i.to_string(), "7".to_string()]);
+        assert_eq!(attrs.get(&r.store, &format!("k{i}"), &key("x")).unwrap(), Some(i + 1));
+    }
+    assert_eq!(counts.get(&r.store, &key("k0")).unwrap(), None);
+    // A state not registered yet (a first start) is registered with the new types.
+    let mut fresh = Store::new();
+    let h =
+        fresh.migrate_value_state::<String, u64, i64>("counts", |_| panic!("nothing to convert")).unwrap();
+    assert_eq!(fresh.descriptor(h.name()).unwrap().value_type, "i64");
 }

@@ -153,17 +153,16 @@ impl Store {
     }
 
     /// Registers a state, or returns the id of an identical registration. Registering a
-    /// name again with a different descriptor is an error.
+    /// name again with another descriptor is an error: another kind is
+    /// [`Error::StateKindMismatch`], another codec or other type names are
+    /// [`Error::StateTypeMismatch`] (a `u64` written must not read back as a `u8`). This
+    /// holds after a restore too: recovery registers the descriptors the checkpoint
+    /// recorded, and an operator registering the same states with the same types gets
+    /// their ids. To change a state's types, migrate it ([`Store::migrate_state`], or the
+    /// typed `migrate_value_state`, `migrate_list_state`, `migrate_map_state`).
     pub fn register(&mut self, desc: StateDescriptor) -> Result<StateId> {
         if let Some(&id) = self.by_name.get(&desc.name) {
-            let have = &self.states[id.index()].desc;
-            if have.kind != desc.kind {
-                return Err(Error::StateKindMismatch {
-                    name: desc.name,
-                    expected: desc.kind.as_str(),
-                    actual: have.kind.as_str(),
-                });
-            }
+            self.states[id.index()].desc.check_same(&desc)?;
             return Ok(id);
         }
         // Refused here rather than by every checkpoint later: a data file stores the name
@@ -186,6 +185,109 @@ impl Store {
     /// The id of a registered state.
     pub fn state_id(&self, name: &str) -> Option<StateId> {
         self.by_name.get(name).copied()
+    }
+
+    /// The descriptor of a registered state.
+    pub fn descriptor(&self, name: &str) -> Option<&StateDescriptor> {
+        self.by_name.get(name).map(|id| &*self.states[id.index()].desc)
+    }
+
+    /// Re-types a registered state: its descriptor becomes `new` (same name and kind; codec
+    /// and type names may change) and every stored value goes through `convert`: a value
+    /// state's values, a list state's items, a map state's values. Keys and map keys are
+    /// kept as they are (they decide key groups and order), so change their type names only
+    /// to types whose encoding of every stored key is the same bytes. Nothing changes if
+    /// `convert` fails or a converted value would exceed the format's limits.
+    ///
+    /// The converted values are written as new writes of the current epoch: the next
+    /// checkpoint (full or increment) carries all of them and records `new`, so a restore
+    /// of it registers the new types. A state already registered exactly as `new` is left
+    /// alone (migrating twice is harmless). An unknown name is [`Error::UnknownState`];
+    /// another kind is [`Error::StateKindMismatch`].
+    ///
+    /// The usual place is right after a restore, before the operator uses the state: the
+    /// restored store holds the descriptor of the checkpoint, registering the new types
+    /// would fail, and migrating converts the old values once. Snapshots taken before keep
+    /// the old descriptor and bytes.
+    pub fn migrate_state(
+        &mut self,
+        new: StateDescriptor,
+        convert: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>,
+    ) -> Result<StateId> {
+        let id = self.state_id(&new.name).ok_or_else(|| Error::UnknownState(new.name.clone()))?;
+        let table = &self.states[id.index()];
+        if *table.desc == new {
+            return Ok(id);
+        }
+        if table.desc.kind != new.kind {
+            return Err(Error::StateKindMismatch {
+                name: new.name,
+                expected: new.kind.as_str(),
+                actual: table.desc.kind.as_str(),
+            });
+        }
+        enum Converted {
+            Value(Vec<u8>),
+            List(Vec<Vec<u8>>),
+            Map(Vec<(Vec<u8>, Vec<u8>)>),
+        }
+        // Everything is converted and checked first, so that a failure changes nothing.
+        let mut rewritten: Vec<(Vec<u8>, Converted)> = Vec::new();
+        for trie in &table.groups {
+            for e in trie.iter() {
+                let converted = match &e.value {
+                    Value::Bytes(b) => Converted::Value(convert(b)?),
+                    Value::List(l) => {
+                        Converted::List(ListItems::new(&l.buf).map(&mut *convert).collect::<Result<_>>()?)
+                    }
+                    Value::Map(m) => {
+                        let mut entries = Vec::new();
+                        for n in m.trie.iter() {
+                            if let Value::Bytes(v) = &n.value {
+                                entries.push((n.key.to_vec(), convert(v)?));
+                            }
+                        }
+                        Converted::Map(entries)
+                    }
+                    Value::Tomb => continue,
+                };
+                rewritten.push((e.key.to_vec(), converted));
+            }
+        }
+        let too_big = |what: &'static str, len: usize| {
+            (len > MAX_RECORD_LEN).then(|| too_large(&new.name, what, len, MAX_RECORD_LEN))
+        };
+        for (key, c) in &rewritten {
+            let refused = match c {
+                Converted::Value(value) => {
+                    too_big("put record (key and value)", Record::Put { key, value }.encoded_len())
+                }
+                Converted::List(items) => {
+                    let len = items.iter().fold(0usize, |n, i| n.saturating_add(i.len()).saturating_add(4));
+                    too_big("list (key and all items)", list_record_len(key, len))
+                }
+                Converted::Map(entries) => entries.iter().find_map(|(map_key, value)| {
+                    let len = Record::MapPut { key, map_key, value }.encoded_len();
+                    too_big("map-put record (key, map key and value)", len)
+                }),
+            };
+            if let Some(e) = refused {
+                return Err(e);
+            }
+        }
+        self.states[id.index()].desc = Arc::new(new);
+        for (key, c) in rewritten {
+            match c {
+                Converted::Value(value) => self.put(id, &key, &value)?,
+                Converted::List(items) => self.list_replace(id, &key, items.iter().map(Vec::as_slice))?,
+                Converted::Map(entries) => {
+                    for (map_key, value) in entries {
+                        self.map_put(id, &key, &map_key, &value)?;
+                    }
+                }
+            }
+        }
+        Ok(id)
     }
 
     /// Descriptors of all registered states, in registration order.
