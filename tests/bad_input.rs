@@ -503,7 +503,7 @@ fn crafted_lengths_and_counts_are_rejected_at_open_without_allocating() {
     let first = blocks_at + 4;
     let n_blocks = u32::from_le_bytes(full[blocks_at..first].try_into().unwrap());
     assert!(n_blocks > 0);
-    let entry = |i: usize| first + 48 * i;
+    let entry = |i: usize| first + floe::format::INDEX_ENTRY_LEN * i;
 
     let crafted = |f: &dyn Fn(&mut Vec<u8>)| {
         let mut b = full.clone();
@@ -645,6 +645,7 @@ fn a_block_claiming_millions_of_records_reserves_no_more_than_its_bytes_justify(
         records: MAX_BLOCK_LEN / 5,
         crc32: crc32fast::hash(&stored),
         first_hash: 0,
+        last_hash: 0,
         compression: compression::LZ4_BLOCK,
         bytes: stored,
     };
@@ -667,7 +668,13 @@ fn a_block_claiming_millions_of_records_reserves_no_more_than_its_bytes_justify(
 
 /// A full file's header for crafted files (operator "op", subtask 0, every key group).
 fn crafted_header() -> floe::format::DataHeader {
-    floe::format::DataHeader { kind: FileKind::Full, checkpoint_id: 1, parent_id: 0, max_parallelism: 128 }
+    floe::format::DataHeader {
+        kind: FileKind::Full,
+        checkpoint_id: 1,
+        parent_id: 0,
+        max_parallelism: 128,
+        owner: Some(floe::format::FileOwner::new(OP, 0, floe::KeyGroupRange::all(128))),
+    }
 }
 
 /// A manifest listing one path twice is corrupt (which entry's size and CRC would hold?).

@@ -95,8 +95,10 @@ fn hex_bytes(s: &str) -> Vec<u8> {
 fn fixed_size_tables_match_the_code_and_are_contiguous() {
     let expect: BTreeMap<&str, (usize, Option<&[u8]>)> = BTreeMap::from([
         ("data-header", (format::DATA_HEADER_LEN, Some(&format::DATA_MAGIC[..]))),
+        ("data-header-v1", (format::DATA_HEADER_LEN_V1, Some(&format::DATA_MAGIC[..]))),
         ("footer", (format::FOOTER_LEN, Some(&format::FOOTER_MAGIC[..]))),
         ("block-entry", (format::INDEX_ENTRY_LEN, None)),
+        ("block-entry-v1", (format::INDEX_ENTRY_LEN_V1, None)),
         ("manifest-header", (format::MANIFEST_HEADER_LEN, Some(&format::MANIFEST_MAGIC[..]))),
     ]);
     let mut seen = BTreeSet::new();
@@ -127,7 +129,8 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
                 assert_eq!(bytes.len() as u64, size);
             }
             if field == "version" {
-                assert!(row[4].contains(&format!("version: {}", format::FORMAT_VERSION)));
+                let v = if name.ends_with("-v1") { 1 } else { format::FORMAT_VERSION };
+                assert!(row[4].contains(&format!("version: {v}")), "{name}: {}", row[4]);
             }
             at += size;
         }
@@ -140,6 +143,9 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
 fn constants_tables_match_the_code() {
     let code_values: BTreeMap<&str, u64> = BTreeMap::from([
         ("FORMAT_VERSION", u64::from(format::FORMAT_VERSION)),
+        ("OLDEST_READ_VERSION", u64::from(format::OLDEST_READ_VERSION)),
+        ("DATA_HEADER_LEN_V1", format::DATA_HEADER_LEN_V1 as u64),
+        ("INDEX_ENTRY_LEN_V1", format::INDEX_ENTRY_LEN_V1 as u64),
         ("MAX_MAX_PARALLELISM", u64::from(floe::state::keygroup::MAX_MAX_PARALLELISM)),
         ("DEFAULT_MAX_PARALLELISM", u64::from(floe::state::keygroup::DEFAULT_MAX_PARALLELISM)),
         ("DATA_HEADER_LEN", format::DATA_HEADER_LEN as u64),
@@ -304,8 +310,15 @@ fn hex_map(m: &BTreeMap<String, String>) -> Json {
 
 #[test]
 fn good_vectors_decode_to_their_expected_state() {
-    for name in ["full", "chain"] {
+    for name in ["full", "chain", "v1-full", "v1-chain"] {
         let (_tmp, root, expected) = vector(name);
+        // Each data file has the vector's format version (v1-*: written before version 2).
+        let want_version = u32::try_from(expected["version"].as_u64().unwrap()).unwrap();
+        assert_eq!(name.starts_with("v1-"), want_version == 1, "{name}");
+        for e in std::fs::read_dir(root.join("data")).unwrap() {
+            let f = format::DataFile::open(&e.unwrap().path()).unwrap();
+            assert_eq!(f.version(), want_version, "{name}: {}", f.path().display());
+        }
         let operator = expected["operator"].as_str().unwrap();
         let config = config_of(&expected);
         let checkpoints = expected["checkpoints"].as_array().unwrap();
@@ -331,6 +344,9 @@ fn good_vectors_decode_to_their_expected_state() {
             let independent = spec_read(&root, manifest, operator).unwrap();
             assert_eq!(independent, cp["state"], "{name}/{manifest}: the spec reader's decode");
         }
+        // `floe verify` finds nothing wrong (version-1 files included).
+        let report = floe::inspect::verify(&root, None).unwrap();
+        assert!(report.ok, "{name}: {:?}", report.problems);
         let storage = CheckpointStorage::open(&root, StorageConfig::default()).unwrap();
         let mut rec = storage.recover(operator, config).unwrap().expect("a checkpoint");
         assert_eq!(json!(rec.manifest.checkpoint_id), expected["recover"]);
@@ -342,7 +358,7 @@ fn good_vectors_decode_to_their_expected_state() {
 
 #[test]
 fn damaged_vectors_fail_with_the_expected_typed_error() {
-    for name in ["corrupt-block", "truncated", "unknown-version"] {
+    for name in ["corrupt-block", "truncated", "unknown-version", "swapped-files"] {
         let (_tmp, root, expected) = vector(name);
         let operator = expected["operator"].as_str().unwrap();
         let config = config_of(&expected);
@@ -451,7 +467,17 @@ struct Block {
     records: u32,
     crc32: u32,
     first_hash: u64,
+    /// Version 2 only.
+    last_hash: Option<u64>,
     compression: u8,
+}
+
+/// data-file.md, "Header": the owner fields of version 2.
+#[derive(Clone, Copy)]
+struct Owner {
+    subtask: u32,
+    operator_hash: u64,
+    key_groups: (u32, u32),
 }
 
 struct DataFileView {
@@ -459,25 +485,42 @@ struct DataFileView {
     checkpoint_id: u64,
     parent_id: u64,
     max_parallelism: u32,
+    owner: Option<Owner>,
     states: Vec<(String, String)>,
     blocks: Vec<Block>,
 }
 
-/// data-file.md, "Validity", steps 1..12.
+/// data-file.md, "Validity", steps 1..13, for versions 2 and 1.
 fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
     let mut h = Rd(b, 0);
-    (b.len() >= 72 && h.take(8)? == b"\x89\x46\x4C\x4F\x45\x44\x41\x54" && h.u32()? == 1).then_some(())?;
-    (crc32fast::hash(&b[0..36]) == u32::from_le_bytes(b[36..40].try_into().ok()?)).then_some(())?;
+    (b.len() >= 72 && h.take(8)? == b"\x89\x46\x4C\x4F\x45\x44\x41\x54").then_some(())?;
+    let version = h.u32()?;
+    let (header_len, entry_len) = match version {
+        2 => (64, 56),
+        1 => (40, 48),
+        _ => return None,
+    };
+    (b.len() >= header_len + 32).then_some(())?;
+    let crc_at = header_len - 4;
+    (crc32fast::hash(&b[0..crc_at]) == u32::from_le_bytes(b[crc_at..header_len].try_into().ok()?))
+        .then_some(())?;
     let kind = u64::from(h.u8()?);
     ((kind == FULL || kind == INCREMENT) && h.take(3)? == [0, 0, 0]).then_some(())?;
     let (checkpoint_id, parent_id, max_parallelism) = (h.u64()?, h.u64()?, h.u32()?);
     (1..=32768).contains(&max_parallelism).then_some(())?;
+    let owner = if version == 2 {
+        let (subtask, operator_hash, start, end) = (h.u32()?, h.u64()?, h.u32()?, h.u32()?);
+        (start <= end && end <= max_parallelism && h.u32()? == 0).then_some(())?;
+        Some(Owner { subtask, operator_hash, key_groups: (start, end) })
+    } else {
+        None
+    };
     let foot = b.len() - 32;
     let mut f = Rd(b, foot);
     let (index_offset, index_len, index_crc) = (f.u64()?, f.u64()?, f.u32()?);
     (f.u32()? == 0 && f.take(8)? == b"FLOEEND\n").then_some(())?;
     let index_offset = usize::try_from(index_offset).ok()?;
-    (index_offset >= 40 && index_offset.checked_add(usize::try_from(index_len).ok()?)? == foot)
+    (index_offset >= header_len && index_offset.checked_add(usize::try_from(index_len).ok()?)? == foot)
         .then_some(())?;
     let index = &b[index_offset..foot];
     (crc32fast::hash(index) == index_crc).then_some(())?;
@@ -495,7 +538,7 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
         states.push((name.to_string(), kind.to_string()));
     }
     let count = usize::try_from(r.u32()?).ok()?;
-    (count.checked_mul(48)? == index.len() - r.1).then_some(())?;
+    (count.checked_mul(entry_len)? == index.len() - r.1).then_some(())?;
     let mut blocks: Vec<Block> = Vec::new();
     for _ in 0..count {
         let bl = Block {
@@ -507,12 +550,15 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
             records: r.u32()?,
             crc32: r.u32()?,
             first_hash: r.u64()?,
+            last_hash: if version == 2 { Some(r.u64()?) } else { None },
             compression: r.u8()?,
         };
         (r.take(7)? == [0; 7]).then_some(())?;
+        let same_unit = blocks.last().filter(|p| (p.state, p.key_group) == (bl.state, bl.key_group));
         let ok = bl.state < states.len()
             && bl.key_group < max_parallelism
-            && bl.offset >= 40
+            && owner.is_none_or(|o| (o.key_groups.0..o.key_groups.1).contains(&bl.key_group))
+            && bl.offset >= header_len
             && bl.offset.checked_add(bl.stored_len)? <= index_offset
             && bl.raw_len <= 64 << 20
             && match bl.compression {
@@ -522,16 +568,22 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
             }
             && bl.records > 0
             && bl.records as usize <= bl.raw_len / 5
+            && bl.last_hash.is_none_or(|l| bl.first_hash <= l)
             && blocks
                 .last()
-                .is_none_or(|p| (p.state, p.key_group, p.offset) < (bl.state, bl.key_group, bl.offset));
+                .is_none_or(|p| (p.state, p.key_group, p.offset) < (bl.state, bl.key_group, bl.offset))
+            && same_unit.is_none_or(|p| match p.last_hash {
+                None => p.first_hash <= bl.first_hash,
+                Some(l) if states[bl.state].1 == "map" => l <= bl.first_hash,
+                Some(l) => l < bl.first_hash,
+            });
         ok.then_some(())?;
         blocks.push(bl);
     }
-    Some(DataFileView { kind, checkpoint_id, parent_id, max_parallelism, states, blocks })
+    Some(DataFileView { kind, checkpoint_id, parent_id, max_parallelism, owner, states, blocks })
 }
 
-/// Applies one block's records (data-file.md, "Validity", step 13, and "Records").
+/// Applies one block's records (data-file.md, "Validity", step 14, and "Records").
 fn apply_block(
     file: &[u8],
     df: &DataFileView,
@@ -614,7 +666,8 @@ fn apply_block(
         }
         n += 1;
     }
-    (n == b.records).then_some(())
+    let last_ok = b.last_hash.is_none_or(|l| last.as_ref().is_some_and(|(h, _)| *h == l));
+    (n == b.records && last_ok).then_some(())
 }
 
 /// Restores `operator` for all key groups from `root/manifest_rel` following format-spec/
@@ -629,7 +682,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
     }
     let mut h = Rd(&mb, 8);
     let version = h.u32().unwrap();
-    if version == 0 || version > 1 {
+    if !(1..=2).contains(&version) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let (body_len, body_crc, reserved) = (h.u32().unwrap(), h.u32().unwrap(), h.u32().unwrap());
@@ -638,7 +691,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
         return Err(bad(manifest_rel));
     }
     let m: Json = serde_json::from_slice(body).map_err(|_| bad(manifest_rel))?;
-    if m["format_version"] != json!(1) {
+    if m["format_version"] != json!(1) && m["format_version"] != json!(2) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let max_parallelism = m["max_parallelism"].as_u64().ok_or_else(|| bad(manifest_rel))?;
@@ -665,10 +718,23 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
                 return Err(bad(path));
             }
             let df = parse_data_file(&bytes).ok_or_else(|| bad(path))?;
+            // layout.md, "Resolving a chain", step 2 (the owner from version 2).
+            let owner_ok = df.owner.is_none_or(|o| {
+                json!(o.subtask) == op["subtask"]
+                    && o.operator_hash == xxhash_rust::xxh64::xxh64(operator.as_bytes(), 0)
+                    && json!(o.key_groups.0) == op["key_groups"]["start"]
+                    && json!(o.key_groups.1) == op["key_groups"]["end"]
+            });
+            let kinds_ok = df
+                .states
+                .iter()
+                .all(|(name, kind)| descriptors.get(name.as_str()).is_none_or(|want| want == kind));
             let chain_ok = df.kind == if i == 0 { FULL } else { INCREMENT }
                 && json!(df.checkpoint_id) == fref["created_by"]
                 && previous.is_none_or(|p| p == df.parent_id)
-                && u64::from(df.max_parallelism) == max_parallelism;
+                && u64::from(df.max_parallelism) == max_parallelism
+                && owner_ok
+                && kinds_ok;
             if !chain_ok {
                 return Err(bad(path));
             }

@@ -9,10 +9,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use floe::Error;
-use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, StorageConfig, Target};
-use floe::format::FileKind;
+use std::path::{Path, PathBuf};
+
+use floe::checkpoint::{
+    ChainPolicy, CheckpointStorage, Checkpointer, StorageConfig, Target, restore_from_path,
+};
+use floe::format::datafile::{BlockRecords, encode_record};
+use floe::format::{
+    DataFile, DataFileWriter, DataHeader, FileKind, FileOwner, FileState, INDEX_ENTRY_LEN, Manifest,
+    encode_block,
+};
 use floe::state::{
-    KeyGroupRange, MAX_RECORD_LEN, MAX_STATES, StateDescriptor, StateKind, Store, StoreConfig,
+    KeyGroupRange, MAX_RECORD_LEN, MAX_STATES, Record, StateDescriptor, StateKind, Store, StoreConfig,
+    key_hash,
 };
 
 /// Takes checkpoint `id` of one store as operator `op`, subtask 0, and commits it.
@@ -276,4 +285,270 @@ fn migration_re_types_a_state_explicitly_and_survives_increments() {
     let h =
         fresh.migrate_value_state::<String, u64, i64>("counts", |_| panic!("nothing to convert")).unwrap();
     assert_eq!(fresh.descriptor(h.name()).unwrap().value_type, "i64");
+}
+
+// ---- ownership --------------------------------------------------------------------------
+
+const MP: u32 = 8;
+
+/// A directory with operator "a" (2 subtasks: key groups 0..4 and 4..8) and operator "b"
+/// (1 subtask, all groups), both with a value state "v": checkpoint 1 full, checkpoint 2
+/// an increment. Returns the storage and each checkpoint's state of a[0], b[0].
+struct Job {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    storage: Arc<CheckpointStorage>,
+}
+
+fn job() -> Job {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    let storage = storage_with_increments(&dir);
+    let instances = [("a", 0u32, 2u32), ("a", 1, 2), ("b", 0, 1)];
+    let mut stores = Vec::new();
+    let mut cps = Vec::new();
+    for (op, subtask, parallelism) in instances {
+        let key_groups = KeyGroupRange::for_instance(MP, parallelism, subtask).unwrap();
+        let mut store = Store::with_config(StoreConfig { max_parallelism: MP, key_groups }).unwrap();
+        let v = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        for i in 0..200u32 {
+            let k = format!("{op}-{i}").into_bytes();
+            if key_groups.contains(floe::state::key_group(&k, MP)) {
+                store.put(v, &k, &i.to_le_bytes()).unwrap();
+            }
+        }
+        stores.push(store);
+        cps.push(Checkpointer::new(Arc::clone(&storage), op, subtask));
+    }
+    for id in 1..=2u64 {
+        let mut handles = Vec::new();
+        for (store, cp) in stores.iter_mut().zip(&mut cps) {
+            if id == 2 {
+                let v = store.state_id("v").unwrap();
+                let k = store.snapshot();
+                let first =
+                    k.entries(v, store.config().key_groups.start).unwrap().next().map(|e| e.key.to_vec());
+                if let Some(k) = first {
+                    store.put(v, &k, b"changed").unwrap();
+                }
+            }
+            handles.push(cp.snapshot(store, id, Target::Checkpoint).unwrap().wait().unwrap().0);
+        }
+        storage.commit(id, Target::Checkpoint, handles.clone(), BTreeMap::new(), BTreeMap::new()).unwrap();
+        for ((store, cp), h) in stores.iter_mut().zip(&mut cps).zip(&handles) {
+            cp.notify_complete(id, h, store);
+        }
+    }
+    Job { _tmp: tmp, dir, storage }
+}
+
+/// The chain file of `op[subtask]` at position `pos` in checkpoint `id`'s manifest.
+fn chain_file(job: &Job, id: u64, op: &str, subtask: u32, pos: usize) -> String {
+    let m = job.storage.read_manifest(id).unwrap();
+    let entry = m.operators.iter().find(|o| o.operator == op && o.subtask == subtask).unwrap();
+    entry.chain[pos].clone()
+}
+
+/// Exchanges the contents of two data files and fixes every manifest that lists them (size
+/// and CRC), so that only the files' headers can tell that they were swapped.
+fn swap(job: &Job, a: &str, b: &str) {
+    let (pa, pb) = (job.dir.join(a), job.dir.join(b));
+    let (ba, bb) = (std::fs::read(&pa).unwrap(), std::fs::read(&pb).unwrap());
+    std::fs::write(&pa, &bb).unwrap();
+    std::fs::write(&pb, &ba).unwrap();
+    for id in job.storage.checkpoint_ids().unwrap() {
+        let path = job.storage.manifest_path(id);
+        let mut m = Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+        for f in &mut m.files {
+            let now = std::fs::read(job.dir.join(&f.path)).unwrap();
+            f.size = now.len() as u64;
+            f.crc32 = crc32fast::hash(&now);
+        }
+        std::fs::write(&path, m.encode().unwrap()).unwrap();
+    }
+}
+
+fn corrupt_at(r: floe::Result<floe::checkpoint::Recovered>) -> (PathBuf, u64) {
+    match r {
+        Err(Error::Corrupt { path, offset, .. }) => (path, offset),
+        Err(e) => panic!("expected Corrupt, got {e:?}"),
+        Ok(r) => {
+            panic!("expected Corrupt, restored checkpoint {} with {:?}", r.manifest.checkpoint_id, r.report)
+        }
+    }
+}
+
+fn config_of(parallelism: u32, subtask: u32) -> StoreConfig {
+    StoreConfig {
+        max_parallelism: MP,
+        key_groups: KeyGroupRange::for_instance(MP, parallelism, subtask).unwrap(),
+    }
+}
+
+/// Goal: the increments of a[0] and a[1] exchanged (manifest sizes and CRCs fixed up) are
+/// corruption naming a[0]'s file and the header's subtask field (36), in restore and in
+/// `floe verify`; recovery falls back to checkpoint 1 and names checkpoint 2 as skipped.
+/// Without the owner check the restore "succeeded" with a[0] missing its change and a[1]'s
+/// keys outside its range silently ignored.
+#[test]
+fn data_files_swapped_between_subtasks_are_corruption_naming_the_file() {
+    let job = job();
+    let (a0, a1) = (chain_file(&job, 2, "a", 0, 1), chain_file(&job, 2, "a", 1, 1));
+    swap(&job, &a0, &a1);
+    let manifest = job.storage.manifest_path(2);
+    let (path, offset) = corrupt_at(restore_from_path(&manifest, "a", config_of(2, 0)));
+    assert_eq!((path, offset), (job.dir.join(&a0), 36));
+    let (path, offset) = corrupt_at(restore_from_path(&manifest, "a", config_of(2, 1)));
+    assert_eq!((path, offset), (job.dir.join(&a1), 36));
+    // Recovery never returns the swapped state: it falls back, naming why.
+    let r = job.storage.recover("a", config_of(2, 0)).unwrap().unwrap();
+    assert_eq!(r.manifest.checkpoint_id, 1);
+    assert_eq!(r.report.skipped.len(), 1);
+    assert!(r.report.skipped[0].error.to_string().contains(&a0), "{}", r.report.skipped[0]);
+    // verify names both files at the subtask field.
+    let report = floe::inspect::verify(&job.dir, Some(2)).unwrap();
+    assert!(!report.ok);
+    for f in [&a0, &a1] {
+        assert!(
+            report.problems.iter().any(|p| &p.file == f && p.offset == Some(36)),
+            "{f}: {:?}",
+            report.problems
+        );
+    }
+}
+
+/// Goal: a[0]'s full file and b[0]'s full file exchanged are corruption naming the file at
+/// the header's operator hash (40), and so is a file of another subtask range copied over
+/// (a[1]'s full file in a[0]'s place: subtask at 36). `floe verify` reports the same.
+#[test]
+fn data_files_swapped_between_operators_are_corruption_naming_the_file() {
+    let job = job();
+    let (a0, b0) = (chain_file(&job, 1, "a", 0, 0), chain_file(&job, 1, "b", 0, 0));
+    swap(&job, &a0, &b0);
+    for id in [1, 2] {
+        let manifest = job.storage.manifest_path(id);
+        let (path, offset) = corrupt_at(restore_from_path(&manifest, "a", config_of(2, 0)));
+        assert_eq!((path, offset), (job.dir.join(&a0), 40), "checkpoint {id}");
+        let (path, offset) = corrupt_at(restore_from_path(&manifest, "b", config_of(1, 0)));
+        assert_eq!((path, offset), (job.dir.join(&b0), 40), "checkpoint {id}");
+    }
+    match job.storage.recover("a", config_of(2, 0)) {
+        Err(e) => assert!(e.to_string().contains(&a0), "{e}"),
+        Ok(r) => panic!("recovered {:?} from swapped files", r.map(|r| r.manifest.checkpoint_id)),
+    }
+    let report = floe::inspect::verify(&job.dir, None).unwrap();
+    assert!(report.problems.iter().any(|p| p.file == a0 && p.offset == Some(40)), "{:?}", report.problems);
+    assert!(report.problems.iter().any(|p| p.file == b0 && p.offset == Some(40)), "{:?}", report.problems);
+}
+
+// ---- record order across blocks ---------------------------------------------------------
+
+/// Keys of one key group (max_parallelism 1), sorted by hash.
+fn keys_by_hash(n: u32) -> Vec<(u64, Vec<u8>)> {
+    let mut keys: Vec<(u64, Vec<u8>)> =
+        (0..n).map(|i| format!("key-{i}").into_bytes()).map(|k| (key_hash(&k), k)).collect();
+    keys.sort();
+    keys
+}
+
+/// A data file of one state (`kind`) in key group 0 of max_parallelism 1, with one block per
+/// element of `blocks` (each a list of records), written by floe's writer with the index
+/// fields the writer computes; `last_hash_of` may lie about a block's last hash.
+fn crafted(
+    kind: FileKind,
+    state: StateKind,
+    blocks: &[Vec<Record<'_>>],
+    lie: Option<(usize, u64)>,
+) -> Vec<u8> {
+    let header = DataHeader {
+        kind,
+        checkpoint_id: 2,
+        parent_id: if kind == FileKind::Full { 0 } else { 1 },
+        max_parallelism: 1,
+        owner: Some(FileOwner::new("op", 0, KeyGroupRange::all(1))),
+    };
+    let states = vec![FileState { name: "s".into(), kind: state }];
+    let mut w = DataFileWriter::new(Vec::new(), Path::new("crafted"), header, states).unwrap();
+    for (i, records) in blocks.iter().enumerate() {
+        let mut raw = Vec::new();
+        for r in records {
+            encode_record(&mut raw, r).unwrap();
+        }
+        let last_hash = match lie {
+            Some((at, h)) if at == i => h,
+            _ => key_hash(records.last().unwrap().key()),
+        };
+        let meta = BlockRecords {
+            state: 0,
+            key_group: 0,
+            records: records.len() as u32,
+            first_hash: key_hash(records[0].key()),
+            last_hash,
+        };
+        w.write_block(&encode_block(meta, &mut raw, Vec::new(), false).unwrap()).unwrap();
+    }
+    w.finish().unwrap().1
+}
+
+/// Offset of block entry `i` in a crafted file (one state named "s").
+fn entry_offset(bytes: &[u8], i: usize) -> u64 {
+    let foot = bytes.len() - 32;
+    let index = u64::from_le_bytes(bytes[foot..foot + 8].try_into().unwrap());
+    // state count, one state entry (kind, u16 length, "s"), block count.
+    index + 4 + 4 + 4 + (INDEX_ENTRY_LEN * i) as u64
+}
+
+fn open(bytes: Vec<u8>) -> floe::Result<DataFile> {
+    DataFile::from_bytes(Path::new("crafted"), bytes)
+}
+
+/// Goal: data-file.md, "Order": records out of order across the blocks of a (state, key
+/// group) are corruption at the later block's index entry, for increments exactly as for
+/// full files (one value state: strictly ascending hashes across blocks, so a key repeated
+/// in the next block is caught too); a map key's entries may continue into the next block
+/// (equal hashes); a block whose last record does not hash to the index's `last_hash` is
+/// corruption at the block when it is read; correctly ordered blocks read in both kinds.
+#[test]
+fn records_out_of_order_across_blocks_are_corruption_in_increments_and_full_files() {
+    let keys = keys_by_hash(3);
+    let put = |i: usize| Record::Put { key: &keys[i].1, value: b"v" };
+    let del = |i: usize| Record::Delete { key: &keys[i].1 };
+    for kind in [FileKind::Full, FileKind::Increment] {
+        // In order: blocks [k0, k1] [k2].
+        let good = crafted(kind, StateKind::Value, &[vec![put(0), put(1)], vec![put(2)]], None);
+        let f = open(good).unwrap();
+        assert_eq!(f.verify_blocks().unwrap(), 3, "{kind:?}");
+        // [k1, k2] [k0]: the second block starts below the first's last hash.
+        let bad = crafted(kind, StateKind::Value, &[vec![put(1), put(2)], vec![put(0)]], None);
+        let at = entry_offset(&bad, 1);
+        match open(bad) {
+            Err(Error::Corrupt { offset, what, .. }) => assert_eq!(offset, at, "{kind:?}: {what}"),
+            other => panic!("{kind:?}: expected Corrupt, got {other:?}"),
+        }
+        // The same key at the end of one block and the start of the next.
+        let records = if kind == FileKind::Full { vec![put(1)] } else { vec![del(1)] };
+        let dup = crafted(kind, StateKind::Value, &[vec![put(0), put(1)], records], None);
+        let at = entry_offset(&dup, 1);
+        match open(dup) {
+            Err(Error::Corrupt { offset, .. }) => assert_eq!(offset, at, "{kind:?}"),
+            other => panic!("{kind:?}: expected Corrupt for a repeated key, got {other:?}"),
+        }
+        // The index claims a last hash above the block's last record (and still below the
+        // next block): found when the block is read.
+        let lie = (keys[1].0 + keys[2].0) / 2;
+        let lying = crafted(kind, StateKind::Value, &[vec![put(0), put(1)], vec![put(2)]], Some((0, lie)));
+        let f = open(lying).unwrap();
+        let b = f.blocks()[0];
+        match f.verify_blocks() {
+            Err(Error::Corrupt { offset, what, .. }) => {
+                assert_eq!(offset, b.offset, "{kind:?}");
+                assert!(what.contains("last hash"), "{what}");
+            }
+            other => panic!("{kind:?}: expected Corrupt for a lying last hash, got {other:?}"),
+        }
+    }
+    // A map key's entries continue into the next block: allowed.
+    let mp = |m: &'static [u8]| Record::MapPut { key: &keys[0].1, map_key: m, value: b"x" };
+    let map = crafted(FileKind::Increment, StateKind::Map, &[vec![mp(b"a"), mp(b"b")], vec![mp(b"c")]], None);
+    assert_eq!(open(map).unwrap().verify_blocks().unwrap(), 3);
 }

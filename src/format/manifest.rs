@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::cursor::Cursor;
-use super::{FORMAT_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN};
+use super::{FORMAT_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN, OLDEST_READ_VERSION};
 use crate::error::{Error, Result};
 use crate::state::{KeyGroupRange, StateDescriptor};
 
@@ -125,7 +125,7 @@ impl Manifest {
             return Err(Error::corrupt(path, 0, "not a floe manifest (bad magic)"));
         }
         let version = c.u32("version")?;
-        if version == 0 || version > FORMAT_VERSION {
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: version,
@@ -157,7 +157,7 @@ impl Manifest {
     /// listed files, sane key-group ranges.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let bad = |what: String| Error::corrupt(path, MANIFEST_HEADER_LEN as u64, what);
-        if self.format_version == 0 || self.format_version > FORMAT_VERSION {
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: self.format_version,
