@@ -552,3 +552,93 @@ fn records_out_of_order_across_blocks_are_corruption_in_increments_and_full_file
     let map = crafted(FileKind::Increment, StateKind::Map, &[vec![mp(b"a"), mp(b"b")], vec![mp(b"c")]], None);
     assert_eq!(open(map).unwrap().verify_blocks().unwrap(), 3);
 }
+
+// ---- key-group coverage -----------------------------------------------------------------
+
+/// Rewrites checkpoint `id`'s manifest through `edit`.
+fn edit_manifest(job: &Job, id: u64, edit: impl FnOnce(&mut Manifest)) -> PathBuf {
+    let path = job.storage.manifest_path(id);
+    let mut m = Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut m);
+    std::fs::write(&path, m.encode().unwrap()).unwrap();
+    path
+}
+
+/// Runs the `floe` binary; returns (exit code, stdout, stderr).
+fn floe_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// Goal: manifest.md rule 13. A manifest whose entries of operator "a" leave key groups
+/// 4..8 in no entry (a[1]'s entry removed) lost those keys: `floe dump` fails (exit 1,
+/// naming the manifest) instead of dumping a[0]'s keys only, `floe verify` reports the gap
+/// at the manifest (exit 1) instead of "ok", and a restore of all of "a" (rescaled to one
+/// subtask) is corruption. An entry listed twice (an overlap) is reported the same way.
+#[test]
+fn a_key_group_gap_in_a_manifest_is_damage_in_dump_verify_and_restore() {
+    let job = job();
+    let dir = job.dir.to_str().unwrap().to_string();
+    let before = floe_cli(&["--json", "verify", &dir, "2"]);
+    assert_eq!(before.0, 0, "{}", before.1);
+    let path = edit_manifest(&job, 2, |m| m.operators.retain(|o| !(o.operator == "a" && o.subtask == 1)));
+    let rel = path.file_name().unwrap().to_str().unwrap().to_string();
+
+    let (code, _, stderr) = floe_cli(&["dump", &dir, "2"]);
+    assert_eq!(code, 1, "dump must fail: {stderr}");
+    assert!(stderr.contains(&rel) && stderr.contains("4..8"), "{stderr}");
+    match floe::inspect::dump(&job.dir, Some(2), &floe::inspect::DumpFilter::default()) {
+        Err(Error::Corrupt { path: p, offset, what }) => {
+            assert_eq!((p, offset), (path.clone(), 24));
+            assert!(what.contains("\"a\"") && what.contains("in no entry"), "{what}");
+        }
+        other => panic!("expected Corrupt, got {:?}", other.map(|r| r.id)),
+    }
+    // Another operator of the same checkpoint is still dumped on its own.
+    let (code, stdout, stderr) = floe_cli(&["--json", "dump", &dir, "2", "--operator", "b"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\"operator\": \"b\"") || stdout.contains("\"operator\":\"b\""), "{stdout}");
+
+    let (code, stdout, _) = floe_cli(&["--json", "verify", &dir, "2"]);
+    assert_eq!(code, 1, "verify must report the gap: {stdout}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let problems = report["problems"].as_array().unwrap();
+    assert!(
+        problems.iter().any(|p| p["file"] == rel.as_str()
+            && p["offset"] == 24
+            && p["what"].as_str().unwrap().contains("key groups 4..8 are in no entry")),
+        "{problems:?}"
+    );
+    let (code, stdout, _) = floe_cli(&["verify", &dir]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("checkpoint 2: damaged") && stdout.contains("checkpoint 1: ok"), "{stdout}");
+
+    let r = restore_from_path(
+        &path,
+        "a",
+        StoreConfig { max_parallelism: MP, key_groups: KeyGroupRange::all(MP) },
+    );
+    assert!(matches!(r, Err(Error::Corrupt { .. })), "{:?}", r.map(|r| r.report));
+
+    // An overlap: a[0]'s entry twice.
+    edit_manifest(&job, 1, |m| {
+        let dup = m.operators.iter().find(|o| o.operator == "a" && o.subtask == 0).unwrap().clone();
+        m.operators.push(dup);
+    });
+    let report = floe::inspect::verify(&job.dir, Some(1)).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.offset == Some(24) && p.what.contains("key group 0 is in two entries")),
+        "{:?}",
+        report.problems
+    );
+    let (code, _, stderr) = floe_cli(&["dump", &dir, "1"]);
+    assert_eq!(code, 1, "{stderr}");
+}

@@ -202,6 +202,45 @@ impl Manifest {
         Ok(())
     }
 
+    /// For each operator whose entries do not hold every key group of `range` exactly once
+    /// (manifest.md, "Validity": a gap or an overlap is corruption), the operator and the
+    /// first problem. One pass over the entries, then a sort per operator.
+    pub fn coverage_problems(&self, range: KeyGroupRange) -> Vec<(&str, CoverageProblem)> {
+        let mut by_operator: std::collections::BTreeMap<&str, Vec<KeyGroupRange>> =
+            std::collections::BTreeMap::new();
+        for o in &self.operators {
+            let r = o.key_groups.intersect(&range);
+            let ranges = by_operator.entry(o.operator.as_str()).or_default();
+            if !r.is_empty() {
+                ranges.push(r);
+            }
+        }
+        let mut out = Vec::new();
+        for (name, mut ranges) in by_operator {
+            ranges.sort_unstable_by_key(|r| (r.start, r.end));
+            let mut next = range.start;
+            let mut problem = None;
+            for r in ranges {
+                if r.start > next {
+                    problem = Some(CoverageProblem::Gap(KeyGroupRange { start: next, end: r.start }));
+                } else if r.start < next {
+                    problem = Some(CoverageProblem::Overlap(r.start));
+                }
+                if problem.is_some() {
+                    break;
+                }
+                next = r.end;
+            }
+            if problem.is_none() && next < range.end {
+                problem = Some(CoverageProblem::Gap(KeyGroupRange { start: next, end: range.end }));
+            }
+            if let Some(p) = problem {
+                out.push((name, p));
+            }
+        }
+        out
+    }
+
     /// The listed file with this path.
     pub fn file(&self, path: &str) -> Option<&FileRef> {
         self.files.iter().find(|f| f.path == path)
@@ -210,6 +249,24 @@ impl Manifest {
     /// Decoded source positions.
     pub fn source_positions(&self) -> std::collections::BTreeMap<String, Vec<u8>> {
         self.sources.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
+    }
+}
+
+/// How the entries of one operator fail to hold a key-group range exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoverageProblem {
+    /// These key groups are in no entry: their keys would silently be missing.
+    Gap(KeyGroupRange),
+    /// This key group is in two entries.
+    Overlap(u32),
+}
+
+impl std::fmt::Display for CoverageProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CoverageProblem::Gap(r) => write!(f, "key groups {r} are in no entry"),
+            CoverageProblem::Overlap(kg) => write!(f, "key group {kg} is in two entries"),
+        }
     }
 }
 

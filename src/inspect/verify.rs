@@ -190,6 +190,7 @@ impl Checker {
             self.check_listed(l.id, &path, f);
         }
         self.check_chains(l, &m);
+        self.check_coverage(l, &m);
         m.files.len()
     }
 
@@ -216,6 +217,16 @@ impl Checker {
         }
         if let Some(p) = header.and_then(|h| created_by_problem(&h, f.created_by)) {
             self.report(id, path, Some(p.offset), p.what);
+        }
+    }
+
+    /// Every operator's entries hold each of the `max_parallelism` key groups exactly once
+    /// (manifest.md, "Validity"): a gap would make the keys of its groups vanish from a
+    /// restore, a dump or a rescaled job without a word.
+    fn check_coverage(&mut self, l: &Located, m: &Manifest) {
+        let at = Some(crate::format::MANIFEST_HEADER_LEN as u64);
+        for (name, p) in m.coverage_problems(crate::state::KeyGroupRange::all(m.max_parallelism)) {
+            self.report(l.id, &l.manifest_path, at, format!("operator {name:?}: {p}"));
         }
     }
 
