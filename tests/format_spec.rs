@@ -797,3 +797,335 @@ fn limits_table_matches_the_code() {
     .collect();
     assert_eq!(limits, want);
 }
+
+// ---- Errors: every failure the spec defines, at the offset it gives ----------------------
+
+/// The rows of an errors table: failure -> (error kind, offset expression).
+fn error_rows(name: &str) -> Vec<(String, String, String)> {
+    one(name)[1..].iter().map(|r| (r[1].clone(), r[2].clone(), r[3].clone())).collect()
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Where the structures of a version-2 data file lie (data-file.md), read by hand.
+struct Layout {
+    footer: usize,
+    index: usize,
+    first_state: usize,
+    block_count: usize,
+    first_entry: usize,
+    first_block: usize,
+}
+
+fn layout_of(b: &[u8]) -> Layout {
+    let footer = b.len() - 32;
+    let index = usize::try_from(le64(b, footer)).unwrap();
+    let mut at = index + 4;
+    for _ in 0..le32(b, index) {
+        at += 3 + usize::from(u16::from_le_bytes([b[at + 1], b[at + 2]]));
+    }
+    let first_block = usize::try_from(le64(b, at + 4 + 8)).unwrap();
+    Layout { footer, index, first_state: index + 4, block_count: at, first_entry: at + 4, first_block }
+}
+
+fn fix_header(b: &mut [u8]) {
+    let crc = crc32fast::hash(&b[0..60]);
+    b[60..64].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn fix_index(b: &mut [u8]) {
+    let footer = b.len() - 32;
+    let index = usize::try_from(le64(b, footer)).unwrap();
+    let crc = crc32fast::hash(&b[index..footer]);
+    b[footer + 16..footer + 20].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The error's kind as the tables name it, and its offset.
+fn kind_and_offset(e: &Error) -> (&'static str, Option<u64>) {
+    match e {
+        Error::Corrupt { offset, .. } => ("corrupt", Some(*offset)),
+        Error::UnsupportedVersion { .. } => ("unsupported version", None),
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            ("I/O (not found)", None)
+        }
+        _ => ("other", None),
+    }
+}
+
+/// Goal: data-file.md, "Errors". Each failure of the table, made in a valid version-2 file
+/// (only that check failing: checksums fixed where the failure is not a checksum), gives
+/// floe's error of the table's kind at the table's offset; every row has a case and every
+/// case a row. Versions 0, 3 and 99 are all "unsupported version".
+#[test]
+fn every_data_file_error_of_the_spec_has_its_kind_and_offset() {
+    let (_tmp, root, _) = vector("full");
+    let rel = floe::checkpoint::layout::data_file_name(1, "word count", 0, true);
+    let good = std::fs::read(root.join(&rel)).unwrap();
+    let l = layout_of(&good);
+    assert_eq!(le32(&good, 8), 2, "a version-2 file");
+    let max_parallelism = le32(&good, 32);
+    type Case = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Case)> = vec![
+        ("shorter than 72 bytes", Box::new(|b| b.truncate(71))),
+        ("bad magic", Box::new(|b| b[0] ^= 1)),
+        ("version not 1 or 2 (0 included)", Box::new(|b| b[8..12].copy_from_slice(&0u32.to_le_bytes()))),
+        ("shorter than H + 32 bytes", Box::new(|b| b.truncate(90))),
+        ("header checksum mismatch", Box::new(|b| b[20] ^= 1)),
+        ("unknown kind", Box::new(|b| (b[12] = 9, fix_header(b)).1)),
+        ("reserved bytes 13..16 not zero", Box::new(|b| (b[14] = 1, fix_header(b)).1)),
+        ("max_parallelism out of range", Box::new(|b| (b[32..36].fill(0), fix_header(b)).1)),
+        (
+            "owner key groups out of range",
+            Box::new(move |b| {
+                (b[52..56].copy_from_slice(&(max_parallelism + 1).to_le_bytes()), fix_header(b)).1
+            }),
+        ),
+        ("reserved bytes 56..60 not zero", Box::new(|b| (b[57] = 1, fix_header(b)).1)),
+        ("bad footer magic", Box::new(move |b| b[l.footer + 24] ^= 1)),
+        ("footer reserved bytes not zero", Box::new(move |b| b[l.footer + 21] = 1)),
+        (
+            "index outside the file",
+            Box::new(move |b| b[l.footer..l.footer + 8].copy_from_slice(&8u64.to_le_bytes())),
+        ),
+        ("index checksum mismatch", Box::new(move |b| b[l.index + 5] ^= 1)),
+        ("state count too large", Box::new(move |b| (b[l.index..l.index + 4].fill(0xFF), fix_index(b)).1)),
+        ("bad state entry", Box::new(move |b| (b[l.first_state] = 9, fix_index(b)).1)),
+        (
+            "block count does not match the index",
+            Box::new(move |b| {
+                let n = le32(b, l.block_count) + 1;
+                b[l.block_count..l.block_count + 4].copy_from_slice(&n.to_le_bytes());
+                fix_index(b);
+            }),
+        ),
+        (
+            "bad block entry",
+            Box::new(move |b| {
+                (b[l.first_entry..l.first_entry + 4].copy_from_slice(&99u32.to_le_bytes()), fix_index(b)).1
+            }),
+        ),
+        ("bad block", Box::new(move |b| b[l.first_block] ^= 1)),
+    ];
+    let resolve = |expr: &str| -> Option<u64> {
+        let v = match expr {
+            "none" => return None,
+            "H-4" => 60,
+            "F" => l.footer,
+            "F+20" => l.footer + 20,
+            "F+24" => l.footer + 24,
+            "I" => l.index,
+            "S" => l.first_state,
+            "C" => l.block_count,
+            "E" => l.first_entry,
+            "B" => l.first_block,
+            n => n.parse().unwrap_or_else(|_| panic!("offset {n:?} unknown to the test")),
+        };
+        Some(v as u64)
+    };
+    let rows = error_rows("data-file-errors");
+    assert_eq!(rows.len(), cases.len(), "one case per row");
+    let path = Path::new("crafted");
+    for (failure, kind, offset) in &rows {
+        let (_, make) =
+            cases.iter().find(|(f, _)| f == failure).unwrap_or_else(|| panic!("no case for {failure:?}"));
+        let mut b = good.clone();
+        make(&mut b);
+        let err = match format::DataFile::from_bytes(path, b) {
+            Err(e) => e,
+            Ok(f) => f.verify_blocks().map(drop).expect_err(failure),
+        };
+        assert_eq!(kind_and_offset(&err), (kind.as_str(), resolve(offset)), "{failure}: {err}");
+    }
+    for v in [0u32, 3, 99] {
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&v.to_le_bytes());
+        match format::DataFile::from_bytes(path, b) {
+            Err(Error::UnsupportedVersion { found, supported, .. }) => {
+                assert_eq!((found, supported), (v, format::FORMAT_VERSION));
+            }
+            other => panic!("version {v}: {other:?}"),
+        }
+    }
+}
+
+/// A manifest file from a JSON body, laid out by hand (manifest.md, "Header").
+fn manifest_bytes(version: u32, body: &[u8]) -> Vec<u8> {
+    let mut b = b"\x89FLOEMAN".to_vec();
+    b.extend_from_slice(&version.to_le_bytes());
+    b.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
+    b.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(body);
+    b
+}
+
+/// Goal: manifest.md, "Validity", errors table: each failure, made in a valid manifest
+/// (the body re-encoded with a valid header unless the failure is in the header), read
+/// from a file named `chk-<id>.manifest` as recovery reads it, gives the table's kind and
+/// offset; every row has a case.
+#[test]
+fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
+    let (_tmp, root, _) = vector("full");
+    let name = "chk-00000000000000000001.manifest";
+    let good = std::fs::read(root.join(name)).unwrap();
+    let body: Json = serde_json::from_slice(&good[24..]).unwrap();
+    let with = |edit: &dyn Fn(&mut Json)| {
+        let mut j = body.clone();
+        edit(&mut j);
+        manifest_bytes(2, &serde_json::to_vec(&j).unwrap())
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("shorter than 24 bytes", good[..23].to_vec()),
+        ("larger than 24 + 67108864 bytes", {
+            let mut b = good.clone();
+            b.resize(24 + (64 << 20) + 1, b' ');
+            b
+        }),
+        ("bad magic", {
+            let mut b = good.clone();
+            b[1] ^= 1;
+            b
+        }),
+        ("version not 1 or 2 (0 included)", manifest_bytes(0, &good[24..])),
+        ("reserved bytes not zero", {
+            let mut b = good.clone();
+            b[21] = 1;
+            b
+        }),
+        ("body length does not match", {
+            let mut b = good.clone();
+            b[12..16].copy_from_slice(&(le32(&good, 12) + 1).to_le_bytes());
+            b
+        }),
+        ("body checksum mismatch", {
+            let mut b = good.clone();
+            b[16] ^= 1;
+            b
+        }),
+        ("body is not a manifest object", manifest_bytes(2, b"[]")),
+        ("format_version not 1 or 2", with(&|j| j["format_version"] = json!(0))),
+        ("max_parallelism out of range", with(&|j| j["max_parallelism"] = json!(0))),
+        ("unsafe or repeated path", with(&|j| j["files"][0]["path"] = json!("../x"))),
+        ("bad operator entry", with(&|j| j["operators"][0]["chain"] = json!([]))),
+        ("checkpoint_id differs from the file name", with(&|j| j["checkpoint_id"] = json!(7))),
+    ];
+    let rows = error_rows("manifest-errors");
+    assert_eq!(rows.len(), cases.len(), "one case per row");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    for (failure, kind, offset) in &rows {
+        let (_, bytes) =
+            cases.iter().find(|(f, _)| f == failure).unwrap_or_else(|| panic!("no case for {failure:?}"));
+        std::fs::write(&path, bytes).unwrap();
+        let err = floe::checkpoint::read_manifest_file(&path).expect_err(failure);
+        let want =
+            (kind.as_str(), if offset == "none" { None } else { Some(offset.parse::<u64>().unwrap()) });
+        assert_eq!(kind_and_offset(&err), want, "{failure}: {err}");
+        if let Error::Corrupt { path: p, .. } = &err {
+            assert_eq!(p, &path, "{failure}");
+        }
+    }
+    std::fs::write(&path, manifest_bytes(3, &good[24..])).unwrap();
+    assert!(matches!(
+        floe::checkpoint::read_manifest_file(&path),
+        Err(Error::UnsupportedVersion { found: 3, .. })
+    ));
+}
+
+/// Goal: layout.md, "Resolving a chain", errors table: each failure, made by editing the
+/// `chain` vector's last manifest (or removing a file), gives the table's kind at the
+/// table's offset in the table's file, when that checkpoint is restored.
+#[test]
+fn every_chain_error_of_the_spec_has_its_kind_and_offset() {
+    let rows = error_rows("chain-errors");
+    let cases = [
+        "requested key groups not held exactly once",
+        "file missing",
+        "size differs from `files[].size`",
+        "kind wrong for the position",
+        "`checkpoint_id != created_by`",
+        "`parent_id` is not the previous file's `checkpoint_id`",
+        "`max_parallelism` differs from the manifest's",
+        "owner's subtask differs",
+        "owner's operator hash differs",
+        "owner's key groups differ",
+        "a state's kind differs from its descriptor",
+    ];
+    assert_eq!(rows.len(), cases.len(), "one case per row");
+    for (failure, kind, offset) in &rows {
+        assert!(cases.contains(&failure.as_str()), "no case for {failure:?}");
+        let (_tmp, root, expected) = vector("chain");
+        let operator = expected["operator"].as_str().unwrap().to_string();
+        let name = "chk-00000000000000000003.manifest";
+        let path = root.join(name);
+        let mut m = format::Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+        let files: Vec<String> = m.files.iter().map(|f| f.path.clone()).collect();
+        let mp = m.max_parallelism;
+        let mut op = operator.clone();
+        let mut config = StoreConfig { max_parallelism: mp, key_groups: KeyGroupRange::all(mp) };
+        // The file the failure is in (for corruption other than of the folder).
+        let mut file = files[0].clone();
+        match failure.as_str() {
+            "requested key groups not held exactly once" => {
+                m.operators[0].key_groups = KeyGroupRange::new(0, 2).unwrap()
+            }
+            "file missing" => std::fs::remove_file(root.join(&files[2])).unwrap(),
+            "size differs from `files[].size`" => {
+                m.files[2].size += 1;
+                file = files[2].clone();
+            }
+            "kind wrong for the position" => {
+                m.operators[0].chain = vec![files[1].clone()];
+                file = files[1].clone();
+            }
+            "`checkpoint_id != created_by`" => m.files[0].created_by = 9,
+            "`parent_id` is not the previous file's `checkpoint_id`" => {
+                m.operators[0].chain = vec![files[0].clone(), files[2].clone()];
+                file = files[2].clone();
+            }
+            "`max_parallelism` differs from the manifest's" => {
+                m.max_parallelism = mp * 2;
+                config = StoreConfig { max_parallelism: mp * 2, key_groups: KeyGroupRange::all(mp) };
+            }
+            "owner's subtask differs" => m.operators[0].subtask = 3,
+            "owner's operator hash differs" => {
+                op = "another operator".into();
+                m.operators[0].operator = op.clone();
+            }
+            "owner's key groups differ" => {
+                m.operators[0].key_groups = KeyGroupRange::new(0, mp - 1).unwrap();
+                config.key_groups = KeyGroupRange::new(0, mp - 1).unwrap();
+            }
+            "a state's kind differs from its descriptor" => m.operators[0].states[0].kind = StateKind::List,
+            other => panic!("no case for {other:?}"),
+        }
+        std::fs::write(&path, m.encode().unwrap()).unwrap();
+        let err = restore_from_path(&path, &op, config).map(drop).expect_err(failure);
+        let data = std::fs::read(root.join(&file)).unwrap_or_default();
+        let (want_offset, want_path) = match offset.as_str() {
+            "none" => (None, None),
+            "0" if kind.contains("folder") => (Some(0), Some(root.clone())),
+            "the smaller of the two sizes" => (Some(data.len() as u64), Some(root.join(&file))),
+            "the state's entry in the index" => {
+                // The state entries follow the state count at the index; the descriptor
+                // changed is the manifest's first, "counts", the file's first state.
+                let first = &m.operators[0].states[0].name;
+                let l = layout_of(&data);
+                assert_eq!(&data[l.first_state + 3..l.first_state + 3 + first.len()], first.as_bytes());
+                (Some(l.first_state as u64), Some(root.join(&file)))
+            }
+            n => (Some(n.parse().unwrap()), Some(root.join(&file))),
+        };
+        let want_kind = if kind.starts_with("corrupt") { "corrupt" } else { kind.as_str() };
+        assert_eq!(kind_and_offset(&err), (want_kind, want_offset), "{failure}: {err}");
+        if let (Error::Corrupt { path: p, .. }, Some(want)) = (&err, want_path) {
+            assert_eq!(p, &want, "{failure}: {err}");
+        }
+    }
+}
