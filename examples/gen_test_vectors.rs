@@ -215,6 +215,7 @@ impl Job {
             "description": description,
             "operator": OPERATOR,
             "max_parallelism": MAX_PARALLELISM,
+            "version": floe::format::FORMAT_VERSION,
             "recover": self.checkpoints.last().map(|c| c["checkpoint_id"].clone()),
             "checkpoints": self.checkpoints,
         })
@@ -402,7 +403,42 @@ fn gen_unknown_version(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
         &root.join("expected.json"),
         &bad_expected(
             "`full` with the manifest header's version field set to 99",
-            json!({ "kind": "unsupported_version", "file": rel, "found": 99, "supported": 1 }),
+            json!({
+                "kind": "unsupported_version",
+                "file": rel,
+                "found": 99,
+                "supported": floe::format::FORMAT_VERSION,
+            }),
+        ),
+    )?;
+    Ok(())
+}
+
+fn gen_swapped_files(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("swapped-files");
+    copy_dir(&out.join("full"), &root)?;
+    let (a, b) = (data_file(1, 0, true), data_file(1, 1, true));
+    let (bytes_a, bytes_b) = (std::fs::read(root.join(&a))?, std::fs::read(root.join(&b))?);
+    std::fs::write(root.join(&a), &bytes_b)?;
+    std::fs::write(root.join(&b), &bytes_a)?;
+    // The manifest is fixed up to the swapped files' sizes and CRCs, so that only the
+    // headers' owner fields can tell that the files are in each other's chains.
+    let rel = format!("chk-{:020}.manifest", 1);
+    let path = root.join(&rel);
+    let mut m = floe::format::Manifest::decode(&path, &std::fs::read(&path)?)?;
+    for f in &mut m.files {
+        let bytes = if f.path == a { &bytes_b } else { &bytes_a };
+        f.size = u64::try_from(bytes.len())?;
+        f.crc32 = crc32fast::hash(bytes);
+    }
+    std::fs::write(&path, m.encode()?)?;
+    write_json(
+        &root.join("expected.json"),
+        &bad_expected(
+            &format!(
+                "`full` with the data files of subtasks 0 and 1 exchanged ({a} holds subtask 1's file), sizes and CRCs in the manifest updated"
+            ),
+            json!({ "kind": "corrupt", "file": a, "offset": 36, "reason": "file belongs to subtask 1" }),
         ),
     )?;
     Ok(())
@@ -411,7 +447,7 @@ fn gen_unknown_version(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out: PathBuf = std::env::args_os().nth(1).ok_or("usage: gen_test_vectors OUTDIR")?.into();
     std::fs::create_dir_all(&out)?;
-    for name in ["full", "chain", "corrupt-block", "truncated", "unknown-version"] {
+    for name in ["full", "chain", "corrupt-block", "truncated", "unknown-version", "swapped-files"] {
         if out.join(name).exists() {
             return Err(format!("{} exists; remove it first", out.join(name).display()).into());
         }
@@ -421,6 +457,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     gen_corrupt_block(&out)?;
     gen_truncated(&out)?;
     gen_unknown_version(&out)?;
+    gen_swapped_files(&out)?;
     println!("test vectors written to {}", out.display());
     Ok(())
 }

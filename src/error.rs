@@ -73,6 +73,37 @@ pub enum Error {
         #[source]
         source: postcard::Error,
     },
+    /// A write was refused because its data could not be stored: a record longer than the
+    /// format's limit (`state::MAX_RECORD_LEN`), a state name longer than 65535 bytes, or
+    /// more states than one operator instance may have. Nothing was changed.
+    #[error("state {state:?}: {what} of {len} exceeds the limit of {limit}")]
+    TooLarge {
+        /// The state written to (or registered).
+        state: String,
+        /// What was too large (`"put record (key and value)"`, `"state name"`, ...).
+        what: &'static str,
+        /// Its size (bytes, or a count for `"number of states"`).
+        len: u64,
+        /// The largest size the format holds.
+        limit: u64,
+    },
+    /// A state was registered again with another codec or other type names than it was
+    /// registered (or recorded in the checkpoint it was restored from) with. Changing them
+    /// takes an explicit migration (`Store::migrate_state`).
+    #[error(
+        "state {name:?} is registered with {field} {registered:?}, not {requested:?} \
+         (re-typing a state takes Store::migrate_state)"
+    )]
+    StateTypeMismatch {
+        /// The state's name.
+        name: String,
+        /// What differs: `"codec"`, `"key type"`, `"map key type"` or `"value type"`.
+        field: &'static str,
+        /// What the state is registered with.
+        registered: String,
+        /// What the caller asked for.
+        requested: String,
+    },
     /// A record does not fit the state it is applied to (wrong kind, malformed list).
     #[error("invalid record: {0}")]
     InvalidRecord(String),

@@ -503,7 +503,7 @@ fn crafted_lengths_and_counts_are_rejected_at_open_without_allocating() {
     let first = blocks_at + 4;
     let n_blocks = u32::from_le_bytes(full[blocks_at..first].try_into().unwrap());
     assert!(n_blocks > 0);
-    let entry = |i: usize| first + 48 * i;
+    let entry = |i: usize| first + floe::format::INDEX_ENTRY_LEN * i;
 
     let crafted = |f: &dyn Fn(&mut Vec<u8>)| {
         let mut b = full.clone();
@@ -623,5 +623,74 @@ fn overlapping_handles_cannot_overflow_the_coverage_count() {
         Ok(Err(Error::Corrupt { .. })) => {}
         Ok(other) => panic!("expected Corrupt, got {:?}", other.map(|(_, r)| r)),
         Err(_) => panic!("restore_operator panicked"),
+    }
+}
+
+/// Goal: a block whose index entry claims as many records as its bytes could hold is
+/// parsed without reserving room for them first. The block is 64 MiB of zeros compressed
+/// by LZ4 into ~263 KB (within the 255x bound, so the file opens); it claims
+/// `raw_len / 5` records (13 million, ~750 MB of `Record`s if reserved up front). Reading it
+/// fails at its first record, and the largest allocation is the decompression buffer the
+/// 255x rule allows.
+#[test]
+fn a_block_claiming_millions_of_records_reserves_no_more_than_its_bytes_justify() {
+    use floe::format::{DataFileWriter, EncodedBlock, FileState};
+    let raw = vec![0u8; MAX_BLOCK_LEN as usize];
+    let stored = lz4_flex::block::compress(&raw);
+    assert!(raw.len() as u64 <= stored.len() as u64 * 255 + 16, "the file must open");
+    let block = EncodedBlock {
+        state: 0,
+        key_group: 0,
+        raw_len: MAX_BLOCK_LEN,
+        records: MAX_BLOCK_LEN / 5,
+        crc32: crc32fast::hash(&stored),
+        first_hash: 0,
+        last_hash: 0,
+        compression: compression::LZ4_BLOCK,
+        bytes: stored,
+    };
+    drop(raw);
+    let header = crafted_header();
+    let states = vec![FileState { name: "v".into(), kind: StateKind::Value }];
+    let mut w = DataFileWriter::new(Vec::new(), Path::new("crafted"), header, states).unwrap();
+    w.write_block(&block).unwrap();
+    let (_, bytes) = w.finish().unwrap();
+    let f = DataFile::from_bytes(Path::new("crafted"), bytes).unwrap();
+    let b = f.blocks()[0];
+    let mut buf = Vec::new();
+    let (r, largest) = largest_allocation(|| f.records_in(&b, &mut buf).map(|r| r.len()));
+    match r {
+        Err(Error::Corrupt { offset, .. }) => assert_eq!(offset, b.offset),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert!(largest <= MAX_BLOCK_LEN as usize + (1 << 20), "largest allocation {largest}");
+}
+
+/// A full file's header for crafted files (operator "op", subtask 0, every key group).
+fn crafted_header() -> floe::format::DataHeader {
+    floe::format::DataHeader {
+        kind: FileKind::Full,
+        checkpoint_id: 1,
+        parent_id: 0,
+        max_parallelism: 128,
+        owner: Some(floe::format::FileOwner::new(OP, 0, floe::KeyGroupRange::all(128))),
+    }
+}
+
+/// A manifest listing one path twice is corrupt (which entry's size and CRC would hold?).
+#[test]
+fn a_manifest_listing_a_file_twice_is_corrupt() {
+    let fx = fixture();
+    let (manifest_rel, _, _) = &fx.checkpoints[1];
+    let path = fx.dir.join(manifest_rel);
+    let mut m = Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+    let first = m.files[0].clone();
+    m.files.push(first);
+    match Manifest::decode(&path, &m.encode().unwrap()) {
+        Err(Error::Corrupt { path: p, what, .. }) => {
+            assert_eq!(p, path);
+            assert!(what.contains("listed twice"), "{what}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
     }
 }

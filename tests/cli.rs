@@ -477,7 +477,9 @@ fn verify_finds_damage_and_names_the_file() {
     let dir = case("flip");
     let f = dir.join(data_file(1, "agg", 0, true));
     let mut b = std::fs::read(&f).unwrap();
-    b[45] ^= 0x40;
+    // The first block starts right after the header.
+    let first_block = floe::format::DATA_HEADER_LEN;
+    b[first_block + 5] ^= 0x40;
     std::fs::write(&f, &b).unwrap();
     let r = floe(&["verify", s(&dir), "--json"]);
     assert_eq!(r.code, 1, "{}", r.stdout);
@@ -486,7 +488,7 @@ fn verify_finds_damage_and_names_the_file() {
     let probs = j["problems"].as_array().unwrap();
     let block = probs.iter().find(|p| p["what"] == "block checksum mismatch").unwrap();
     assert_eq!(block["file"], data_file(1, "agg", 0, true));
-    assert_eq!(block["offset"], 40);
+    assert_eq!(block["offset"], first_block);
     assert_eq!(block["checkpoints"], serde_json::json!([1, 2, 3, 5]));
     assert!(probs.iter().any(|p| p["what"].as_str().unwrap().starts_with("whole-file CRC-32")));
     let status: Vec<&str> =
@@ -498,7 +500,7 @@ fn verify_finds_damage_and_names_the_file() {
     assert_eq!(t.code, 1);
     assert!(
         t.stdout.contains(&format!(
-            "DAMAGED {} at offset 40: block checksum mismatch",
+            "DAMAGED {} at offset {first_block}: block checksum mismatch",
             data_file(1, "agg", 0, true)
         )),
         "{}",

@@ -95,8 +95,10 @@ fn hex_bytes(s: &str) -> Vec<u8> {
 fn fixed_size_tables_match_the_code_and_are_contiguous() {
     let expect: BTreeMap<&str, (usize, Option<&[u8]>)> = BTreeMap::from([
         ("data-header", (format::DATA_HEADER_LEN, Some(&format::DATA_MAGIC[..]))),
+        ("data-header-v1", (format::DATA_HEADER_LEN_V1, Some(&format::DATA_MAGIC[..]))),
         ("footer", (format::FOOTER_LEN, Some(&format::FOOTER_MAGIC[..]))),
         ("block-entry", (format::INDEX_ENTRY_LEN, None)),
+        ("block-entry-v1", (format::INDEX_ENTRY_LEN_V1, None)),
         ("manifest-header", (format::MANIFEST_HEADER_LEN, Some(&format::MANIFEST_MAGIC[..]))),
     ]);
     let mut seen = BTreeSet::new();
@@ -127,7 +129,8 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
                 assert_eq!(bytes.len() as u64, size);
             }
             if field == "version" {
-                assert!(row[4].contains(&format!("version: {}", format::FORMAT_VERSION)));
+                let v = if name.ends_with("-v1") { 1 } else { format::FORMAT_VERSION };
+                assert!(row[4].contains(&format!("version: {v}")), "{name}: {}", row[4]);
             }
             at += size;
         }
@@ -140,6 +143,9 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
 fn constants_tables_match_the_code() {
     let code_values: BTreeMap<&str, u64> = BTreeMap::from([
         ("FORMAT_VERSION", u64::from(format::FORMAT_VERSION)),
+        ("OLDEST_READ_VERSION", u64::from(format::OLDEST_READ_VERSION)),
+        ("DATA_HEADER_LEN_V1", format::DATA_HEADER_LEN_V1 as u64),
+        ("INDEX_ENTRY_LEN_V1", format::INDEX_ENTRY_LEN_V1 as u64),
         ("MAX_MAX_PARALLELISM", u64::from(floe::state::keygroup::MAX_MAX_PARALLELISM)),
         ("DEFAULT_MAX_PARALLELISM", u64::from(floe::state::keygroup::DEFAULT_MAX_PARALLELISM)),
         ("DATA_HEADER_LEN", format::DATA_HEADER_LEN as u64),
@@ -304,8 +310,15 @@ fn hex_map(m: &BTreeMap<String, String>) -> Json {
 
 #[test]
 fn good_vectors_decode_to_their_expected_state() {
-    for name in ["full", "chain"] {
+    for name in ["full", "chain", "v1-full", "v1-chain"] {
         let (_tmp, root, expected) = vector(name);
+        // Each data file has the vector's format version (v1-*: written before version 2).
+        let want_version = u32::try_from(expected["version"].as_u64().unwrap()).unwrap();
+        assert_eq!(name.starts_with("v1-"), want_version == 1, "{name}");
+        for e in std::fs::read_dir(root.join("data")).unwrap() {
+            let f = format::DataFile::open(&e.unwrap().path()).unwrap();
+            assert_eq!(f.version(), want_version, "{name}: {}", f.path().display());
+        }
         let operator = expected["operator"].as_str().unwrap();
         let config = config_of(&expected);
         let checkpoints = expected["checkpoints"].as_array().unwrap();
@@ -331,6 +344,9 @@ fn good_vectors_decode_to_their_expected_state() {
             let independent = spec_read(&root, manifest, operator).unwrap();
             assert_eq!(independent, cp["state"], "{name}/{manifest}: the spec reader's decode");
         }
+        // `floe verify` finds nothing wrong (version-1 files included).
+        let report = floe::inspect::verify(&root, None).unwrap();
+        assert!(report.ok, "{name}: {:?}", report.problems);
         let storage = CheckpointStorage::open(&root, StorageConfig::default()).unwrap();
         let mut rec = storage.recover(operator, config).unwrap().expect("a checkpoint");
         assert_eq!(json!(rec.manifest.checkpoint_id), expected["recover"]);
@@ -342,7 +358,7 @@ fn good_vectors_decode_to_their_expected_state() {
 
 #[test]
 fn damaged_vectors_fail_with_the_expected_typed_error() {
-    for name in ["corrupt-block", "truncated", "unknown-version"] {
+    for name in ["corrupt-block", "truncated", "unknown-version", "swapped-files"] {
         let (_tmp, root, expected) = vector(name);
         let operator = expected["operator"].as_str().unwrap();
         let config = config_of(&expected);
@@ -451,7 +467,17 @@ struct Block {
     records: u32,
     crc32: u32,
     first_hash: u64,
+    /// Version 2 only.
+    last_hash: Option<u64>,
     compression: u8,
+}
+
+/// data-file.md, "Header": the owner fields of version 2.
+#[derive(Clone, Copy)]
+struct Owner {
+    subtask: u32,
+    operator_hash: u64,
+    key_groups: (u32, u32),
 }
 
 struct DataFileView {
@@ -459,25 +485,42 @@ struct DataFileView {
     checkpoint_id: u64,
     parent_id: u64,
     max_parallelism: u32,
+    owner: Option<Owner>,
     states: Vec<(String, String)>,
     blocks: Vec<Block>,
 }
 
-/// data-file.md, "Validity", steps 1..12.
+/// data-file.md, "Validity", steps 1..13, for versions 2 and 1.
 fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
     let mut h = Rd(b, 0);
-    (b.len() >= 72 && h.take(8)? == b"\x89\x46\x4C\x4F\x45\x44\x41\x54" && h.u32()? == 1).then_some(())?;
-    (crc32fast::hash(&b[0..36]) == u32::from_le_bytes(b[36..40].try_into().ok()?)).then_some(())?;
+    (b.len() >= 72 && h.take(8)? == b"\x89\x46\x4C\x4F\x45\x44\x41\x54").then_some(())?;
+    let version = h.u32()?;
+    let (header_len, entry_len) = match version {
+        2 => (64, 56),
+        1 => (40, 48),
+        _ => return None,
+    };
+    (b.len() >= header_len + 32).then_some(())?;
+    let crc_at = header_len - 4;
+    (crc32fast::hash(&b[0..crc_at]) == u32::from_le_bytes(b[crc_at..header_len].try_into().ok()?))
+        .then_some(())?;
     let kind = u64::from(h.u8()?);
     ((kind == FULL || kind == INCREMENT) && h.take(3)? == [0, 0, 0]).then_some(())?;
     let (checkpoint_id, parent_id, max_parallelism) = (h.u64()?, h.u64()?, h.u32()?);
     (1..=32768).contains(&max_parallelism).then_some(())?;
+    let owner = if version == 2 {
+        let (subtask, operator_hash, start, end) = (h.u32()?, h.u64()?, h.u32()?, h.u32()?);
+        (start <= end && end <= max_parallelism && h.u32()? == 0).then_some(())?;
+        Some(Owner { subtask, operator_hash, key_groups: (start, end) })
+    } else {
+        None
+    };
     let foot = b.len() - 32;
     let mut f = Rd(b, foot);
     let (index_offset, index_len, index_crc) = (f.u64()?, f.u64()?, f.u32()?);
     (f.u32()? == 0 && f.take(8)? == b"FLOEEND\n").then_some(())?;
     let index_offset = usize::try_from(index_offset).ok()?;
-    (index_offset >= 40 && index_offset.checked_add(usize::try_from(index_len).ok()?)? == foot)
+    (index_offset >= header_len && index_offset.checked_add(usize::try_from(index_len).ok()?)? == foot)
         .then_some(())?;
     let index = &b[index_offset..foot];
     (crc32fast::hash(index) == index_crc).then_some(())?;
@@ -495,7 +538,7 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
         states.push((name.to_string(), kind.to_string()));
     }
     let count = usize::try_from(r.u32()?).ok()?;
-    (count.checked_mul(48)? == index.len() - r.1).then_some(())?;
+    (count.checked_mul(entry_len)? == index.len() - r.1).then_some(())?;
     let mut blocks: Vec<Block> = Vec::new();
     for _ in 0..count {
         let bl = Block {
@@ -507,12 +550,15 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
             records: r.u32()?,
             crc32: r.u32()?,
             first_hash: r.u64()?,
+            last_hash: if version == 2 { Some(r.u64()?) } else { None },
             compression: r.u8()?,
         };
         (r.take(7)? == [0; 7]).then_some(())?;
+        let same_unit = blocks.last().filter(|p| (p.state, p.key_group) == (bl.state, bl.key_group));
         let ok = bl.state < states.len()
             && bl.key_group < max_parallelism
-            && bl.offset >= 40
+            && owner.is_none_or(|o| (o.key_groups.0..o.key_groups.1).contains(&bl.key_group))
+            && bl.offset >= header_len
             && bl.offset.checked_add(bl.stored_len)? <= index_offset
             && bl.raw_len <= 64 << 20
             && match bl.compression {
@@ -522,16 +568,22 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
             }
             && bl.records > 0
             && bl.records as usize <= bl.raw_len / 5
+            && bl.last_hash.is_none_or(|l| bl.first_hash <= l)
             && blocks
                 .last()
-                .is_none_or(|p| (p.state, p.key_group, p.offset) < (bl.state, bl.key_group, bl.offset));
+                .is_none_or(|p| (p.state, p.key_group, p.offset) < (bl.state, bl.key_group, bl.offset))
+            && same_unit.is_none_or(|p| match p.last_hash {
+                None => p.first_hash <= bl.first_hash,
+                Some(l) if states[bl.state].1 == "map" => l <= bl.first_hash,
+                Some(l) => l < bl.first_hash,
+            });
         ok.then_some(())?;
         blocks.push(bl);
     }
-    Some(DataFileView { kind, checkpoint_id, parent_id, max_parallelism, states, blocks })
+    Some(DataFileView { kind, checkpoint_id, parent_id, max_parallelism, owner, states, blocks })
 }
 
-/// Applies one block's records (data-file.md, "Validity", step 13, and "Records").
+/// Applies one block's records (data-file.md, "Validity", step 14, and "Records").
 fn apply_block(
     file: &[u8],
     df: &DataFileView,
@@ -614,7 +666,8 @@ fn apply_block(
         }
         n += 1;
     }
-    (n == b.records).then_some(())
+    let last_ok = b.last_hash.is_none_or(|l| last.as_ref().is_some_and(|(h, _)| *h == l));
+    (n == b.records && last_ok).then_some(())
 }
 
 /// Restores `operator` for all key groups from `root/manifest_rel` following format-spec/
@@ -629,7 +682,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
     }
     let mut h = Rd(&mb, 8);
     let version = h.u32().unwrap();
-    if version == 0 || version > 1 {
+    if !(1..=2).contains(&version) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let (body_len, body_crc, reserved) = (h.u32().unwrap(), h.u32().unwrap(), h.u32().unwrap());
@@ -638,7 +691,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
         return Err(bad(manifest_rel));
     }
     let m: Json = serde_json::from_slice(body).map_err(|_| bad(manifest_rel))?;
-    if m["format_version"] != json!(1) {
+    if m["format_version"] != json!(1) && m["format_version"] != json!(2) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let max_parallelism = m["max_parallelism"].as_u64().ok_or_else(|| bad(manifest_rel))?;
@@ -665,10 +718,23 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
                 return Err(bad(path));
             }
             let df = parse_data_file(&bytes).ok_or_else(|| bad(path))?;
+            // layout.md, "Resolving a chain", step 2 (the owner from version 2).
+            let owner_ok = df.owner.is_none_or(|o| {
+                json!(o.subtask) == op["subtask"]
+                    && o.operator_hash == xxhash_rust::xxh64::xxh64(operator.as_bytes(), 0)
+                    && json!(o.key_groups.0) == op["key_groups"]["start"]
+                    && json!(o.key_groups.1) == op["key_groups"]["end"]
+            });
+            let kinds_ok = df
+                .states
+                .iter()
+                .all(|(name, kind)| descriptors.get(name.as_str()).is_none_or(|want| want == kind));
             let chain_ok = df.kind == if i == 0 { FULL } else { INCREMENT }
                 && json!(df.checkpoint_id) == fref["created_by"]
                 && previous.is_none_or(|p| p == df.parent_id)
-                && u64::from(df.max_parallelism) == max_parallelism;
+                && u64::from(df.max_parallelism) == max_parallelism
+                && owner_ok
+                && kinds_ok;
             if !chain_ok {
                 return Err(bad(path));
             }
@@ -709,4 +775,357 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
         out.insert(name, json!({ "kind": kind, "entries": entries }));
     }
     Ok(Json::Object(out))
+}
+
+#[test]
+fn limits_table_matches_the_code() {
+    let limits: BTreeMap<String, u64> = one("limits")[1..]
+        .iter()
+        .map(|r| (r[0].clone(), int(r[1].split_whitespace().next().unwrap())))
+        .collect();
+    let want: BTreeMap<String, u64> = [
+        ("`raw_len` of a block", u64::from(format::MAX_BLOCK_LEN)),
+        ("one record, tag and lengths included", floe::state::MAX_RECORD_LEN as u64),
+        ("a state name", floe::state::MAX_STATE_NAME_LEN as u64),
+        ("states per operator entry", format::MAX_STATES_PER_OPERATOR as u64),
+        ("`max_parallelism`", u64::from(floe::state::keygroup::MAX_MAX_PARALLELISM)),
+        ("manifest body", u64::from(format::MAX_MANIFEST_LEN)),
+        ("counts and lengths of fields", u64::from(u32::MAX)),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), *v))
+    .collect();
+    assert_eq!(limits, want);
+}
+
+// ---- Errors: every failure the spec defines, at the offset it gives ----------------------
+
+/// The rows of an errors table: failure -> (error kind, offset expression).
+fn error_rows(name: &str) -> Vec<(String, String, String)> {
+    one(name)[1..].iter().map(|r| (r[1].clone(), r[2].clone(), r[3].clone())).collect()
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Where the structures of a version-2 data file lie (data-file.md), read by hand.
+struct Layout {
+    footer: usize,
+    index: usize,
+    first_state: usize,
+    block_count: usize,
+    first_entry: usize,
+    first_block: usize,
+}
+
+fn layout_of(b: &[u8]) -> Layout {
+    let footer = b.len() - 32;
+    let index = usize::try_from(le64(b, footer)).unwrap();
+    let mut at = index + 4;
+    for _ in 0..le32(b, index) {
+        at += 3 + usize::from(u16::from_le_bytes([b[at + 1], b[at + 2]]));
+    }
+    let first_block = usize::try_from(le64(b, at + 4 + 8)).unwrap();
+    Layout { footer, index, first_state: index + 4, block_count: at, first_entry: at + 4, first_block }
+}
+
+fn fix_header(b: &mut [u8]) {
+    let crc = crc32fast::hash(&b[0..60]);
+    b[60..64].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn fix_index(b: &mut [u8]) {
+    let footer = b.len() - 32;
+    let index = usize::try_from(le64(b, footer)).unwrap();
+    let crc = crc32fast::hash(&b[index..footer]);
+    b[footer + 16..footer + 20].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The error's kind as the tables name it, and its offset.
+fn kind_and_offset(e: &Error) -> (&'static str, Option<u64>) {
+    match e {
+        Error::Corrupt { offset, .. } => ("corrupt", Some(*offset)),
+        Error::UnsupportedVersion { .. } => ("unsupported version", None),
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            ("I/O (not found)", None)
+        }
+        _ => ("other", None),
+    }
+}
+
+/// Goal: data-file.md, "Errors". Each failure of the table, made in a valid version-2 file
+/// (only that check failing: checksums fixed where the failure is not a checksum), gives
+/// floe's error of the table's kind at the table's offset; every row has a case and every
+/// case a row. Versions 0, 3 and 99 are all "unsupported version".
+#[test]
+fn every_data_file_error_of_the_spec_has_its_kind_and_offset() {
+    let (_tmp, root, _) = vector("full");
+    let rel = floe::checkpoint::layout::data_file_name(1, "word count", 0, true);
+    let good = std::fs::read(root.join(&rel)).unwrap();
+    let l = layout_of(&good);
+    assert_eq!(le32(&good, 8), 2, "a version-2 file");
+    let max_parallelism = le32(&good, 32);
+    type Case = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Case)> = vec![
+        ("shorter than 72 bytes", Box::new(|b| b.truncate(71))),
+        ("bad magic", Box::new(|b| b[0] ^= 1)),
+        ("version not 1 or 2 (0 included)", Box::new(|b| b[8..12].copy_from_slice(&0u32.to_le_bytes()))),
+        ("shorter than H + 32 bytes", Box::new(|b| b.truncate(90))),
+        ("header checksum mismatch", Box::new(|b| b[20] ^= 1)),
+        ("unknown kind", Box::new(|b| (b[12] = 9, fix_header(b)).1)),
+        ("reserved bytes 13..16 not zero", Box::new(|b| (b[14] = 1, fix_header(b)).1)),
+        ("max_parallelism out of range", Box::new(|b| (b[32..36].fill(0), fix_header(b)).1)),
+        (
+            "owner key groups out of range",
+            Box::new(move |b| {
+                (b[52..56].copy_from_slice(&(max_parallelism + 1).to_le_bytes()), fix_header(b)).1
+            }),
+        ),
+        ("reserved bytes 56..60 not zero", Box::new(|b| (b[57] = 1, fix_header(b)).1)),
+        ("bad footer magic", Box::new(move |b| b[l.footer + 24] ^= 1)),
+        ("footer reserved bytes not zero", Box::new(move |b| b[l.footer + 21] = 1)),
+        (
+            "index outside the file",
+            Box::new(move |b| b[l.footer..l.footer + 8].copy_from_slice(&8u64.to_le_bytes())),
+        ),
+        ("index checksum mismatch", Box::new(move |b| b[l.index + 5] ^= 1)),
+        ("state count too large", Box::new(move |b| (b[l.index..l.index + 4].fill(0xFF), fix_index(b)).1)),
+        ("bad state entry", Box::new(move |b| (b[l.first_state] = 9, fix_index(b)).1)),
+        (
+            "block count does not match the index",
+            Box::new(move |b| {
+                let n = le32(b, l.block_count) + 1;
+                b[l.block_count..l.block_count + 4].copy_from_slice(&n.to_le_bytes());
+                fix_index(b);
+            }),
+        ),
+        (
+            "bad block entry",
+            Box::new(move |b| {
+                (b[l.first_entry..l.first_entry + 4].copy_from_slice(&99u32.to_le_bytes()), fix_index(b)).1
+            }),
+        ),
+        ("bad block", Box::new(move |b| b[l.first_block] ^= 1)),
+    ];
+    let resolve = |expr: &str| -> Option<u64> {
+        let v = match expr {
+            "none" => return None,
+            "H-4" => 60,
+            "F" => l.footer,
+            "F+20" => l.footer + 20,
+            "F+24" => l.footer + 24,
+            "I" => l.index,
+            "S" => l.first_state,
+            "C" => l.block_count,
+            "E" => l.first_entry,
+            "B" => l.first_block,
+            n => n.parse().unwrap_or_else(|_| panic!("offset {n:?} unknown to the test")),
+        };
+        Some(v as u64)
+    };
+    let rows = error_rows("data-file-errors");
+    assert_eq!(rows.len(), cases.len(), "one case per row");
+    let path = Path::new("crafted");
+    for (failure, kind, offset) in &rows {
+        let (_, make) =
+            cases.iter().find(|(f, _)| f == failure).unwrap_or_else(|| panic!("no case for {failure:?}"));
+        let mut b = good.clone();
+        make(&mut b);
+        let err = match format::DataFile::from_bytes(path, b) {
+            Err(e) => e,
+            Ok(f) => f.verify_blocks().map(drop).expect_err(failure),
+        };
+        assert_eq!(kind_and_offset(&err), (kind.as_str(), resolve(offset)), "{failure}: {err}");
+    }
+    for v in [0u32, 3, 99] {
+        let mut b = good.clone();
+        b[8..12].copy_from_slice(&v.to_le_bytes());
+        match format::DataFile::from_bytes(path, b) {
+            Err(Error::UnsupportedVersion { found, supported, .. }) => {
+                assert_eq!((found, supported), (v, format::FORMAT_VERSION));
+            }
+            other => panic!("version {v}: {other:?}"),
+        }
+    }
+}
+
+/// A manifest file from a JSON body, laid out by hand (manifest.md, "Header").
+fn manifest_bytes(version: u32, body: &[u8]) -> Vec<u8> {
+    let mut b = b"\x89FLOEMAN".to_vec();
+    b.extend_from_slice(&version.to_le_bytes());
+    b.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
+    b.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(body);
+    b
+}
+
+/// Goal: manifest.md, "Validity", errors table: each failure, made in a valid manifest
+/// (the body re-encoded with a valid header unless the failure is in the header), read
+/// from a file named `chk-<id>.manifest` as recovery reads it, gives the table's kind and
+/// offset; every row has a case.
+#[test]
+fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
+    let (_tmp, root, _) = vector("full");
+    let name = "chk-00000000000000000001.manifest";
+    let good = std::fs::read(root.join(name)).unwrap();
+    let body: Json = serde_json::from_slice(&good[24..]).unwrap();
+    let with = |edit: &dyn Fn(&mut Json)| {
+        let mut j = body.clone();
+        edit(&mut j);
+        manifest_bytes(2, &serde_json::to_vec(&j).unwrap())
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("shorter than 24 bytes", good[..23].to_vec()),
+        ("larger than 24 + 67108864 bytes", {
+            let mut b = good.clone();
+            b.resize(24 + (64 << 20) + 1, b' ');
+            b
+        }),
+        ("bad magic", {
+            let mut b = good.clone();
+            b[1] ^= 1;
+            b
+        }),
+        ("version not 1 or 2 (0 included)", manifest_bytes(0, &good[24..])),
+        ("reserved bytes not zero", {
+            let mut b = good.clone();
+            b[21] = 1;
+            b
+        }),
+        ("body length does not match", {
+            let mut b = good.clone();
+            b[12..16].copy_from_slice(&(le32(&good, 12) + 1).to_le_bytes());
+            b
+        }),
+        ("body checksum mismatch", {
+            let mut b = good.clone();
+            b[16] ^= 1;
+            b
+        }),
+        ("body is not a manifest object", manifest_bytes(2, b"[]")),
+        ("format_version not 1 or 2", with(&|j| j["format_version"] = json!(0))),
+        ("max_parallelism out of range", with(&|j| j["max_parallelism"] = json!(0))),
+        ("unsafe or repeated path", with(&|j| j["files"][0]["path"] = json!("../x"))),
+        ("bad operator entry", with(&|j| j["operators"][0]["chain"] = json!([]))),
+        ("checkpoint_id differs from the file name", with(&|j| j["checkpoint_id"] = json!(7))),
+    ];
+    let rows = error_rows("manifest-errors");
+    assert_eq!(rows.len(), cases.len(), "one case per row");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    for (failure, kind, offset) in &rows {
+        let (_, bytes) =
+            cases.iter().find(|(f, _)| f == failure).unwrap_or_else(|| panic!("no case for {failure:?}"));
+        std::fs::write(&path, bytes).unwrap();
+        let err = floe::checkpoint::read_manifest_file(&path).expect_err(failure);
+        let want =
+            (kind.as_str(), if offset == "none" { None } else { Some(offset.parse::<u64>().unwrap()) });
+        assert_eq!(kind_and_offset(&err), want, "{failure}: {err}");
+        if let Error::Corrupt { path: p, .. } = &err {
+            assert_eq!(p, &path, "{failure}");
+        }
+    }
+    std::fs::write(&path, manifest_bytes(3, &good[24..])).unwrap();
+    assert!(matches!(
+        floe::checkpoint::read_manifest_file(&path),
+        Err(Error::UnsupportedVersion { found: 3, .. })
+    ));
+}
+
+/// Goal: layout.md, "Resolving a chain", errors table: each failure, made by editing the
+/// `chain` vector's last manifest (or removing a file), gives the table's kind at the
+/// table's offset in the table's file, when that checkpoint is restored.
+#[test]
+fn every_chain_error_of_the_spec_has_its_kind_and_offset() {
+    let rows = error_rows("chain-errors");
+    let cases = [
+        "requested key groups not held exactly once",
+        "file missing",
+        "size differs from `files[].size`",
+        "kind wrong for the position",
+        "`checkpoint_id != created_by`",
+        "`parent_id` is not the previous file's `checkpoint_id`",
+        "`max_parallelism` differs from the manifest's",
+        "owner's subtask differs",
+        "owner's operator hash differs",
+        "owner's key groups differ",
+        "a state's kind differs from its descriptor",
+    ];
+    assert_eq!(rows.len(), cases.len(), "one case per row");
+    for (failure, kind, offset) in &rows {
+        assert!(cases.contains(&failure.as_str()), "no case for {failure:?}");
+        let (_tmp, root, expected) = vector("chain");
+        let operator = expected["operator"].as_str().unwrap().to_string();
+        let name = "chk-00000000000000000003.manifest";
+        let path = root.join(name);
+        let mut m = format::Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+        let files: Vec<String> = m.files.iter().map(|f| f.path.clone()).collect();
+        let mp = m.max_parallelism;
+        let mut op = operator.clone();
+        let mut config = StoreConfig { max_parallelism: mp, key_groups: KeyGroupRange::all(mp) };
+        // The file the failure is in (for corruption other than of the folder).
+        let mut file = files[0].clone();
+        match failure.as_str() {
+            "requested key groups not held exactly once" => {
+                m.operators[0].key_groups = KeyGroupRange::new(0, 2).unwrap()
+            }
+            "file missing" => std::fs::remove_file(root.join(&files[2])).unwrap(),
+            "size differs from `files[].size`" => {
+                m.files[2].size += 1;
+                file = files[2].clone();
+            }
+            "kind wrong for the position" => {
+                m.operators[0].chain = vec![files[1].clone()];
+                file = files[1].clone();
+            }
+            "`checkpoint_id != created_by`" => m.files[0].created_by = 9,
+            "`parent_id` is not the previous file's `checkpoint_id`" => {
+                m.operators[0].chain = vec![files[0].clone(), files[2].clone()];
+                file = files[2].clone();
+            }
+            "`max_parallelism` differs from the manifest's" => {
+                m.max_parallelism = mp * 2;
+                config = StoreConfig { max_parallelism: mp * 2, key_groups: KeyGroupRange::all(mp) };
+            }
+            "owner's subtask differs" => m.operators[0].subtask = 3,
+            "owner's operator hash differs" => {
+                op = "another operator".into();
+                m.operators[0].operator = op.clone();
+            }
+            "owner's key groups differ" => {
+                m.operators[0].key_groups = KeyGroupRange::new(0, mp - 1).unwrap();
+                config.key_groups = KeyGroupRange::new(0, mp - 1).unwrap();
+            }
+            "a state's kind differs from its descriptor" => m.operators[0].states[0].kind = StateKind::List,
+            other => panic!("no case for {other:?}"),
+        }
+        std::fs::write(&path, m.encode().unwrap()).unwrap();
+        let err = restore_from_path(&path, &op, config).map(drop).expect_err(failure);
+        let data = std::fs::read(root.join(&file)).unwrap_or_default();
+        let (want_offset, want_path) = match offset.as_str() {
+            "none" => (None, None),
+            "0" if kind.contains("folder") => (Some(0), Some(root.clone())),
+            "the smaller of the two sizes" => (Some(data.len() as u64), Some(root.join(&file))),
+            "the state's entry in the index" => {
+                // The state entries follow the state count at the index; the descriptor
+                // changed is the manifest's first, "counts", the file's first state.
+                let first = &m.operators[0].states[0].name;
+                let l = layout_of(&data);
+                assert_eq!(&data[l.first_state + 3..l.first_state + 3 + first.len()], first.as_bytes());
+                (Some(l.first_state as u64), Some(root.join(&file)))
+            }
+            n => (Some(n.parse().unwrap()), Some(root.join(&file))),
+        };
+        let want_kind = if kind.starts_with("corrupt") { "corrupt" } else { kind.as_str() };
+        assert_eq!(kind_and_offset(&err), (want_kind, want_offset), "{failure}: {err}");
+        if let (Error::Corrupt { path: p, .. }, Some(want)) = (&err, want_path) {
+            assert_eq!(p, &want, "{failure}: {err}");
+        }
+    }
 }

@@ -30,15 +30,19 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// Recomputes a data file's header, block and index checksums, as far as its header,
 /// footer and index can be followed (see `format-spec/data-file.md`).
+#[allow(non_snake_case, reason = "the sizes read as the constants they were")]
 pub fn fix_data_file(b: &mut [u8]) {
-    const HEADER: usize = 40;
     const FOOTER: usize = 32;
-    const ENTRY: usize = 48;
+    // Header and block-entry sizes of the file's version (2: 64 and 56; 1: 40 and 48).
+    let (HEADER, ENTRY) = match u32_at(b, 8) {
+        Some(1) => (40, 48),
+        _ => (64, 56),
+    };
     if b.len() < HEADER + FOOTER {
         return;
     }
-    let crc = crc32fast::hash(&b[0..36]);
-    b[36..40].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32fast::hash(&b[0..HEADER - 4]);
+    b[HEADER - 4..HEADER].copy_from_slice(&crc.to_le_bytes());
     let foot = b.len() - FOOTER;
     let (Some(io), Some(il)) = (u64_at(b, foot), u64_at(b, foot + 8)) else { return };
     if io < HEADER as u64 || io.checked_add(il) != Some(foot as u64) {

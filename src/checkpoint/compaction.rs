@@ -89,6 +89,7 @@ impl CheckpointStorage {
                 checkpoint_id: new_id,
                 parent_id: 0,
                 max_parallelism: source.max_parallelism,
+                owner: Some(crate::format::FileOwner::new(&op.operator, op.subtask, op.key_groups)),
             };
             let states: Vec<FileState> =
                 op.states.iter().map(|d| FileState { name: d.name.clone(), kind: d.kind }).collect();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::io::{Io, StdIo};
 use super::storage::{CheckpointStorage, read_manifest_file};
 use crate::error::{Error, Result};
-use crate::format::{DataFile, FileKind, Manifest, ManifestKind, OperatorState};
+use crate::format::{DataFile, Manifest, ManifestKind, OperatorState};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -65,7 +65,10 @@ pub struct Recovered {
 
 /// Opens and cross-checks the files of one operator instance's chain: sizes as listed,
 /// a full file first, then increments each naming the previous file's checkpoint as its
-/// parent, all with the manifest's `max_parallelism`.
+/// parent, all with the manifest's `max_parallelism`, each (from format version 2) owned by
+/// this operator, subtask and key-group range, with the state kinds of the entry
+/// (`format::chain`). A file swapped in from another chain is `Error::Corrupt` naming it
+/// and the header field that disagrees.
 pub fn open_chain(dir: &Path, manifest: &Manifest, op: &OperatorState) -> Result<Vec<DataFile>> {
     open_chain_with(&StdIo, dir, manifest, op)
 }
@@ -77,10 +80,17 @@ pub(crate) fn open_chain_with(
     manifest: &Manifest,
     op: &OperatorState,
 ) -> Result<Vec<DataFile>> {
+    // One pass over `files` for the whole chain (a lookup per chain file was quadratic).
+    let wanted: std::collections::HashSet<&str> = op.chain.iter().map(String::as_str).collect();
+    let mut listed: HashMap<&str, &crate::format::FileRef> = HashMap::with_capacity(wanted.len());
+    for f in manifest.files.iter().filter(|f| wanted.contains(f.path.as_str())) {
+        listed.entry(f.path.as_str()).or_insert(f);
+    }
     let mut files: Vec<DataFile> = Vec::with_capacity(op.chain.len());
     for (i, rel) in op.chain.iter().enumerate() {
-        let fref = manifest
-            .file(rel)
+        let fref = listed
+            .get(rel.as_str())
+            .copied()
             .ok_or_else(|| Error::corrupt(dir, 0, format!("chain file {rel} not listed in the manifest")))?;
         let path = dir.join(rel);
         let file = io.open_read(&path)?;
@@ -93,25 +103,15 @@ pub(crate) fn open_chain_with(
             ));
         }
         let f = DataFile::from_file(file, &path)?;
-        let h = f.header();
-        let want = if i == 0 { FileKind::Full } else { FileKind::Increment };
-        if h.kind != want {
-            return Err(Error::corrupt(&path, 12, format!("chain position {i} holds a {:?} file", h.kind)));
-        }
-        if h.checkpoint_id != fref.created_by {
-            return Err(Error::corrupt(&path, 16, "file was written by another checkpoint than listed"));
-        }
-        if let Some(prev) = files.last()
-            && h.parent_id != prev.header().checkpoint_id
-        {
-            return Err(Error::corrupt(
-                &path,
-                24,
-                "increment's parent is not the previous file of the chain",
-            ));
-        }
-        if h.max_parallelism != manifest.max_parallelism {
-            return Err(Error::corrupt(&path, 32, "max_parallelism differs from the manifest's"));
+        let place = crate::format::chain::ChainPlace {
+            op,
+            position: i,
+            created_by: fref.created_by,
+            previous: files.last().map(|p| p.header().checkpoint_id),
+            max_parallelism: manifest.max_parallelism,
+        };
+        if let Some(p) = f.chain_problems(&place).into_iter().next() {
+            return Err(Error::corrupt(&path, p.offset, p.what));
         }
         files.push(f);
     }

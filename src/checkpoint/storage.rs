@@ -404,6 +404,7 @@ impl CheckpointStorage {
             checkpoint_id,
             parent_id: parent.map_or(0, |p| p.checkpoint_id),
             max_parallelism: snapshot.max_parallelism(),
+            owner: Some(crate::format::FileOwner::new(operator, subtask, snapshot.key_groups())),
         };
         let summary = write_snapshot_file(
             &*self.io,

@@ -9,10 +9,13 @@ use parking_lot::{Condvar, Mutex};
 use super::config::StorageConfig;
 use super::io::Io;
 use super::publish::{DiskModel, WriteOptions, publish};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::format::datafile::BlockRecords;
 use crate::format::datafile::encode_record;
-use crate::format::{DataFileWriter, DataHeader, EncodedBlock, FileState, FileSummary, encode_block};
-use crate::state::{Snapshot, StateId, key_hash};
+use crate::format::{
+    DataFileWriter, DataHeader, EncodedBlock, FileState, FileSummary, MAX_BLOCK_LEN, encode_block,
+};
+use crate::state::{Snapshot, StateId, StateKind, key_hash};
 
 /// Encodes the records of one (state, key group) of `snapshot` into blocks of about
 /// `target` uncompressed bytes, asking `compress` before each block whether to compress it.
@@ -30,33 +33,63 @@ pub(crate) fn encode_unit(
     let capacity = target + 1024;
     // Taken at the first record: most units of a small increment have none.
     let mut buf = Vec::new();
-    let mut records = 0u32;
-    let mut first_hash = 0u64;
+    let mut meta = BlockRecords { state, key_group, records: 0, first_hash: 0, last_hash: 0 };
+    // The last record's key; hashed only where a block may end (once or twice per block,
+    // not per record).
+    let mut last_key: &[u8] = &[];
+    // A value or list key is one record, so blocks of those states split only between keys
+    // of different hashes (format version 2: a block starts above the previous block's
+    // last hash); a map key's entries may continue into the next block.
+    let map = snapshot.descriptors().nth(state as usize).is_some_and(|d| d.kind == StateKind::Map);
+    // The callback cannot return an error: the first one is kept and ends the work.
+    let mut failed: Option<Error> = None;
     snapshot.for_each_record(StateId::from_index(state), key_group, since, &mut |r| {
-        if records == 0 {
-            first_hash = key_hash(r.key());
+        if failed.is_some() {
+            return;
+        }
+        if meta.records > 0 {
+            // A block may pass the target by one record, but never MAX_BLOCK_LEN: a record
+            // that would carry it past the limit starts the next block.
+            let over = buf.len().saturating_add(r.encoded_len()) > MAX_BLOCK_LEN as usize;
+            if over || buf.len() >= target {
+                meta.last_hash = key_hash(last_key);
+                let may_split = map || key_hash(r.key()) != meta.last_hash;
+                if over && !may_split {
+                    failed = Some(Error::InvalidRecord(format!(
+                        "keys of equal hash {:016x} do not fit one block together",
+                        meta.last_hash
+                    )));
+                    return;
+                }
+                if may_split {
+                    match encode_block(meta, &mut buf, pool.take(), compress()) {
+                        Ok(b) => blocks.push(b),
+                        Err(e) => failed = Some(e),
+                    }
+                    meta.records = 0;
+                }
+            }
+        }
+        if meta.records == 0 {
+            meta.first_hash = key_hash(r.key());
             if buf.capacity() == 0 {
                 buf = pool.take();
             }
             buf.reserve(capacity);
         }
-        encode_record(&mut buf, &r);
-        records += 1;
-        if buf.len() >= target {
-            blocks.push(encode_block(
-                state,
-                key_group,
-                &mut buf,
-                pool.take(),
-                records,
-                first_hash,
-                compress(),
-            ));
-            records = 0;
+        if let Err(e) = encode_record(&mut buf, &r) {
+            failed = Some(e);
+            return;
         }
+        meta.records += 1;
+        last_key = r.key();
     })?;
-    if records > 0 {
-        blocks.push(encode_block(state, key_group, &mut buf, pool.take(), records, first_hash, compress()));
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if meta.records > 0 {
+        meta.last_hash = key_hash(last_key);
+        blocks.push(encode_block(meta, &mut buf, pool.take(), compress())?);
     }
     pool.give(buf);
     Ok(blocks)

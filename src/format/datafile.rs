@@ -1,7 +1,7 @@
 //! Data files: a full snapshot or an increment of one operator instance's state.
 //!
 //! ```text
-//! header (40) | block* | index | footer (32)
+//! header (64; 40 in version 1) | block* | index | footer (32)
 //! ```
 //! Blocks hold records of one (state, key group), lz4-compressed, each with a CRC-32 that
 //! is checked before decompression. The index lists every block by (state, key group),
@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 
 use super::cursor::Cursor;
 use super::{
-    DATA_HEADER_LEN, DATA_MAGIC, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION, INDEX_ENTRY_LEN, MAX_BLOCK_LEN,
-    compression, tag,
+    DATA_HEADER_LEN, DATA_HEADER_LEN_V1, DATA_MAGIC, DataVersion, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION,
+    INDEX_ENTRY_LEN, MAX_BLOCK_LEN, compression, tag,
 };
 use crate::error::{Error, Result};
 use crate::state::keygroup::{key_group_of_hash, key_hash};
-use crate::state::{Record, StateKind, list};
+use crate::state::{KeyGroupRange, MIN_RECORD_LEN, Record, StateKind, list};
 
 /// Whether a data file is a full snapshot or an increment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -39,6 +39,32 @@ impl FileKind {
     }
 }
 
+/// Whose state a data file holds: recorded in the header (format version 2) and checked
+/// against the manifest's operator entry at restore, so that a file swapped into another
+/// operator's or subtask's chain is corruption instead of an empty or foreign state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileOwner {
+    /// XXH64 (seed 0) of the operator id's UTF-8 bytes (`FileOwner::operator_hash_of`).
+    pub operator_hash: u64,
+    /// The subtask (parallel instance) index.
+    pub subtask: u32,
+    /// The key groups the subtask owned; every block's key group lies in it.
+    pub key_groups: KeyGroupRange,
+}
+
+impl FileOwner {
+    /// The owner `subtask` of operator `operator`, owning `key_groups`.
+    pub fn new(operator: &str, subtask: u32, key_groups: KeyGroupRange) -> FileOwner {
+        FileOwner { operator_hash: Self::operator_hash_of(operator), subtask, key_groups }
+    }
+
+    /// The hash a header records for an operator id: XXH64, seed 0, of its UTF-8 bytes (the
+    /// same hash whose top 32 bits name data files).
+    pub fn operator_hash_of(operator: &str) -> u64 {
+        crate::state::key_hash(operator.as_bytes())
+    }
+}
+
 /// The fixed header of a data file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataHeader {
@@ -50,10 +76,14 @@ pub struct DataHeader {
     pub parent_id: u64,
     /// Number of key groups of the job.
     pub max_parallelism: u32,
+    /// Whose state the file holds. Always written (a writer refuses a header without
+    /// one); `None` only when read from a version-1 file, which did not record it.
+    pub owner: Option<FileOwner>,
 }
 
 impl DataHeader {
-    fn encode(&self) -> [u8; DATA_HEADER_LEN] {
+    /// The version-2 header. `owner` must be set (`DataFileWriter::new` checks).
+    fn encode(&self, owner: &FileOwner) -> [u8; DATA_HEADER_LEN] {
         let mut h = [0u8; DATA_HEADER_LEN];
         h[0..8].copy_from_slice(&DATA_MAGIC);
         h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -61,8 +91,12 @@ impl DataHeader {
         h[16..24].copy_from_slice(&self.checkpoint_id.to_le_bytes());
         h[24..32].copy_from_slice(&self.parent_id.to_le_bytes());
         h[32..36].copy_from_slice(&self.max_parallelism.to_le_bytes());
-        let crc = crc32fast::hash(&h[0..36]);
-        h[36..40].copy_from_slice(&crc.to_le_bytes());
+        h[36..40].copy_from_slice(&owner.subtask.to_le_bytes());
+        h[40..48].copy_from_slice(&owner.operator_hash.to_le_bytes());
+        h[48..52].copy_from_slice(&owner.key_groups.start.to_le_bytes());
+        h[52..56].copy_from_slice(&owner.key_groups.end.to_le_bytes());
+        let crc = crc32fast::hash(&h[0..DATA_HEADER_LEN - 4]);
+        h[DATA_HEADER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
         h
     }
 }
@@ -95,6 +129,8 @@ pub struct BlockInfo {
     pub crc32: u32,
     /// `key_hash` of the block's first record.
     pub first_hash: u64,
+    /// `key_hash` of the block's last record (`None` in version-1 files, which lack it).
+    pub last_hash: Option<u64>,
     /// Compression code (`format::compression`).
     pub compression: u8,
 }
@@ -116,16 +152,26 @@ pub struct EncodedBlock {
     pub crc32: u32,
     /// `key_hash` of the first record.
     pub first_hash: u64,
+    /// `key_hash` of the last record.
+    pub last_hash: u64,
     /// Compression code.
     pub compression: u8,
 }
 
-/// Appends the encoding of one record to a block buffer.
-pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
+/// Appends the encoding of one record to a block buffer. A record longer than
+/// `MAX_BLOCK_LEN` (which the store refuses to hold) is an error, and `buf` is unchanged.
+pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) -> Result<()> {
     fn lp(buf: &mut Vec<u8>, b: &[u8]) {
-        // Lengths were bounded by u32 when the values entered the store.
-        buf.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        // Fits: the whole record was checked against MAX_BLOCK_LEN (< u32::MAX) below.
+        buf.extend_from_slice(&len_u32(b.len()).to_le_bytes());
         buf.extend_from_slice(b);
+    }
+    let len = r.encoded_len();
+    if len > MAX_BLOCK_LEN as usize {
+        return Err(Error::InvalidRecord(format!(
+            "a {} record of {len} bytes exceeds the format's limit of {MAX_BLOCK_LEN}",
+            r.kind_name()
+        )));
     }
     match *r {
         Record::Put { key, value } => {
@@ -156,6 +202,28 @@ pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
             lp(buf, map_key);
         }
     }
+    Ok(())
+}
+
+/// `len` as a `u32`, for lengths already bounded by `MAX_BLOCK_LEN` (saturating, never
+/// truncating).
+fn len_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// What an encoder knows of the records it put in a block buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRecords {
+    /// Index into the file's state table.
+    pub state: u32,
+    /// Key group of the records.
+    pub key_group: u32,
+    /// Number of records.
+    pub records: u32,
+    /// `key_hash` of the first record's key.
+    pub first_hash: u64,
+    /// `key_hash` of the last record's key.
+    pub last_hash: u64,
 }
 
 /// Makes a block of the encoded records in `raw`, which it leaves empty and ready for the
@@ -165,15 +233,18 @@ pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) {
 /// copy, and `raw` takes `spare`). Checksums the stored bytes. Passing recycled buffers as
 /// `spare` spares the allocator a block-sized allocation per block.
 pub fn encode_block(
-    state: u32,
-    key_group: u32,
+    meta: BlockRecords,
     raw: &mut Vec<u8>,
     spare: Vec<u8>,
-    records: u32,
-    first_hash: u64,
     compress: bool,
-) -> EncodedBlock {
-    let raw_len = raw.len() as u32;
+) -> Result<EncodedBlock> {
+    let BlockRecords { state, key_group, records, first_hash, last_hash } = meta;
+    let raw_len = u32::try_from(raw.len()).ok().filter(|&l| l <= MAX_BLOCK_LEN).ok_or_else(|| {
+        Error::InvalidRecord(format!(
+            "a block of {} bytes exceeds the format's limit of {MAX_BLOCK_LEN}",
+            raw.len()
+        ))
+    })?;
     let mut out = spare;
     let compressed = compress && {
         out.clear();
@@ -196,7 +267,19 @@ pub fn encode_block(
         (std::mem::replace(raw, out), compression::NONE)
     };
     let crc32 = crc32fast::hash(&bytes);
-    EncodedBlock { state, key_group, raw_len, records, crc32, first_hash, compression, bytes }
+    Ok(EncodedBlock { state, key_group, raw_len, records, crc32, first_hash, last_hash, compression, bytes })
+}
+
+/// Most records `records_in` reserves room for before parsing a block (16384 records, ~1 MB
+/// of `Record`s: every block floe writes with the default target of 64 KiB and records of
+/// at least 4 bytes of key and value gets its exact size at once).
+pub const RECORDS_PREALLOC_MAX: usize = 1 << 14;
+
+/// The capacity to reserve for the records of a block that claims `claimed` records in
+/// `raw_len` decompressed bytes: no more than the bytes can hold (`MIN_RECORD_LEN` each)
+/// and no more than `RECORDS_PREALLOC_MAX`, whatever the index claims.
+pub fn record_capacity(claimed: u32, raw_len: usize) -> usize {
+    usize::try_from(claimed).unwrap_or(usize::MAX).min(raw_len / MIN_RECORD_LEN).min(RECORDS_PREALLOC_MAX)
 }
 
 /// What a finished data file is.
@@ -229,8 +312,15 @@ pub struct DataFileWriter<W: Write> {
 }
 
 impl<W: Write> DataFileWriter<W> {
-    /// Starts a file; `path` only names the file in errors.
+    /// Starts a file; `path` only names the file in errors. The header must name its owner:
+    /// this build writes version 2 only.
     pub fn new(out: W, path: &Path, header: DataHeader, states: Vec<FileState>) -> Result<Self> {
+        let owner = header.owner.ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "{}: a data file is written with its owner (format version {FORMAT_VERSION})",
+                path.display()
+            ))
+        })?;
         let mut w = DataFileWriter {
             out,
             path: path.to_path_buf(),
@@ -242,7 +332,7 @@ impl<W: Write> DataFileWriter<W> {
             raw_bytes: 0,
             header,
         };
-        w.write(&header.encode())?;
+        w.write(&header.encode(&owner))?;
         Ok(w)
     }
 
@@ -258,8 +348,17 @@ impl<W: Write> DataFileWriter<W> {
         self.header
     }
 
-    /// Appends a block. Blocks must come in ascending (state, key group) order.
+    /// Appends a block. Blocks must come in ascending (state, key group) order, each of a key
+    /// group of the file's owner.
     pub fn write_block(&mut self, b: &EncodedBlock) -> Result<()> {
+        if let Some(owner) = self.header.owner
+            && !owner.key_groups.contains(b.key_group)
+        {
+            return Err(Error::InvalidRecord(format!(
+                "a block of key group {} in a file of key groups {}",
+                b.key_group, owner.key_groups
+            )));
+        }
         let info = BlockInfo {
             state: b.state,
             key_group: b.key_group,
@@ -270,6 +369,7 @@ impl<W: Write> DataFileWriter<W> {
             records: b.records,
             crc32: b.crc32,
             first_hash: b.first_hash,
+            last_hash: Some(b.last_hash),
             compression: b.compression,
         };
         if b.raw_len > MAX_BLOCK_LEN {
@@ -291,8 +391,13 @@ impl<W: Write> DataFileWriter<W> {
 
     /// Writes the index and footer, flushes, and returns the summary and the writer.
     pub fn finish(mut self) -> Result<(FileSummary, W)> {
+        let count = |n: usize, what: &str| {
+            u32::try_from(n).map_err(|_| Error::InvalidConfig(format!("{n} {what} do not fit a data file")))
+        };
+        let n_states = count(self.states.len(), "states")?;
+        let n_blocks = count(self.index.len(), "blocks")?;
         let mut idx = Vec::with_capacity(8 + self.index.len() * INDEX_ENTRY_LEN);
-        idx.extend_from_slice(&(self.states.len() as u32).to_le_bytes());
+        idx.extend_from_slice(&n_states.to_le_bytes());
         for s in &self.states {
             idx.push(s.kind.code());
             let name = s.name.as_bytes();
@@ -301,7 +406,7 @@ impl<W: Write> DataFileWriter<W> {
             idx.extend_from_slice(&len.to_le_bytes());
             idx.extend_from_slice(name);
         }
-        idx.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        idx.extend_from_slice(&n_blocks.to_le_bytes());
         for b in &self.index {
             idx.extend_from_slice(&b.state.to_le_bytes());
             idx.extend_from_slice(&b.key_group.to_le_bytes());
@@ -311,6 +416,7 @@ impl<W: Write> DataFileWriter<W> {
             idx.extend_from_slice(&b.records.to_le_bytes());
             idx.extend_from_slice(&b.crc32.to_le_bytes());
             idx.extend_from_slice(&b.first_hash.to_le_bytes());
+            idx.extend_from_slice(&b.last_hash.unwrap_or(b.first_hash).to_le_bytes());
             idx.push(b.compression);
             idx.extend_from_slice(&[0u8; 7]);
         }
@@ -326,7 +432,7 @@ impl<W: Write> DataFileWriter<W> {
         let summary = FileSummary {
             size: self.offset,
             crc32: self.crc.clone().finalize(),
-            blocks: self.index.len() as u32,
+            blocks: n_blocks,
             records: self.records,
             raw_bytes: self.raw_bytes,
         };
@@ -355,8 +461,11 @@ impl std::ops::Deref for FileBytes {
 pub struct DataFile {
     path: PathBuf,
     bytes: FileBytes,
+    version: DataVersion,
     header: DataHeader,
     states: Vec<FileState>,
+    /// File offset of each state's entry in the index (errors about a state name it).
+    state_offsets: Vec<u64>,
     blocks: Vec<BlockInfo>,
 }
 
@@ -394,27 +503,41 @@ impl DataFile {
         Self::parse(path.to_path_buf(), FileBytes::Owned(bytes))
     }
 
+    /// Checks the frame in the order of format-spec/data-file.md, "Validity", steps 1..12,
+    /// each failure reported at the offset the spec's table gives.
     fn parse(path: PathBuf, bytes: FileBytes) -> Result<DataFile> {
         let len = bytes.len();
-        if len < DATA_HEADER_LEN + FOOTER_LEN {
+        if len < DATA_HEADER_LEN_V1 + FOOTER_LEN {
             return Err(Error::corrupt(
                 &path,
                 0,
                 format!("file of {len} bytes is too short for a data file"),
             ));
         }
-        let mut c = Cursor::new(&bytes[..DATA_HEADER_LEN], 0, &path);
+        let mut c = Cursor::new(&bytes[..DATA_HEADER_LEN_V1], 0, &path);
         if c.array::<8>("magic")? != DATA_MAGIC {
             return Err(Error::corrupt(&path, 0, "not a floe data file (bad magic)"));
         }
-        let version = c.u32("version")?;
-        if version == 0 || version > FORMAT_VERSION {
-            return Err(Error::UnsupportedVersion { path, found: version, supported: FORMAT_VERSION });
+        let found = c.u32("version")?;
+        let Some(version) = DataVersion::of(found) else {
+            return Err(Error::UnsupportedVersion { path, found, supported: FORMAT_VERSION });
+        };
+        let header_len = version.header_len();
+        if len < header_len + FOOTER_LEN {
+            return Err(Error::corrupt(
+                &path,
+                0,
+                format!("file of {len} bytes is too short for a version-{found} data file"),
+            ));
         }
-        let stored_crc = u32::from_le_bytes([bytes[36], bytes[37], bytes[38], bytes[39]]);
-        if crc32fast::hash(&bytes[0..36]) != stored_crc {
-            return Err(Error::corrupt(&path, 36, "header checksum mismatch"));
+        let crc_at = header_len - 4;
+        let stored_crc =
+            u32::from_le_bytes([bytes[crc_at], bytes[crc_at + 1], bytes[crc_at + 2], bytes[crc_at + 3]]);
+        if crc32fast::hash(&bytes[0..crc_at]) != stored_crc {
+            return Err(Error::corrupt(&path, crc_at as u64, "header checksum mismatch"));
         }
+        let mut c = Cursor::new(&bytes[..header_len], 0, &path);
+        c.bytes(12, "magic and version")?;
         let kind = match c.u8("file kind")? {
             1 => FileKind::Full,
             2 => FileKind::Increment,
@@ -427,20 +550,36 @@ impl DataFile {
         if max_parallelism == 0 || max_parallelism > crate::state::keygroup::MAX_MAX_PARALLELISM {
             return Err(Error::corrupt(&path, 32, format!("max_parallelism {max_parallelism} out of range")));
         }
-        let header = DataHeader { kind, checkpoint_id, parent_id, max_parallelism };
+        let owner = if version.has_owner() {
+            let subtask = c.u32("subtask")?;
+            let operator_hash = c.u64("operator hash")?;
+            let (start, end) = (c.u32("key group start")?, c.u32("key group end")?);
+            if start > end || end > max_parallelism {
+                return Err(Error::corrupt(
+                    &path,
+                    48,
+                    format!("key groups {start}..{end} do not fit max_parallelism {max_parallelism}"),
+                ));
+            }
+            c.zeros(4, "header reserved")?;
+            Some(FileOwner { operator_hash, subtask, key_groups: KeyGroupRange { start, end } })
+        } else {
+            None
+        };
+        let header = DataHeader { kind, checkpoint_id, parent_id, max_parallelism, owner };
 
         let foot_at = len - FOOTER_LEN;
-        let mut f = Cursor::new(&bytes[foot_at..], foot_at as u64, &path);
+        let foot = &bytes[foot_at..];
+        // The magic first: a truncated file is recognised as such, whatever lies before it.
+        if foot[24..32] != FOOTER_MAGIC {
+            return Err(Error::corrupt(&path, foot_at as u64 + 24, "bad footer magic (truncated file?)"));
+        }
+        let mut f = Cursor::new(foot, foot_at as u64, &path);
         let index_offset = f.u64("index offset")?;
         let index_len = f.u64("index length")?;
         let index_crc = f.u32("index checksum")?;
         f.zeros(4, "footer reserved")?;
-        if f.array::<8>("footer magic")? != FOOTER_MAGIC {
-            return Err(Error::corrupt(&path, foot_at as u64 + 24, "bad footer magic (truncated file?)"));
-        }
-        if index_offset < DATA_HEADER_LEN as u64
-            || index_offset.checked_add(index_len) != Some(foot_at as u64)
-        {
+        if index_offset < header_len as u64 || index_offset.checked_add(index_len) != Some(foot_at as u64) {
             return Err(Error::corrupt(
                 &path,
                 foot_at as u64,
@@ -456,41 +595,60 @@ impl DataFile {
         let mut c = Cursor::new(index_bytes, index_offset, &path);
         let n_states = c.u32("state count")?;
         if n_states as usize > c.remaining() / 3 {
-            return Err(c.err(format!("state count {n_states} exceeds the index")));
+            return Err(Error::corrupt(
+                &path,
+                index_offset,
+                format!("state count {n_states} exceeds the index"),
+            ));
         }
         let mut states = Vec::with_capacity(n_states as usize);
+        let mut state_offsets = Vec::with_capacity(n_states as usize);
         for _ in 0..n_states {
+            // Every problem of a state entry is reported at the entry.
             let at = c.offset();
-            let kind = StateKind::from_code(c.u8("state kind")?)
-                .ok_or_else(|| Error::corrupt(&path, at, "unknown state kind"))?;
-            let name_len = c.u16("state name length")?;
-            let name = c.bytes(usize::from(name_len), "state name")?;
-            let name = std::str::from_utf8(name)
-                .map_err(|_| Error::corrupt(&path, at + 3, "state name is not UTF-8"))?
-                .to_string();
+            let bad = |what: &str| Error::corrupt(&path, at, what.to_string());
+            let kind =
+                StateKind::from_code(c.u8("state kind").map_err(|_| bad("state entry runs past the index"))?)
+                    .ok_or_else(|| bad("unknown state kind"))?;
+            let name_len = c.u16("state name length").map_err(|_| bad("state entry runs past the index"))?;
+            let name = c
+                .bytes(usize::from(name_len), "state name")
+                .map_err(|_| bad("state name runs past the index"))?;
+            let name = std::str::from_utf8(name).map_err(|_| bad("state name is not UTF-8"))?.to_string();
             states.push(FileState { name, kind });
+            state_offsets.push(at);
         }
+        let count_at = c.offset();
         let n_blocks = c.u32("block count")?;
-        if (n_blocks as usize).checked_mul(INDEX_ENTRY_LEN) != Some(c.remaining()) {
-            return Err(c.err(format!("block count {n_blocks} does not match the index size")));
+        let entry_len = version.index_entry_len();
+        if (n_blocks as usize).checked_mul(entry_len) != Some(c.remaining()) {
+            return Err(Error::corrupt(
+                &path,
+                count_at,
+                format!("block count {n_blocks} does not match the index size"),
+            ));
         }
-        let mut blocks = Vec::with_capacity(n_blocks as usize);
-        let mut prev: Option<(u32, u32, u64)> = None;
+        let mut blocks: Vec<BlockInfo> = Vec::with_capacity(n_blocks as usize);
         for _ in 0..n_blocks {
+            // Every problem of a block entry is reported at the entry.
             let at = c.offset();
-            let b = BlockInfo {
-                state: c.u32("block state")?,
-                key_group: c.u32("block key group")?,
-                offset: c.u64("block offset")?,
-                stored_len: c.u32("block stored length")?,
-                raw_len: c.u32("block raw length")?,
-                records: c.u32("block record count")?,
-                crc32: c.u32("block checksum")?,
-                first_hash: c.u64("block first hash")?,
-                compression: c.u8("block compression")?,
-            };
-            c.zeros(7, "block reserved")?;
             let bad = |what: String| Error::corrupt(&path, at, what);
+            let mut e = Cursor::new(c.bytes(entry_len, "block entry")?, at, &path);
+            let b = BlockInfo {
+                state: e.u32("block state")?,
+                key_group: e.u32("block key group")?,
+                offset: e.u64("block offset")?,
+                stored_len: e.u32("block stored length")?,
+                raw_len: e.u32("block raw length")?,
+                records: e.u32("block record count")?,
+                crc32: e.u32("block checksum")?,
+                first_hash: e.u64("block first hash")?,
+                last_hash: if version.has_last_hash() { Some(e.u64("block last hash")?) } else { None },
+                compression: e.u8("block compression")?,
+            };
+            if e.bytes(7, "block reserved")?.iter().any(|&x| x != 0) {
+                return Err(bad("block reserved bytes must be zero".into()));
+            }
             if b.state >= n_states {
                 return Err(bad(format!("block names state {} of {n_states}", b.state)));
             }
@@ -500,8 +658,16 @@ impl DataFile {
                     b.key_group
                 )));
             }
+            if let Some(o) = owner
+                && !o.key_groups.contains(b.key_group)
+            {
+                return Err(bad(format!(
+                    "block key group {} is outside the file's key groups {}",
+                    b.key_group, o.key_groups
+                )));
+            }
             let end = b.offset.checked_add(u64::from(b.stored_len));
-            if b.offset < DATA_HEADER_LEN as u64 || end.is_none_or(|e| e > index_offset) {
+            if b.offset < header_len as u64 || end.is_none_or(|e| e > index_offset) {
                 return Err(bad(format!(
                     "block at {}+{} lies outside the data region",
                     b.offset, b.stored_len
@@ -519,22 +685,42 @@ impl DataFile {
             if b.records == 0 || u64::from(b.records) > u64::from(b.raw_len) / 5 {
                 return Err(bad(format!("record count {} impossible for {} bytes", b.records, b.raw_len)));
             }
-            let key = (b.state, b.key_group, b.offset);
-            if prev.is_some_and(|p| key <= p) {
+            if b.last_hash.is_some_and(|l| l < b.first_hash) {
+                return Err(bad("block's last hash is below its first hash".into()));
+            }
+            let last = blocks.last();
+            if last.is_some_and(|p| (p.state, p.key_group, p.offset) >= (b.state, b.key_group, b.offset)) {
                 return Err(bad("blocks are not in (state, key group, offset) order".into()));
             }
-            // Within one (state, key group), blocks follow the record order, so their first
-            // hashes never decrease (lookup's binary search relies on it).
-            if let Some(last) =
-                blocks.last().filter(|l: &&BlockInfo| (l.state, l.key_group) == (b.state, b.key_group))
-                && last.first_hash > b.first_hash
-            {
-                return Err(bad("block first hashes of one key group decrease".into()));
+            // Within one (state, key group), blocks follow the record order. Version 1: their
+            // first hashes never decrease (lookup's binary search relies on it). Version 2:
+            // a block starts above the previous one's last hash (value and list states: a
+            // key is one record, and a writer never splits keys of equal hash), or at it
+            // (map states: a key's entries may continue into the next block).
+            if let Some(p) = last.filter(|p| (p.state, p.key_group) == (b.state, b.key_group)) {
+                let map = states[b.state as usize].kind == StateKind::Map;
+                let ordered = match p.last_hash {
+                    None => p.first_hash <= b.first_hash,
+                    Some(l) if map => l <= b.first_hash,
+                    Some(l) => l < b.first_hash,
+                };
+                if !ordered {
+                    return Err(bad("block's keys do not follow the previous block's in hash order".into()));
+                }
             }
-            prev = Some(key);
             blocks.push(b);
         }
-        Ok(DataFile { path, bytes, header, states, blocks })
+        Ok(DataFile { path, bytes, version, header, states, state_offsets, blocks })
+    }
+
+    /// The file's format version.
+    pub fn version(&self) -> u32 {
+        self.version.get()
+    }
+
+    /// File offset of state `index`'s entry in the index (0 if there is none).
+    pub fn state_offset(&self, index: u32) -> u64 {
+        self.state_offsets.get(index as usize).copied().unwrap_or(0)
     }
 
     /// The file's path.
@@ -623,7 +809,11 @@ impl DataFile {
     /// Reads one block into `buf` and returns its checked records, which borrow `buf`.
     pub fn records_in<'b>(&self, b: &BlockInfo, buf: &'b mut Vec<u8>) -> Result<Vec<Record<'b>>> {
         self.read_block(b, buf)?;
-        let mut out = Vec::with_capacity(b.records as usize);
+        // Not the index's record count: a crafted block (64 MiB of LZ4-compressed zeros in
+        // 263 KB) could claim 13 million records, ~750 MB of `Record`s, before parsing
+        // failed at its first byte. The vector grows past the bound only with records
+        // actually parsed.
+        let mut out = Vec::with_capacity(record_capacity(b.records, buf.len()));
         self.parse_block(b, buf, &mut |r| {
             out.push(r);
             Ok(())
@@ -728,6 +918,15 @@ impl DataFile {
                 format!("block holds {n} records, index says {}", b.records),
             ));
         }
+        if let (Some(want), Some((hash, _))) = (b.last_hash, last)
+            && hash != want
+        {
+            return Err(Error::corrupt(
+                &self.path,
+                b.offset,
+                "last key does not match the index's last hash",
+            ));
+        }
         Ok(())
     }
 
@@ -780,5 +979,42 @@ impl DataFile {
     /// CRC-32 of the whole file (as recorded in manifests).
     pub fn whole_crc32(&self) -> u32 {
         crc32fast::hash(&self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The capacity reserved before parsing a block is bounded by what its bytes can hold
+    /// and by `RECORDS_PREALLOC_MAX`, whatever the index claims.
+    #[test]
+    fn record_capacity_is_bounded_by_the_bytes_and_a_constant() {
+        let raw = MAX_BLOCK_LEN as usize;
+        assert_eq!(record_capacity(u32::MAX, raw), RECORDS_PREALLOC_MAX);
+        assert_eq!(record_capacity(u32::MAX, 50), 10);
+        assert_eq!(record_capacity(3, raw), 3);
+        assert_eq!(record_capacity(7, 4), 0);
+        // The crafted block of the issue: 64 MiB claiming raw / 5 records reserves at most
+        // RECORDS_PREALLOC_MAX records, ~1 MB, instead of ~750 MB.
+        let claimed = u32::try_from(raw / MIN_RECORD_LEN).unwrap();
+        let bytes = record_capacity(claimed, raw) * std::mem::size_of::<Record<'_>>();
+        assert!(bytes <= 1 << 20, "{bytes}");
+    }
+
+    /// A record longer than a block may be is an error, not a truncated length.
+    #[test]
+    fn encode_record_refuses_records_over_the_block_limit() {
+        let value = vec![0u8; MAX_BLOCK_LEN as usize - 9 - 1];
+        let mut buf = Vec::new();
+        encode_record(&mut buf, &Record::Put { key: b"k", value: &value }).unwrap();
+        assert_eq!(buf.len(), MAX_BLOCK_LEN as usize);
+        buf.clear();
+        let err = encode_record(&mut buf, &Record::Put { key: b"kk", value: &value }).unwrap_err();
+        assert!(matches!(err, Error::InvalidRecord(_)), "{err}");
+        assert!(buf.is_empty());
+        let mut raw = vec![0u8; MAX_BLOCK_LEN as usize + 1];
+        let meta = BlockRecords { state: 0, key_group: 0, records: 1, first_hash: 0, last_hash: 0 };
+        assert!(encode_block(meta, &mut raw, Vec::new(), false).is_err());
     }
 }

@@ -5,12 +5,13 @@
 //! magic (8) | version u32 | body length u32 | body CRC-32 u32 | reserved u32 | JSON body
 //! ```
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::cursor::Cursor;
-use super::{FORMAT_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN};
+use super::{FORMAT_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN, OLDEST_READ_VERSION};
 use crate::error::{Error, Result};
 use crate::state::{KeyGroupRange, StateDescriptor};
 
@@ -131,7 +132,7 @@ impl Manifest {
             return Err(Error::corrupt(path, 0, "not a floe manifest (bad magic)"));
         }
         let version = c.u32("version")?;
-        if version == 0 || version > FORMAT_VERSION {
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: version,
@@ -163,7 +164,7 @@ impl Manifest {
     /// listed files, sane key-group ranges.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let bad = |what: String| Error::corrupt(path, MANIFEST_HEADER_LEN as u64, what);
-        if self.format_version == 0 || self.format_version > FORMAT_VERSION {
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: self.format_version,
@@ -173,9 +174,15 @@ impl Manifest {
         if self.max_parallelism == 0 || self.max_parallelism > crate::state::keygroup::MAX_MAX_PARALLELISM {
             return Err(bad(format!("max_parallelism {} out of range", self.max_parallelism)));
         }
+        // One set of the listed paths, so that checking the chains below is linear in the
+        // manifest's size (a lookup over all files per chain entry was quadratic).
+        let mut listed = HashSet::with_capacity(self.files.len());
         for f in &self.files {
             if !is_safe_relative(&f.path) {
                 return Err(bad(format!("file path {:?} points outside the checkpoint directory", f.path)));
+            }
+            if !listed.insert(f.path.as_str()) {
+                return Err(bad(format!("file path {:?} is listed twice", f.path)));
             }
         }
         for op in &self.operators {
@@ -194,12 +201,51 @@ impl Manifest {
                 return Err(bad(format!("operator {} has an empty chain", op.operator)));
             }
             for c in &op.chain {
-                if !self.files.iter().any(|f| &f.path == c) {
+                if !listed.contains(c.as_str()) {
                     return Err(bad(format!("chain file {c:?} is not listed in files")));
                 }
             }
         }
         Ok(())
+    }
+
+    /// For each operator whose entries do not hold every key group of `range` exactly once
+    /// (manifest.md, "Validity": a gap or an overlap is corruption), the operator and the
+    /// first problem. One pass over the entries, then a sort per operator.
+    pub fn coverage_problems(&self, range: KeyGroupRange) -> Vec<(&str, CoverageProblem)> {
+        let mut by_operator: std::collections::BTreeMap<&str, Vec<KeyGroupRange>> =
+            std::collections::BTreeMap::new();
+        for o in &self.operators {
+            let r = o.key_groups.intersect(&range);
+            let ranges = by_operator.entry(o.operator.as_str()).or_default();
+            if !r.is_empty() {
+                ranges.push(r);
+            }
+        }
+        let mut out = Vec::new();
+        for (name, mut ranges) in by_operator {
+            ranges.sort_unstable_by_key(|r| (r.start, r.end));
+            let mut next = range.start;
+            let mut problem = None;
+            for r in ranges {
+                if r.start > next {
+                    problem = Some(CoverageProblem::Gap(KeyGroupRange { start: next, end: r.start }));
+                } else if r.start < next {
+                    problem = Some(CoverageProblem::Overlap(r.start));
+                }
+                if problem.is_some() {
+                    break;
+                }
+                next = r.end;
+            }
+            if problem.is_none() && next < range.end {
+                problem = Some(CoverageProblem::Gap(KeyGroupRange { start: next, end: range.end }));
+            }
+            if let Some(p) = problem {
+                out.push((name, p));
+            }
+        }
+        out
     }
 
     /// The listed file with this path.
@@ -210,6 +256,24 @@ impl Manifest {
     /// Decoded source positions.
     pub fn source_positions(&self) -> std::collections::BTreeMap<String, Vec<u8>> {
         self.sources.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
+    }
+}
+
+/// How the entries of one operator fail to hold a key-group range exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoverageProblem {
+    /// These key groups are in no entry: their keys would silently be missing.
+    Gap(KeyGroupRange),
+    /// This key group is in two entries.
+    Overlap(u32),
+}
+
+impl std::fmt::Display for CoverageProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CoverageProblem::Gap(r) => write!(f, "key groups {r} are in no entry"),
+            CoverageProblem::Overlap(kg) => write!(f, "key group {kg} is in two entries"),
+        }
     }
 }
 

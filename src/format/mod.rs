@@ -1,42 +1,95 @@
 //! The on-disk format: the only module that interprets floe's bytes. Every constant here
 //! is listed in `format-spec/` and checked against it by `tests/format_spec.rs`.
 
+pub mod chain;
 mod cursor;
 pub mod datafile;
 pub mod manifest;
 pub mod time;
 
 pub use datafile::{
-    BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileState, FileSummary,
-    encode_block,
+    BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner, FileState,
+    FileSummary, encode_block,
 };
 pub use manifest::{FileRef, Manifest, ManifestKind, OperatorState};
 
-/// Version of the data-file and manifest formats written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the data-file and manifest formats written by this build. Version 2 added
+/// the owner (operator, subtask, key groups) to data file headers and each block's last
+/// key hash to the index; manifests did not change but carry the version too, so that a
+/// version-1 reader refuses a version-2 checkpoint before opening its files.
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest format version this build reads (data files and manifests).
+pub const OLDEST_READ_VERSION: u32 = 1;
 /// Data file magic: the bytes `89 46 4C 4F 45 44 41 54` ("\x89FLOEDAT").
 pub const DATA_MAGIC: [u8; 8] = *b"\x89FLOEDAT";
 /// Data file footer magic: "FLOEEND\n".
 pub const FOOTER_MAGIC: [u8; 8] = *b"FLOEEND\n";
 /// Manifest magic: "\x89FLOEMAN".
 pub const MANIFEST_MAGIC: [u8; 8] = *b"\x89FLOEMAN";
-/// Size of a data file header.
-pub const DATA_HEADER_LEN: usize = 40;
+/// Size of a data file header (version 2).
+pub const DATA_HEADER_LEN: usize = 64;
+/// Size of a version-1 data file header.
+pub const DATA_HEADER_LEN_V1: usize = 40;
 /// Size of a data file footer.
 pub const FOOTER_LEN: usize = 32;
-/// Size of one block-index entry.
-pub const INDEX_ENTRY_LEN: usize = 48;
+/// Size of one block-index entry (version 2).
+pub const INDEX_ENTRY_LEN: usize = 56;
+/// Size of one block-index entry of a version-1 data file.
+pub const INDEX_ENTRY_LEN_V1: usize = 48;
 /// Size of a manifest header.
 pub const MANIFEST_HEADER_LEN: usize = 24;
 /// Largest uncompressed block a reader accepts (a block holds at least one record, so this
 /// also bounds a record).
 pub const MAX_BLOCK_LEN: u32 = 64 << 20;
+// The store refuses records a block could not hold.
+const _: () = assert!(MAX_BLOCK_LEN as usize == crate::state::MAX_RECORD_LEN);
 /// Largest manifest body a reader accepts.
 pub const MAX_MANIFEST_LEN: u32 = 64 << 20;
-/// Most states one operator instance may list in a manifest (each costs memory at restore).
-pub const MAX_STATES_PER_OPERATOR: usize = 1024;
+/// Most states one operator instance may list in a manifest (each costs memory at restore);
+/// a store refuses to register more.
+pub const MAX_STATES_PER_OPERATOR: usize = crate::state::MAX_STATES;
 /// Uncompressed size at which a writer closes a block.
 pub const DEFAULT_BLOCK_TARGET: usize = 64 << 10;
+
+/// A data-file format version this build reads. What differs between versions is asked
+/// through its methods, not by comparing numbers all over the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DataVersion(u32);
+
+impl DataVersion {
+    /// The version written by this build.
+    pub const CURRENT: DataVersion = DataVersion(FORMAT_VERSION);
+
+    /// `version` if this build reads it (`OLDEST_READ_VERSION..=FORMAT_VERSION`; 0 never is).
+    pub fn of(version: u32) -> Option<DataVersion> {
+        (OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version).then_some(DataVersion(version))
+    }
+
+    /// The number.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+
+    /// Header size: 40 bytes in version 1, 64 from version 2.
+    pub fn header_len(self) -> usize {
+        if self.0 >= 2 { DATA_HEADER_LEN } else { DATA_HEADER_LEN_V1 }
+    }
+
+    /// Block-index entry size: 48 bytes in version 1, 56 from version 2.
+    pub fn index_entry_len(self) -> usize {
+        if self.0 >= 2 { INDEX_ENTRY_LEN } else { INDEX_ENTRY_LEN_V1 }
+    }
+
+    /// Whether headers record the file's owner (operator hash, subtask, key groups).
+    pub fn has_owner(self) -> bool {
+        self.0 >= 2
+    }
+
+    /// Whether block entries record the hash of the block's last key.
+    pub fn has_last_hash(self) -> bool {
+        self.0 >= 2
+    }
+}
 
 /// Record tags inside a block.
 pub mod tag {

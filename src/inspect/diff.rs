@@ -100,8 +100,8 @@ pub fn diff(dir: &Path, a: u64, b: u64) -> Result<DiffReport> {
     let storage = open_read_only(dir)?;
     let (la, ma) = resolve(&storage, Some(a))?;
     let (lb, mb) = resolve(&storage, Some(b))?;
-    let da = materialize(&la.dir, &ma)?;
-    let db = materialize(&lb.dir, &mb)?;
+    let da = materialize(&la, &ma)?;
+    let db = materialize(&lb, &mb)?;
     let empty = OperatorData { key_groups: Vec::new(), states: BTreeMap::new() };
     let ops: BTreeSet<&String> = da.keys().chain(db.keys()).collect();
     let mut states = Vec::new();

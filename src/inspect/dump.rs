@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{Report, open_read_only, resolve};
+use super::{Located, Report, open_read_only, resolve};
 use crate::checkpoint::restore_operator;
 use crate::error::{Error, Result};
 use crate::format::Manifest;
@@ -44,18 +44,30 @@ pub struct OperatorData {
     pub states: BTreeMap<String, StateData>,
 }
 
-/// Restores every operator of `manifest` (files relative to `dir`) over its whole key-group
-/// range (each instance's range restored and merged) into plain maps.
-pub fn materialize(dir: &Path, manifest: &Manifest) -> Result<BTreeMap<String, OperatorData>> {
+/// Restores every operator of `manifest` (the one of `l`, files relative to `l.dir`) over
+/// all `max_parallelism` key groups into plain maps. The operator's entries must hold every
+/// key group exactly once: a gap (a key group in no entry, whose keys would silently be
+/// missing from the dump) or an overlap is `Error::Corrupt` naming the manifest.
+pub fn materialize(l: &Located, manifest: &Manifest) -> Result<BTreeMap<String, OperatorData>> {
+    let all = KeyGroupRange::all(manifest.max_parallelism);
     let mut out: BTreeMap<String, OperatorData> = BTreeMap::new();
     for inst in &manifest.operators {
-        let config = StoreConfig { max_parallelism: manifest.max_parallelism, key_groups: inst.key_groups };
-        let (mut store, _) = restore_operator(dir, manifest, &inst.operator, config)?;
-        let snap = store.snapshot();
         let op = out
             .entry(inst.operator.clone())
             .or_insert_with(|| OperatorData { key_groups: Vec::new(), states: BTreeMap::new() });
         op.key_groups.push(inst.key_groups);
+    }
+    if let Some((name, p)) = manifest.coverage_problems(all).first() {
+        return Err(Error::corrupt(
+            &l.manifest_path,
+            crate::format::MANIFEST_HEADER_LEN as u64,
+            format!("checkpoint {}: operator {name:?}: {p}", manifest.checkpoint_id),
+        ));
+    }
+    for (name, op) in &mut out {
+        let config = StoreConfig { max_parallelism: manifest.max_parallelism, key_groups: all };
+        let (mut store, _) = restore_operator(&l.dir, manifest, name, config)?;
+        let snap = store.snapshot();
         for (i, desc) in snap.descriptors().enumerate() {
             let id = StateId::from_index(
                 u32::try_from(i).map_err(|_| Error::InvalidConfig("too many states".into()))?,
@@ -64,7 +76,7 @@ pub fn materialize(dir: &Path, manifest: &Manifest) -> Result<BTreeMap<String, O
                 .states
                 .entry(desc.name.clone())
                 .or_insert_with(|| StateData { desc: desc.clone(), entries: BTreeMap::new() });
-            for kg in inst.key_groups.iter() {
+            for kg in all.iter() {
                 for e in snap.entries(id, kg)? {
                     let v = match e.value {
                         ValueRef::Bytes(b) => Value::Bytes(b.to_vec()),
@@ -325,7 +337,7 @@ pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpRepo
     if let Some(op) = &filter.operator {
         wanted.operators.retain(|o| &o.operator == op);
     }
-    let data = materialize(&l.dir, &wanted)?;
+    let data = materialize(&l, &wanted)?;
     let mut operators = Vec::new();
     for (name, op) in data {
         let mut states = Vec::new();

@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use super::{Located, Report, list_all, locate, open_read_only, rel};
 use crate::error::{Error, Result};
-use crate::format::{DataFile, DataHeader, FileKind, FileRef, Manifest};
+use crate::format::chain::{ChainPlace, chain_problems, created_by_problem};
+use crate::format::{DataFile, DataHeader, FileRef, Manifest};
 
 /// One thing found wrong.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -67,6 +68,8 @@ struct FileFacts {
     header: Option<DataHeader>,
     /// State names and kinds in the file.
     states: Vec<crate::format::FileState>,
+    /// Offsets of their entries in the index.
+    state_offsets: Vec<u64>,
 }
 
 struct Checker {
@@ -116,7 +119,8 @@ impl Checker {
     }
 
     fn examine(&mut self, id: u64, path: &Path) -> FileFacts {
-        let mut facts = FileFacts { size_crc: None, header: None, states: Vec::new() };
+        let mut facts =
+            FileFacts { size_crc: None, header: None, states: Vec::new(), state_offsets: Vec::new() };
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_file() => {}
             Ok(_) => {
@@ -148,6 +152,8 @@ impl Checker {
         };
         facts.header = Some(f.header());
         facts.states = f.states().to_vec();
+        facts.state_offsets =
+            (0..f.states().len()).map(|i| f.state_offset(u32::try_from(i).unwrap_or(u32::MAX))).collect();
         let mut scratch = Vec::new();
         for b in f.blocks() {
             self.blocks += 1;
@@ -184,6 +190,7 @@ impl Checker {
             self.check_listed(l.id, &path, f);
         }
         self.check_chains(l, &m);
+        self.check_coverage(l, &m);
         m.files.len()
     }
 
@@ -208,24 +215,26 @@ impl Checker {
                 );
             }
         }
-        if let Some(h) = header
-            && h.checkpoint_id != f.created_by
-        {
-            self.report(
-                id,
-                path,
-                Some(16),
-                format!(
-                    "file was written by checkpoint {}, the manifest says {}",
-                    h.checkpoint_id, f.created_by
-                ),
-            );
+        if let Some(p) = header.and_then(|h| created_by_problem(&h, f.created_by)) {
+            self.report(id, path, Some(p.offset), p.what);
+        }
+    }
+
+    /// Every operator's entries hold each of the `max_parallelism` key groups exactly once
+    /// (manifest.md, "Validity"): a gap would make the keys of its groups vanish from a
+    /// restore, a dump or a rescaled job without a word.
+    fn check_coverage(&mut self, l: &Located, m: &Manifest) {
+        let at = Some(crate::format::MANIFEST_HEADER_LEN as u64);
+        for (name, p) in m.coverage_problems(crate::state::KeyGroupRange::all(m.max_parallelism)) {
+            self.report(l.id, &l.manifest_path, at, format!("operator {name:?}: {p}"));
         }
     }
 
     /// Each operator instance's chain: a full file, then increments each naming the
-    /// previous file's checkpoint; max_parallelism and state kinds as in the manifest.
+    /// previous file's checkpoint; max_parallelism, owner and state kinds as in the
+    /// manifest (`format::chain`, the checks restore makes, at the same offsets).
     fn check_chains(&mut self, l: &Located, m: &Manifest) {
+        let created: BTreeMap<&str, u64> = m.files.iter().map(|f| (f.path.as_str(), f.created_by)).collect();
         for op in &m.operators {
             let mut prev: Option<u64> = None;
             for (i, p) in op.chain.iter().enumerate() {
@@ -235,55 +244,23 @@ impl Checker {
                     prev = None;
                     continue;
                 };
-                let mut found = Vec::new();
-                let want = if i == 0 { FileKind::Full } else { FileKind::Increment };
-                if h.kind != want {
-                    found.push((
-                        12,
-                        format!(
-                            "chain position {i} of {}[{}] holds a {:?} file",
-                            op.operator, op.subtask, h.kind
-                        ),
-                    ));
-                }
-                if let Some(pid) = prev
-                    && i > 0
-                    && h.parent_id != pid
-                {
-                    found.push((
-                        24,
-                        format!(
-                            "increment's parent is {}, the previous file of the chain is from {pid}",
-                            h.parent_id
-                        ),
-                    ));
-                }
-                if h.max_parallelism != m.max_parallelism {
-                    found.push((
-                        32,
-                        format!(
-                            "max_parallelism {} differs from the manifest's {}",
-                            h.max_parallelism, m.max_parallelism
-                        ),
-                    ));
-                }
-                for d in &op.states {
-                    if let Some(fs) = facts.states.iter().find(|s| s.name == d.name)
-                        && fs.kind != d.kind
-                    {
-                        found.push((
-                            0,
-                            format!(
-                                "state {} is a {} state here, the manifest says {}",
-                                d.name,
-                                fs.kind.as_str(),
-                                d.kind.as_str()
-                            ),
-                        ));
-                    }
-                }
-                for (off, what) in found {
-                    self.report(l.id, &path, Some(off), what);
+                let created_by = created.get(p.as_str()).copied().unwrap_or(h.checkpoint_id);
+                let place = ChainPlace {
+                    op,
+                    position: i,
+                    created_by,
+                    previous: prev,
+                    max_parallelism: m.max_parallelism,
+                };
+                let offsets = &facts.state_offsets;
+                let found = chain_problems(
+                    &h,
+                    &facts.states,
+                    &|s| offsets.get(s as usize).copied().unwrap_or(0),
+                    &place,
+                );
+                for problem in found {
+                    self.report(l.id, &path, Some(problem.offset), problem.what);
                 }
                 prev = Some(h.checkpoint_id);
             }

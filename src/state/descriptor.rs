@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+
 /// The kind of a state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -55,6 +57,16 @@ pub enum Codec {
     Postcard,
 }
 
+impl Codec {
+    /// Lower-case name, as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Codec::Raw => "raw",
+            Codec::Postcard => "postcard",
+        }
+    }
+}
+
 /// Describes one registered state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StateDescriptor {
@@ -73,6 +85,43 @@ pub struct StateDescriptor {
 }
 
 impl StateDescriptor {
+    /// Whether a state recorded as `self` may be used as `other`: the same descriptor.
+    /// Another kind is [`Error::StateKindMismatch`]; another codec, key type, map key type
+    /// or value type is [`Error::StateTypeMismatch`] naming the first field that differs.
+    /// The names are what floe recorded (for typed states `std::any::type_name`), compared
+    /// exactly.
+    pub fn check_same(&self, other: &StateDescriptor) -> Result<()> {
+        if self.kind != other.kind {
+            return Err(Error::StateKindMismatch {
+                name: other.name.clone(),
+                expected: other.kind.as_str(),
+                actual: self.kind.as_str(),
+            });
+        }
+        let none = || "none".to_string();
+        let fields: [(&'static str, String, String); 4] = [
+            ("codec", self.codec.as_str().into(), other.codec.as_str().into()),
+            ("key type", self.key_type.clone(), other.key_type.clone()),
+            (
+                "map key type",
+                self.map_key_type.clone().unwrap_or_else(none),
+                other.map_key_type.clone().unwrap_or_else(none),
+            ),
+            ("value type", self.value_type.clone(), other.value_type.clone()),
+        ];
+        for (field, registered, requested) in fields {
+            if registered != requested {
+                return Err(Error::StateTypeMismatch {
+                    name: other.name.clone(),
+                    field,
+                    registered,
+                    requested,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// A raw-bytes descriptor.
     pub fn raw(name: impl Into<String>, kind: StateKind) -> Self {
         StateDescriptor {

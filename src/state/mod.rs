@@ -11,7 +11,7 @@ mod typed;
 
 pub use descriptor::{Codec, StateDescriptor, StateKind};
 pub use keygroup::{KeyGroupRange, key_group, key_hash};
-pub use record::Record;
+pub use record::{MAX_RECORD_LEN, MIN_RECORD_LEN, Record};
 pub use snapshot::{EntryRef, Snapshot, ValueRef};
-pub use store::{MapIter, StateId, Store, StoreConfig};
+pub use store::{MAX_STATE_NAME_LEN, MAX_STATES, MapIter, StateId, Store, StoreConfig};
 pub use typed::{ListState, MapState, ValueState};

@@ -12,10 +12,18 @@ use std::sync::Arc;
 use super::descriptor::{StateDescriptor, StateKind};
 use super::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupRange, MAX_MAX_PARALLELISM, key_hash};
 use super::list::{self, ListItems};
-use super::record::Record;
+use super::record::{MAX_RECORD_LEN, Record};
 use super::snapshot::{Snapshot, SnapshotInner, StateSnapshot};
 use super::trie::{Entry, ListValue, MapValue, Prev, Trie, Value};
 use crate::error::{Error, Result};
+
+/// Most states one store (one operator instance) may register: a manifest lists at most this
+/// many per operator instance (`format::MAX_STATES_PER_OPERATOR`), since each costs memory
+/// at restore.
+pub const MAX_STATES: usize = 1024;
+
+/// Longest state name in bytes: data files store it after a `u16` length.
+pub const MAX_STATE_NAME_LEN: usize = u16::MAX as usize;
 
 /// Identifies a registered state within one [`Store`] (its registration index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -161,18 +169,25 @@ impl Store {
     }
 
     /// Registers a state, or returns the id of an identical registration. Registering a
-    /// name again with a different descriptor is an error.
+    /// name again with another descriptor is an error: another kind is
+    /// [`Error::StateKindMismatch`], another codec or other type names are
+    /// [`Error::StateTypeMismatch`] (a `u64` written must not read back as a `u8`). This
+    /// holds after a restore too: recovery registers the descriptors the checkpoint
+    /// recorded, and an operator registering the same states with the same types gets
+    /// their ids. To change a state's types, migrate it ([`Store::migrate_state`], or the
+    /// typed `migrate_value_state`, `migrate_list_state`, `migrate_map_state`).
     pub fn register(&mut self, desc: StateDescriptor) -> Result<StateId> {
         if let Some(&id) = self.by_name.get(&desc.name) {
-            let have = &self.states[id.index()].desc;
-            if have.kind != desc.kind {
-                return Err(Error::StateKindMismatch {
-                    name: desc.name,
-                    expected: desc.kind.as_str(),
-                    actual: have.kind.as_str(),
-                });
-            }
+            self.states[id.index()].desc.check_same(&desc)?;
             return Ok(id);
+        }
+        // Refused here rather than by every checkpoint later: a data file stores the name
+        // after a u16 length, and a manifest lists at most MAX_STATES states per instance.
+        if desc.name.len() > MAX_STATE_NAME_LEN {
+            return Err(too_large(&desc.name, "state name", desc.name.len(), MAX_STATE_NAME_LEN));
+        }
+        if self.states.len() >= MAX_STATES {
+            return Err(too_large(&desc.name, "number of states", self.states.len() + 1, MAX_STATES));
         }
         let index =
             u32::try_from(self.states.len()).map_err(|_| Error::InvalidConfig("too many states".into()))?;
@@ -186,6 +201,109 @@ impl Store {
     /// The id of a registered state.
     pub fn state_id(&self, name: &str) -> Option<StateId> {
         self.by_name.get(name).copied()
+    }
+
+    /// The descriptor of a registered state.
+    pub fn descriptor(&self, name: &str) -> Option<&StateDescriptor> {
+        self.by_name.get(name).map(|id| &*self.states[id.index()].desc)
+    }
+
+    /// Re-types a registered state: its descriptor becomes `new` (same name and kind; codec
+    /// and type names may change) and every stored value goes through `convert`: a value
+    /// state's values, a list state's items, a map state's values. Keys and map keys are
+    /// kept as they are (they decide key groups and order), so change their type names only
+    /// to types whose encoding of every stored key is the same bytes. Nothing changes if
+    /// `convert` fails or a converted value would exceed the format's limits.
+    ///
+    /// The converted values are written as new writes of the current epoch: the next
+    /// checkpoint (full or increment) carries all of them and records `new`, so a restore
+    /// of it registers the new types. A state already registered exactly as `new` is left
+    /// alone (migrating twice is harmless). An unknown name is [`Error::UnknownState`];
+    /// another kind is [`Error::StateKindMismatch`].
+    ///
+    /// The usual place is right after a restore, before the operator uses the state: the
+    /// restored store holds the descriptor of the checkpoint, registering the new types
+    /// would fail, and migrating converts the old values once. Snapshots taken before keep
+    /// the old descriptor and bytes.
+    pub fn migrate_state(
+        &mut self,
+        new: StateDescriptor,
+        convert: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>,
+    ) -> Result<StateId> {
+        let id = self.state_id(&new.name).ok_or_else(|| Error::UnknownState(new.name.clone()))?;
+        let table = &self.states[id.index()];
+        if *table.desc == new {
+            return Ok(id);
+        }
+        if table.desc.kind != new.kind {
+            return Err(Error::StateKindMismatch {
+                name: new.name,
+                expected: new.kind.as_str(),
+                actual: table.desc.kind.as_str(),
+            });
+        }
+        enum Converted {
+            Value(Vec<u8>),
+            List(Vec<Vec<u8>>),
+            Map(Vec<(Vec<u8>, Vec<u8>)>),
+        }
+        // Everything is converted and checked first, so that a failure changes nothing.
+        let mut rewritten: Vec<(Vec<u8>, Converted)> = Vec::new();
+        for trie in &table.groups {
+            for e in trie.iter() {
+                let converted = match &e.value {
+                    Value::Bytes(b) => Converted::Value(convert(b)?),
+                    Value::List(l) => {
+                        Converted::List(ListItems::new(&l.buf).map(&mut *convert).collect::<Result<_>>()?)
+                    }
+                    Value::Map(m) => {
+                        let mut entries = Vec::new();
+                        for n in m.trie.iter() {
+                            if let Value::Bytes(v) = &n.value {
+                                entries.push((n.key.to_vec(), convert(v)?));
+                            }
+                        }
+                        Converted::Map(entries)
+                    }
+                    Value::Tomb => continue,
+                };
+                rewritten.push((e.key.to_vec(), converted));
+            }
+        }
+        let too_big = |what: &'static str, len: usize| {
+            (len > MAX_RECORD_LEN).then(|| too_large(&new.name, what, len, MAX_RECORD_LEN))
+        };
+        for (key, c) in &rewritten {
+            let refused = match c {
+                Converted::Value(value) => {
+                    too_big("put record (key and value)", Record::Put { key, value }.encoded_len())
+                }
+                Converted::List(items) => {
+                    let len = items.iter().fold(0usize, |n, i| n.saturating_add(i.len()).saturating_add(4));
+                    too_big("list (key and all items)", list_record_len(key, len))
+                }
+                Converted::Map(entries) => entries.iter().find_map(|(map_key, value)| {
+                    let len = Record::MapPut { key, map_key, value }.encoded_len();
+                    too_big("map-put record (key, map key and value)", len)
+                }),
+            };
+            if let Some(e) = refused {
+                return Err(e);
+            }
+        }
+        self.states[id.index()].desc = Arc::new(new);
+        for (key, c) in rewritten {
+            match c {
+                Converted::Value(value) => self.put(id, &key, &value)?,
+                Converted::List(items) => self.list_replace(id, &key, items.iter().map(Vec::as_slice))?,
+                Converted::Map(entries) => {
+                    for (map_key, value) in entries {
+                        self.map_put(id, &key, &map_key, &value)?;
+                    }
+                }
+            }
+        }
+        Ok(id)
     }
 
     /// Descriptors of all registered states, in registration order.
@@ -222,6 +340,18 @@ impl Store {
         Ok(Loc { state: state.index(), group: (kg - range.start) as usize, hash })
     }
 
+    /// Refuses a write whose record (`len` bytes encoded) a data file could not hold.
+    fn check_record(&self, loc: Loc, what: &'static str, len: usize) -> Result<()> {
+        if len > MAX_RECORD_LEN {
+            return Err(too_large(&self.states[loc.state].desc.name, what, len, MAX_RECORD_LEN));
+        }
+        Ok(())
+    }
+
+    fn item_too_large(&self, loc: Loc, len: usize) -> Error {
+        too_large(&self.states[loc.state].desc.name, "list item", len, MAX_RECORD_LEN)
+    }
+
     fn trie(&self, loc: Loc) -> &Trie {
         &self.states[loc.state].groups[loc.group]
     }
@@ -244,6 +374,7 @@ impl Store {
     /// Sets the value of `key` in a value state.
     pub fn put(&mut self, state: StateId, key: &[u8], value: &[u8]) -> Result<()> {
         let loc = self.locate(state, key, StateKind::Value)?;
+        self.check_record(loc, "put record (key and value)", Record::Put { key, value }.encoded_len())?;
         let epoch = self.epoch;
         replace(self.trie_mut(loc), loc.hash, key, epoch, |old| match old {
             // Overwrite in place when the entry is ours alone and the size matches.
@@ -281,8 +412,13 @@ impl Store {
 
     /// Appends one item to `key`'s list.
     pub fn list_append(&mut self, state: StateId, key: &[u8], item: &[u8]) -> Result<()> {
+        // An item too large on its own is refused before it is copied (the whole list is
+        // checked below).
+        let loc = self.locate(state, key, StateKind::List)?;
+        let alone = list_record_len(key, item.len().saturating_add(4));
+        self.check_record(loc, "list (key and all items)", alone)?;
         let mut enc = Vec::with_capacity(item.len() + 4);
-        list::push_item(&mut enc, item).map_err(|e| too_large(e.0))?;
+        list::push_item(&mut enc, item).map_err(|e| self.item_too_large(loc, e.0))?;
         self.list_append_encoded(state, key, &enc, 1)
     }
 
@@ -292,6 +428,16 @@ impl Store {
             return Ok(());
         }
         let loc = self.locate(state, key, StateKind::List)?;
+        // A full snapshot writes the whole list as one record.
+        let have = match self.trie(loc).get(loc.hash, key).map(|e| &e.value) {
+            Some(Value::List(l)) => l.buf.len(),
+            _ => 0,
+        };
+        self.check_record(
+            loc,
+            "list (key and all items)",
+            list_record_len(key, have.saturating_add(enc.len())),
+        )?;
         let epoch = self.epoch;
         modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
             let first_write = e.stamp != epoch;
@@ -324,11 +470,15 @@ impl Store {
         key: &[u8],
         items: impl IntoIterator<Item = &'i [u8]>,
     ) -> Result<()> {
+        let loc = self.locate(state, key, StateKind::List)?;
         let mut buf = Vec::new();
         let mut count = 0u32;
         for item in items {
-            list::push_item(&mut buf, item).map_err(|e| too_large(e.0))?;
-            count += 1;
+            // Checked as the list grows, so a list over the limit is not built first.
+            let len = list_record_len(key, buf.len().saturating_add(item.len()).saturating_add(4));
+            self.check_record(loc, "list (key and all items)", len)?;
+            list::push_item(&mut buf, item).map_err(|e| self.item_too_large(loc, e.0))?;
+            count = count.saturating_add(1);
         }
         self.list_replace_encoded(state, key, buf, count)
     }
@@ -339,6 +489,7 @@ impl Store {
             return Ok(());
         }
         let loc = self.locate(state, key, StateKind::List)?;
+        self.check_record(loc, "list (key and all items)", list_record_len(key, buf.len()))?;
         let epoch = self.epoch;
         let value = Value::List(Box::new(ListValue { buf, count, ..ListValue::default() }));
         replace(self.trie_mut(loc), loc.hash, key, epoch, |_| Some(value));
@@ -362,6 +513,8 @@ impl Store {
     /// Sets `map_key` to `value` in `key`'s map.
     pub fn map_put(&mut self, state: StateId, key: &[u8], map_key: &[u8], value: &[u8]) -> Result<()> {
         let loc = self.locate(state, key, StateKind::Map)?;
+        let len = Record::MapPut { key, map_key, value }.encoded_len();
+        self.check_record(loc, "map-put record (key, map key and value)", len)?;
         let epoch = self.epoch;
         let mhash = key_hash(map_key);
         modify(self.trie_mut(loc), loc.hash, key, epoch, |e| {
@@ -665,8 +818,14 @@ impl<'r> Loader<'r> {
     }
 }
 
-fn too_large(len: usize) -> Error {
-    Error::InvalidRecord(format!("list item of {len} bytes exceeds u32::MAX"))
+fn too_large(state: &str, what: &'static str, len: usize, limit: usize) -> Error {
+    let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    Error::TooLarge { state: state.to_string(), what, len: wide(len), limit: wide(limit) }
+}
+
+/// Length of the `Put` record that holds `key` and a list encoded in `list_len` bytes.
+fn list_record_len(key: &[u8], list_len: usize) -> usize {
+    Record::Put { key, value: &[] }.encoded_len().saturating_add(list_len)
 }
 
 pub(crate) fn len_u32(len: usize) -> u32 {

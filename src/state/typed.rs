@@ -83,7 +83,8 @@ impl_clone_id!(ListState<K, V>);
 impl_clone_id!(MapState<K, UK, V>);
 
 impl Store {
-    /// Registers (or finds) a typed value state.
+    /// Registers (or finds) a typed value state. A state of this name registered (or
+    /// restored) with other types is an error ([`Store::register`]).
     pub fn value_state<K, V>(&mut self, name: &str) -> Result<ValueState<K, V>> {
         let id = self.register(descriptor::<K, (), V>(name, StateKind::Value))?;
         Ok(ValueState { id, name: name.to_string(), _types: PhantomData })
@@ -98,6 +99,62 @@ impl Store {
     /// Registers (or finds) a typed map state.
     pub fn map_state<K, UK, V>(&mut self, name: &str) -> Result<MapState<K, UK, V>> {
         let id = self.register(descriptor::<K, UK, V>(name, StateKind::Map))?;
+        Ok(MapState { id, name: name.to_string(), _types: PhantomData })
+    }
+}
+
+/// Migration of typed states (see [`Store::migrate_state`]): a state recorded with value
+/// type `V0` is re-typed to `V` by converting every value with `f`; one already of type `V`
+/// is returned as is (so an operator may call this on every start); one not registered yet
+/// (a first start, nothing to convert) is registered as `V`. Keys keep their type `K`. Any
+/// other recorded descriptor is a [`Error::StateTypeMismatch`].
+impl Store {
+    fn migrate_typed<V0: DeserializeOwned, V: Serialize>(
+        &mut self,
+        from: StateDescriptor,
+        to: StateDescriptor,
+        mut f: impl FnMut(V0) -> V,
+    ) -> Result<StateId> {
+        let Some(have) = self.descriptor(&to.name) else { return self.register(to) };
+        if have.check_same(&to).is_ok() {
+            return self.register(to);
+        }
+        have.check_same(&from)?;
+        let name = to.name.clone();
+        self.migrate_state(to, &mut |b| encode(&name, &f(decode::<V0>(&name, b)?)))
+    }
+
+    /// Re-types value state `name` from values of type `V0` to `V` (see above).
+    pub fn migrate_value_state<K, V0: DeserializeOwned, V: Serialize>(
+        &mut self,
+        name: &str,
+        f: impl FnMut(V0) -> V,
+    ) -> Result<ValueState<K, V>> {
+        let from = descriptor::<K, (), V0>(name, StateKind::Value);
+        let id = self.migrate_typed(from, descriptor::<K, (), V>(name, StateKind::Value), f)?;
+        Ok(ValueState { id, name: name.to_string(), _types: PhantomData })
+    }
+
+    /// Re-types list state `name` from items of type `V0` to `V`, item by item (see above).
+    pub fn migrate_list_state<K, V0: DeserializeOwned, V: Serialize>(
+        &mut self,
+        name: &str,
+        f: impl FnMut(V0) -> V,
+    ) -> Result<ListState<K, V>> {
+        let from = descriptor::<K, (), V0>(name, StateKind::List);
+        let id = self.migrate_typed(from, descriptor::<K, (), V>(name, StateKind::List), f)?;
+        Ok(ListState { id, name: name.to_string(), _types: PhantomData })
+    }
+
+    /// Re-types map state `name` from values of type `V0` to `V`; map keys keep type `UK`
+    /// (see above).
+    pub fn migrate_map_state<K, UK, V0: DeserializeOwned, V: Serialize>(
+        &mut self,
+        name: &str,
+        f: impl FnMut(V0) -> V,
+    ) -> Result<MapState<K, UK, V>> {
+        let from = descriptor::<K, UK, V0>(name, StateKind::Map);
+        let id = self.migrate_typed(from, descriptor::<K, UK, V>(name, StateKind::Map), f)?;
         Ok(MapState { id, name: name.to_string(), _types: PhantomData })
     }
 }
