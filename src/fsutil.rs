@@ -60,11 +60,17 @@ pub fn open_regular(path: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// Reads a whole regular file of at most `max` bytes (see [`open_regular`]); larger is
-/// [`Error::Corrupt`].
+/// Reads a whole regular file of at most `max` bytes (see [`open_regular`] and
+/// [`read_bounded`]).
 pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
+    read_bounded(open_regular(path)?, path, max)
+}
+
+/// Reads all of `file` (opened from `path`) if it holds at most `max` bytes; larger, or
+/// grown past `max` while read, is [`Error::Corrupt`]. Allocates no more than the file's
+/// checked length up front.
+pub fn read_bounded(file: File, path: &Path, max: u64) -> Result<Vec<u8>> {
     use std::io::Read;
-    let file = open_regular(path)?;
     let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
     if len > max {
         return Err(Error::corrupt(path, 0, format!("file of {len} bytes is larger than the {max} allowed")));

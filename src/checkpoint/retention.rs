@@ -78,16 +78,7 @@ impl CheckpointStorage {
         let mut report = CleanupReport::default();
         // Only regular files named like manifests take part: a link, FIFO or directory of
         // that name is foreign, never removed, and holds nothing up.
-        let ids: Vec<u64> = self
-            .io
-            .list_dir(&self.root)
-            .map_err(|e| Error::io("read dir", &self.root, e))?
-            .iter()
-            .filter(|e| e.kind == EntryKind::File)
-            .filter_map(|e| layout::parse_manifest_name(&e.name))
-            .collect();
-        let mut ids = ids;
-        ids.sort_unstable();
+        let ids = self.manifest_ids(true)?;
         let keep_from = ids.len().saturating_sub(self.config().num_retained);
         for &id in &ids[..keep_from] {
             let p = self.manifest_path(id);

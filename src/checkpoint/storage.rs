@@ -622,11 +622,18 @@ impl CheckpointStorage {
     /// A manifest name counts even if its contents turn out to be damaged (or it is not a
     /// regular file).
     pub fn checkpoint_ids(&self) -> Result<Vec<u64>> {
+        self.manifest_ids(false)
+    }
+
+    /// Ids of the entries in the root named like manifests, ascending; with
+    /// `regular_only`, only those that are regular files.
+    pub(crate) fn manifest_ids(&self, regular_only: bool) -> Result<Vec<u64>> {
         let mut ids: Vec<u64> = self
             .io
             .list_dir(&self.root)
             .map_err(|e| Error::io("read dir", &self.root, e))?
             .iter()
+            .filter(|e| !regular_only || e.kind == EntryKind::File)
             .filter_map(|e| layout::parse_manifest_name(&e.name))
             .collect();
         ids.sort_unstable();
@@ -764,14 +771,7 @@ pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
 
 /// [`read_manifest_file`] through `io`.
 pub(crate) fn read_manifest_with(io: &dyn Io, path: &Path) -> Result<Manifest> {
-    use std::io::Read;
-    let file = io.open_read(path)?;
-    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
-    if len > max_manifest_file() {
-        return Err(Error::corrupt(path, 0, format!("manifest of {len} bytes is larger than allowed")));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    file.take(max_manifest_file() + 1).read_to_end(&mut bytes).map_err(|e| Error::io("read", path, e))?;
+    let bytes = crate::fsutil::read_bounded(io.open_read(path)?, path, max_manifest_file())?;
     let m = Manifest::decode(path, &bytes)?;
     let named = path.file_name().and_then(|n| n.to_str()).and_then(layout::parse_manifest_name);
     if let Some(id) = named
