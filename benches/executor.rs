@@ -1,6 +1,7 @@
 //! Executor benchmark: throughput of a keyed stateful job with incremental checkpoints
-//! every 100 ms against the same job with checkpointing off [target >= 90%], and alignment
-//! under a skewed two-input load, exactly-once (aligned) vs unaligned.
+//! every 100 ms against the same job with checkpointing off [target >= 90%], alignment
+//! under a skewed two-input load, exactly-once (aligned) vs unaligned, and the CPU an idle
+//! job uses [target ~0].
 //!
 //! `cargo bench --bench executor` (`FLOE_BENCH_RECORDS=500000` per source, `FLOE_BENCH_RUNS=3`).
 
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{
-    CheckpointStats, GeneratorSource, JobConfig, JobGraph, KeyedProcess, Mode, SinkConfig, run_job,
+    CheckpointStats, Context, FileSink, GeneratorSource, Job, JobConfig, KeyedProcessFunction, Mode,
+    SinkConfig, Topic,
 };
 use floe::state::{Store, ValueState};
 
@@ -25,20 +27,14 @@ struct Sum {
     st: Option<ValueState<u64, (u64, i64)>>,
 }
 
-impl KeyedProcess<Rec> for Sum {
+impl KeyedProcessFunction<u64, Rec, Rec> for Sum {
     fn open(&mut self, store: &mut Store) -> floe::Result<()> {
         self.st = Some(store.value_state("sum")?);
         Ok(())
     }
-    fn process(
-        &mut self,
-        _: usize,
-        _: &[u8],
-        r: Rec,
-        store: &mut Store,
-        _: &mut Vec<Rec>,
-    ) -> floe::Result<()> {
+    fn process(&mut self, r: Rec, ctx: &mut Context<'_, u64, Rec>) -> floe::Result<()> {
         let Some(st) = &self.st else { return Ok(()) };
+        let store = ctx.store();
         let (c, s) = st.get(store, &r.0)?.unwrap_or((0, 0));
         st.put(store, &r.0, &(c + 1, s + r.1))
     }
@@ -55,12 +51,12 @@ fn throughput(records: u64, interval: Option<Duration>) -> (f64, Vec<CheckpointS
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.checkpoint_interval = interval;
-    let mut g = JobGraph::new();
-    let src = g.source("gen", 1, move |_, _| Box::new(GeneratorSource::new(1, 100_000, records)));
-    let k = g.keyed_process("sum", 1, &[src], |r: &Rec| r.0, || Box::new(Sum { st: None }));
-    g.sink("out", 1, k, SinkConfig { dir: dir.path().join("out"), exactly_once: true });
+    let job = Job::new();
+    let src = job.source("gen", 1, move |_, _| Box::new(GeneratorSource::new(1, 100_000, records)));
+    let k = src.key_by(|r: &Rec| r.0).process("sum", || Sum { st: None });
+    k.sink("out", FileSink::factory(SinkConfig { dir: dir.path().join("out"), exactly_once: true }));
     let t = Instant::now();
-    let r = run_job(&g, &config).unwrap();
+    let r = job.execute(&config).unwrap();
     (records as f64 / t.elapsed().as_secs_f64(), r.checkpoints)
 }
 
@@ -73,24 +69,58 @@ fn skewed(mode: Mode, records: u64) -> (Vec<CheckpointStats>, f64) {
     config.mode = mode;
     config.checkpoint_interval = Some(Duration::from_millis(100));
     config.channel_capacity = 1024;
-    let mut g = JobGraph::new();
-    let a = g.source("slow-src", 1, move |_, _| Box::new(GeneratorSource::new(2, 10_000, records / 4)));
-    let b = g.source("fast-src", 1, move |_, _| {
+    let job = Job::new();
+    let a = job.source("slow-src", 1, move |_, _| Box::new(GeneratorSource::new(2, 10_000, records / 4)));
+    let b = job.source("fast-src", 1, move |_, _| {
         Box::new(GeneratorSource::new(3, 10_000, records).with_rate(400_000.0))
     });
-    let slow = g.map("slow", 1, a, |r| {
+    let slow = a.map("slow", |r: Rec| {
         let t = Instant::now();
         while t.elapsed() < Duration::from_micros(20) {
             std::hint::spin_loop();
         }
         r
     });
-    let k = g.keyed_process("sum", 1, &[slow, b], |r: &Rec| r.0, || Box::new(Sum { st: None }));
-    g.sink("out", 1, k, SinkConfig { dir: dir.path().join("out"), exactly_once: true });
+    let k = slow.union("both", &[b]).key_by(|r: &Rec| r.0).process("sum", || Sum { st: None });
+    k.sink("out", FileSink::factory(SinkConfig { dir: dir.path().join("out"), exactly_once: true }));
     let t = Instant::now();
-    let r = run_job(&g, &config).unwrap();
+    let r = job.execute(&config).unwrap();
     let rate = (records + records / 4) as f64 / t.elapsed().as_secs_f64();
     (r.checkpoints, rate)
+}
+
+/// CPU seconds this process has used (user + system), from /proc/self/stat.
+fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// An unbounded job with nothing to read, checkpoints every 100 ms: the CPU it uses per
+/// second of wall time (the tasks block; only the coordinator wakes, per checkpoint).
+fn idle_cpu(seconds: u64) -> (f64, usize) {
+    let dir = tempfile::tempdir_in(".").unwrap();
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(100));
+    let topic: Topic<Rec> = Topic::new(2);
+    let job = Job::new();
+    let t = topic.clone();
+    let src = job.source("topic", 2, move |s, p| Box::new(t.source(s, p)));
+    let k = src.key_by(|r: &Rec| r.0).process("sum", || Sum { st: None });
+    k.sink("out", FileSink::factory(SinkConfig { dir: dir.path().join("out"), exactly_once: true }));
+    let handle = job.start(config).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (c0, t0) = (cpu_seconds().unwrap_or(0.0), Instant::now());
+    std::thread::sleep(Duration::from_secs(seconds));
+    let used = cpu_seconds().unwrap_or(0.0) - c0;
+    let wall = t0.elapsed().as_secs_f64();
+    let checkpoints = handle.checkpoints().iter().filter(|c| c.completed()).count();
+    topic.close();
+    handle.join().unwrap();
+    (used / wall, checkpoints)
 }
 
 fn main() {
@@ -114,6 +144,12 @@ fn main() {
     );
     println!("keyed job, checkpointing off:        {off:>10.0} records/s");
     println!("throughput with checkpoints: {:.1}% of without [>= 90%]", 100.0 * on / off);
+
+    let (cpu, n) = idle_cpu(3);
+    println!(
+        "idle unbounded job (2 sources, 2 keyed tasks, 2 sinks), checkpoints every 100 ms: {:.2}% of one core ({n} checkpoints in the run) [target ~0]",
+        100.0 * cpu
+    );
 
     println!("skewed two-input job (one input behind a 20 us/record operator), checkpoints every 100 ms:");
     for mode in [Mode::ExactlyOnce, Mode::Unaligned] {

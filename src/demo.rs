@@ -18,8 +18,8 @@ use crate::checkpoint::lock::DirLock;
 use crate::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
 use crate::error::{Error, Result};
 use crate::executor::{
-    CheckpointPaced, FailAt, GeneratorSource, InjectedFailure, JobConfig, JobGraph, KeyedProcess, Mode,
-    RestartStrategy, SinkConfig, published_output, run_job,
+    CheckpointPaced, Context, FailAt, FileSink, GeneratorSource, InjectedFailure, Job, JobConfig,
+    KeyedProcessFunction, Mode, RestartStrategy, SinkConfig, published_output,
 };
 use crate::state::{MapState, Store, StoreConfig, ValueState};
 
@@ -111,31 +111,25 @@ struct Counter {
     buckets: Option<MapState<u64, u8, u64>>,
 }
 
-impl KeyedProcess<(u64, i64)> for Counter {
+impl KeyedProcessFunction<u64, (u64, i64), (u64, i64)> for Counter {
     fn open(&mut self, store: &mut Store) -> Result<()> {
         self.totals = Some(store.value_state("totals")?);
         self.buckets = Some(store.map_state("buckets")?);
         Ok(())
     }
 
-    fn process(
-        &mut self,
-        _input: usize,
-        _key: &[u8],
-        (k, v): (u64, i64),
-        store: &mut Store,
-        out: &mut Vec<(u64, i64)>,
-    ) -> Result<()> {
+    fn process(&mut self, (k, v): (u64, i64), ctx: &mut Context<'_, u64, (u64, i64)>) -> Result<()> {
         let (Some(totals), Some(buckets)) = (&self.totals, &self.buckets) else {
             return Err(Error::UnknownState("totals".into()));
         };
+        let store = ctx.store();
         let (count, sum) = totals.get(store, &k)?.unwrap_or((0, 0));
         totals.put(store, &k, &(count + 1, sum + v))?;
         let b = bucket(v);
         let n = buckets.get(store, &k, &b)?.unwrap_or(0);
         buckets.put(store, &k, &b, &(n + 1))?;
         if (count + 1) % 10 == 0 {
-            out.push((k, (count + 1) as i64));
+            ctx.emit((k, (count + 1) as i64));
         }
         Ok(())
     }
@@ -149,30 +143,21 @@ fn seed_of(seed: u64, subtask: u32) -> u64 {
     seed.wrapping_mul(31).wrapping_add(u64::from(subtask))
 }
 
-fn graph(o: &DemoOptions, output: &Path) -> JobGraph<(u64, i64)> {
-    let mut g = JobGraph::new();
+fn graph(o: &DemoOptions, output: &Path) -> Job {
+    let job = Job::new();
     let (seed, keys, records, rate) = (o.seed, o.keys, o.records, o.rate);
-    let src = g.source("generator", 2, move |sub, _| {
+    let src = job.source("generator", 2, move |sub, _| {
         let s = GeneratorSource::new(seed_of(seed, sub), keys, records);
         let s = if rate > 0.0 { s.with_rate(rate) } else { s };
         // At most an eighth of the input per completed checkpoint: however slow the
         // machine, an attempt sees several checkpoints complete before its sources end.
         Box::new(CheckpointPaced::new(s, records.div_ceil(8)))
     });
-    let counted = g.keyed_process(
-        "counter",
-        2,
-        &[src],
-        |r: &(u64, i64)| r.0,
-        || Box::new(Counter { totals: None, buckets: None }),
-    );
-    g.sink(
-        "output",
-        1,
-        counted,
-        SinkConfig { dir: output.to_path_buf(), exactly_once: o.mode != Mode::AtLeastOnce },
-    );
-    g
+    let counted =
+        src.key_by(|r: &(u64, i64)| r.0).process("counter", || Counter { totals: None, buckets: None });
+    let sink = SinkConfig { dir: output.to_path_buf(), exactly_once: o.mode != Mode::AtLeastOnce };
+    counted.sink("output", FileSink::factory(sink)).parallelism(1);
+    job
 }
 
 /// Prepares the demo directory: creates it, or clears a previous demo's data. Anything
@@ -269,10 +254,10 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     let counter = Arc::new(AtomicU64::new(0));
     config.progress = Some(Arc::clone(&counter));
     let total = o.records * 2;
-    let g = graph(o, &output_dir);
+    let g = graph(o, &output_dir).plan()?;
     let started = Instant::now();
     let result = std::thread::scope(|s| {
-        let job = s.spawn(|| run_job(&g, &config));
+        let job = s.spawn(|| g.execute(&config));
         while !job.is_finished() {
             progress(counter.load(Ordering::Relaxed).min(total), total);
             std::thread::sleep(Duration::from_millis(50));

@@ -129,6 +129,37 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A task stopped because its attempt was cancelled or a task it sends to exited: a
+    /// consequence of another failure, never its cause.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+    /// A task panicked (the attempt fails like on an error).
+    #[error("task {task} panicked: {message}")]
+    TaskPanicked {
+        /// `operator[subtask]`.
+        task: String,
+        /// The panic message.
+        message: String,
+    },
+    /// More checkpoints failed in a row than the job tolerates.
+    #[error("{failed} checkpoints failed in a row (more than the {tolerated} tolerated); the last: {last}")]
+    CheckpointsFailing {
+        /// Failed in a row.
+        failed: u32,
+        /// Tolerated.
+        tolerated: u32,
+        /// The last failure.
+        last: String,
+    },
+    /// A job gave up: its restarts are used up, or it cannot restore.
+    #[error("job failed after {restarts} restarts: {cause}")]
+    JobFailed {
+        /// Restarts made.
+        restarts: u32,
+        /// The failure of the last attempt.
+        #[source]
+        cause: Box<Error>,
+    },
     /// A failure injected on purpose (tests, the demo's crash).
     #[error("injected failure: {0}")]
     Injected(String),

@@ -668,18 +668,16 @@ fn dropping_a_checkpointer_waits_for_its_writer() {
 mod job {
     use std::collections::BTreeMap;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
-    use floe::executor::{GeneratorSource, JobCommand, JobConfig, JobGraph, KeyedProcess, Source};
+    use floe::executor::{Context, GeneratorSource, Job, JobConfig, KeyedProcessFunction, Poll, Source};
     use floe::state::{Store, ValueState};
 
     pub const KEYS: u64 = 20;
     pub const RECORDS: u64 = 600;
-    /// Sent while the source holds: ignored by the counter.
-    const HEARTBEAT: u64 = u64::MAX;
 
-    /// Generator records; after `hold_at` of them it sends heartbeats (which change nothing)
-    /// until `release` is set, so checkpoints happen while the input waits, by event.
+    /// Generator records; after `hold_at` of them it waits until `release` is set, so
+    /// checkpoints happen while the input waits, by event.
     pub struct HoldSource {
         pub seed: u64,
         pub next: u64,
@@ -688,16 +686,15 @@ mod job {
     }
 
     impl Source<(u64, i64)> for HoldSource {
-        fn next_record(&mut self) -> floe::Result<Option<(u64, i64)>> {
+        fn poll(&mut self) -> floe::Result<Poll<(u64, i64)>> {
             if self.next == self.hold_at && !self.release.load(Ordering::SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                return Ok(Some((HEARTBEAT, 0)));
+                return Ok(Poll::Pending(Some(std::time::Duration::from_millis(1))));
             }
             if self.next >= RECORDS {
-                return Ok(None);
+                return Ok(Poll::End);
             }
             self.next += 1;
-            Ok(Some(GeneratorSource::record(self.seed, KEYS, self.next - 1)))
+            Ok(Poll::Ready(GeneratorSource::record(self.seed, KEYS, self.next - 1)))
         }
         fn position(&self) -> Vec<u8> {
             self.next.to_le_bytes().to_vec()
@@ -715,26 +712,17 @@ mod job {
         pub fail: Arc<AtomicBool>,
     }
 
-    impl KeyedProcess<(u64, i64)> for Count {
+    impl KeyedProcessFunction<u64, (u64, i64), ()> for Count {
         fn open(&mut self, store: &mut Store) -> floe::Result<()> {
             self.state = Some(store.value_state("count")?);
             Ok(())
         }
-        fn process(
-            &mut self,
-            _input: usize,
-            _key: &[u8],
-            r: (u64, i64),
-            store: &mut Store,
-            _out: &mut Vec<(u64, i64)>,
-        ) -> floe::Result<()> {
+        fn process(&mut self, r: (u64, i64), ctx: &mut Context<'_, u64, ()>) -> floe::Result<()> {
             if self.fail.swap(false, Ordering::SeqCst) {
                 return Err(floe::Error::Injected("after the checkpoint event".into()));
             }
-            if r.0 == HEARTBEAT {
-                return Ok(());
-            }
             let Some(st) = &self.state else { return Err(floe::Error::UnknownState("count".into())) };
+            let store = ctx.store();
             let (c, s) = st.get(store, &r.0)?.unwrap_or((0, 0));
             st.put(store, &r.0, &(c + 1, s + r.1))
         }
@@ -754,24 +742,20 @@ mod job {
     pub struct Flags {
         pub release: Arc<AtomicBool>,
         pub fail: Arc<AtomicBool>,
-        pub completed: Arc<AtomicU64>,
     }
 
-    pub fn graph(seed: u64, hold_at: u64, flags: &Flags) -> JobGraph<(u64, i64)> {
-        let mut g = JobGraph::new();
+    pub fn graph(seed: u64, hold_at: u64, flags: &Flags) -> Job {
+        let job = Job::new();
         let release = Arc::clone(&flags.release);
-        let src = g.source("src", 1, move |_, _| {
+        let src = job.source("src", 1, move |_, _| {
             Box::new(HoldSource { seed, next: 0, hold_at, release: Arc::clone(&release) })
         });
         let fail = Arc::clone(&flags.fail);
-        g.keyed_process(
-            "count",
-            2,
-            &[src],
-            |r: &(u64, i64)| r.0,
-            move || Box::new(Count { state: None, fail: Arc::clone(&fail) }),
-        );
-        g
+        let _ = src
+            .key_by(|r: &(u64, i64)| r.0)
+            .process("count", move || Count { state: None, fail: Arc::clone(&fail) })
+            .parallelism(2);
+        job
     }
 
     pub fn final_state(
@@ -787,13 +771,6 @@ mod job {
         (0..KEYS).filter_map(|k| st.get_at(&snap, &k).unwrap().map(|v| (k, v))).collect()
     }
 
-    pub fn commands()
-    -> (std::sync::mpsc::Sender<JobCommand>, Arc<parking_lot::Mutex<std::sync::mpsc::Receiver<JobCommand>>>)
-    {
-        let (tx, rx) = std::sync::mpsc::channel();
-        (tx, Arc::new(parking_lot::Mutex::new(rx)))
-    }
-
     pub fn base_config(storage: &Arc<floe::checkpoint::CheckpointStorage>) -> JobConfig {
         let mut config = JobConfig::new(Arc::clone(storage));
         // Checkpoints only on command (the interval is never reached; it makes the final
@@ -804,7 +781,9 @@ mod job {
         config
     }
 
-    pub use floe::executor::run_job as run;
+    pub fn run(job: &Job, config: &JobConfig) -> floe::Result<floe::executor::JobResult> {
+        job.execute(config)
+    }
 }
 
 #[test]
@@ -812,51 +791,30 @@ fn a_restart_skips_its_own_damaged_checkpoint_and_falls_back() {
     use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().unwrap();
     let storage = open(dir.path());
-    let flags =
-        job::Flags { release: Default::default(), fail: Default::default(), completed: Default::default() };
-    let (tx, rx) = job::commands();
-    let mut config = job::base_config(&storage);
-    config.commands = Some(rx);
-    let (release, fail, completed) =
-        (Arc::clone(&flags.release), Arc::clone(&flags.fail), Arc::clone(&flags.completed));
-    let root = dir.path().to_path_buf();
-    let damaged = Arc::new(AtomicU64Cell::default());
-    let damaged_in_log = Arc::clone(&damaged);
-    let tx_log = tx.clone();
-    config.log = Some(Arc::new(move |s: &floe::executor::CheckpointStats| {
-        if s.status != "completed" || release.load(Ordering::SeqCst) {
-            return;
+    let flags = job::Flags { release: Default::default(), fail: Default::default() };
+    let handle = job::graph(5, 300, &flags).start(job::base_config(&storage)).unwrap();
+    // Three checkpoints on command while the source holds.
+    let mut bad = 0;
+    for _ in 0..3 {
+        bad = handle.checkpoint().unwrap();
+    }
+    // Checkpoint 3 of this run completed: damage its own files, then fail.
+    for f in std::fs::read_dir(dir.path().join("data")).unwrap().flatten() {
+        let name = f.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&format!("{bad:020}-")) {
+            let mut b = std::fs::read(f.path()).unwrap();
+            let mid = b.len() / 2;
+            b[mid] ^= 0xFF;
+            std::fs::write(f.path(), b).unwrap();
         }
-        let n = completed.fetch_add(1, Ordering::SeqCst) + 1;
-        if n < 3 {
-            let _ = tx_log.send(floe::executor::JobCommand::Checkpoint);
-            return;
-        }
-        // Checkpoint 3 of this run completed: damage its own files, then fail.
-        for f in std::fs::read_dir(root.join("data")).unwrap().flatten() {
-            let name = f.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&format!("{:020}-", s.id)) {
-                let mut b = std::fs::read(f.path()).unwrap();
-                let mid = b.len() / 2;
-                b[mid] ^= 0xFF;
-                std::fs::write(f.path(), b).unwrap();
-            }
-        }
-        damaged_in_log.0.store(s.id, Ordering::SeqCst);
-        fail.store(true, Ordering::SeqCst);
-        release.store(true, Ordering::SeqCst);
-    }));
-    tx.send(floe::executor::JobCommand::Checkpoint).unwrap();
-    let result = job::run(&job::graph(5, 300, &flags), &config).unwrap();
-    let bad = damaged.0.load(Ordering::SeqCst);
-    assert!(bad > 0, "the third checkpoint never completed");
+    }
+    flags.fail.store(true, Ordering::SeqCst);
+    flags.release.store(true, Ordering::SeqCst);
+    let result = handle.join().unwrap();
     assert_eq!(result.restarts, 1, "{:?}", result.failures);
     assert_eq!(result.restored_from, vec![None, Some(bad - 1)], "the restart did not fall back over {bad}");
     assert_eq!(job::final_state(&storage, result.last_checkpoint.unwrap()), job::expected(5));
 }
-
-#[derive(Default)]
-struct AtomicU64Cell(std::sync::atomic::AtomicU64);
 
 #[test]
 fn a_restart_never_restores_an_earlier_runs_checkpoint() {
@@ -864,8 +822,7 @@ fn a_restart_never_restores_an_earlier_runs_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let storage = open(dir.path());
     // Run A completes and leaves its checkpoints.
-    let flags =
-        job::Flags { release: Default::default(), fail: Default::default(), completed: Default::default() };
+    let flags = job::Flags { release: Default::default(), fail: Default::default() };
     flags.release.store(true, Ordering::SeqCst);
     let a = job::run(&job::graph(1, 0, &flags), &job::base_config(&storage)).unwrap();
     assert!(a.last_checkpoint.is_some());
@@ -1004,8 +961,7 @@ fn a_job_on_a_full_disk_fails_naming_it() {
     let block = vec![0u8; 4096];
     while std::io::Write::write_all(&mut filler, &block).is_ok() {}
     drop(filler);
-    let flags =
-        job::Flags { release: Default::default(), fail: Default::default(), completed: Default::default() };
+    let flags = job::Flags { release: Default::default(), fail: Default::default() };
     flags.release.store(true, Ordering::SeqCst);
     let mut config = job::base_config(&storage);
     config.tolerable_failed_checkpoints = 0;

@@ -2,18 +2,38 @@
 
 use std::time::Duration;
 
+use super::inflight::InflightHandle;
 use crate::checkpoint::StateHandle;
+use crate::error::Error;
 use crate::format::FileKind;
 
 /// What a barrier asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BarrierKind {
-    /// A regular checkpoint.
+    /// A regular checkpoint: sinks pre-commit at it and commit when it completes.
     Checkpoint,
-    /// A savepoint: full, self-contained, kept forever.
+    /// A savepoint: full, self-contained, kept until deleted. It commits no side effects
+    /// (sinks neither pre-commit nor commit for it; FLINK-25191), and restarts after a
+    /// failure never restore it: a restart goes back to the latest checkpoint, whose
+    /// sink transactions are the ones published.
     Savepoint,
-    /// End of the job with checkpointing off: flush, no state written.
+    /// Stop with a savepoint: sources stop after injecting it, and its completion ends the
+    /// job. Terminal, so it commits like a checkpoint.
+    StopSavepoint,
+    /// End of the job with checkpointing off: sinks flush and publish, no state written.
     Drain,
+}
+
+impl BarrierKind {
+    /// Whether sinks pre-commit at this barrier and commit when it completes.
+    pub fn commits(self) -> bool {
+        !matches!(self, BarrierKind::Savepoint)
+    }
+
+    /// Whether the barrier writes a savepoint.
+    pub fn is_savepoint(self) -> bool {
+        matches!(self, BarrierKind::Savepoint | BarrierKind::StopSavepoint)
+    }
 }
 
 /// A checkpoint barrier.
@@ -28,37 +48,62 @@ pub struct Barrier {
     pub aligned: bool,
 }
 
-/// An element of a stream.
+/// Event time: milliseconds (of whatever epoch the job's timestamps use).
+pub type Timestamp = i64;
+
+/// The watermark that ends event time: every timer fires, every window closes.
+pub const MAX_WATERMARK: Timestamp = i64::MAX;
+
+/// An element of a stream, as it travels on one channel.
 pub(crate) enum Element<T> {
-    Record(T),
+    /// A record with its event timestamp (none without event time).
+    Record(T, Option<Timestamp>),
+    /// No record with a smaller timestamp follows on this channel.
+    Watermark(Timestamp),
+    /// The channel's source went idle (true) or active again (false): an idle channel does
+    /// not hold the task's watermark back.
+    Idle(bool),
+    /// An in-band barrier.
     Barrier(Barrier),
 }
 
-/// An element with the index of the channel it arrived on at the receiver.
-pub(crate) type Envelope<T> = (usize, Element<T>);
+/// An unaligned barrier on the priority path, overtaking the records queued in the
+/// channel: the channel at the receiver, the barrier, and how many records the sender had
+/// sent on that channel before it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PriorityBarrier {
+    pub channel: usize,
+    pub barrier: Barrier,
+    pub upto: u64,
+}
 
-/// Coordinator to task.
+/// Coordinator (or a source's waker) to task.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Control {
     /// Sources: inject this barrier.
     Trigger(Barrier),
-    /// Checkpoint complete: publish, confirm.
-    Complete(u64),
+    /// Checkpoint complete: confirm the state, commit sinks (unless a savepoint).
+    Complete(Barrier),
     /// Checkpoint aborted.
     Abort(u64),
-    /// The job is done: exit.
+    /// A source has something to read (an unbounded source woke its task).
+    Wake,
+    /// The attempt is over: exit now.
     Stop,
 }
 
-/// One task's acknowledgement of a checkpoint.
+/// One task's acknowledgement of a checkpoint (or its refusal: `error`).
 #[derive(Debug)]
 pub(crate) struct Ack {
     pub checkpoint_id: u64,
     pub task: usize,
-    pub error: Option<String>,
+    /// The task could not take part: the checkpoint fails (the task keeps running).
+    pub error: Option<Error>,
     pub source_position: Option<(String, Vec<u8>)>,
     pub handle: Option<StateHandle>,
-    pub inflight: Option<(String, Vec<u8>)>,
+    pub channel_state: Option<InflightHandle>,
+    /// Operator state stored in the manifest's `extra` map (sink transactions).
+    pub extra: Vec<(String, Vec<u8>)>,
     pub stats: TaskCheckpointStats,
 }
 
@@ -66,13 +111,24 @@ pub(crate) struct Ack {
 #[derive(Debug)]
 pub(crate) enum Report {
     Ack(Box<Ack>),
-    /// `secondary`: the task failed because another one exited first.
+    /// The task failed. A [`Error::Cancelled`] is secondary: another failure caused it.
     Failed {
         task: String,
-        error: String,
-        secondary: bool,
+        error: Error,
     },
+    /// A source reached the end of its input.
     SourceDone,
+    /// A keyed task restored its state.
+    Restored {
+        chain_len: usize,
+        bytes: u64,
+        elapsed: Duration,
+    },
+    /// A keyed task could not restore its state (the checkpoint may be damaged).
+    RestoreFailed {
+        task: String,
+        error: Error,
+    },
 }
 
 /// One task's part in one checkpoint.
@@ -84,12 +140,14 @@ pub struct TaskCheckpointStats {
     pub alignment: Duration,
     /// Synchronous part of the snapshot.
     pub sync: Duration,
-    /// Background write.
+    /// Background write of the state, and of the in-flight records (unaligned).
     pub async_write: Duration,
     /// Full or incremental data file (stateful tasks).
     pub file_kind: Option<FileKind>,
-    /// Bytes written.
+    /// State bytes written.
     pub bytes: u64,
     /// Records held back by alignment (exactly-once) or logged as in-flight (unaligned).
     pub buffered_records: u64,
+    /// Bytes of in-flight records written (unaligned).
+    pub inflight_bytes: u64,
 }

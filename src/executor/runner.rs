@@ -1,26 +1,25 @@
-//! Running a job: building tasks and channels, the checkpoint coordinator, failure
-//! detection and restart from the latest completed checkpoint.
+//! Running a job: attempts (tasks and channels built from the plan, the coordinator driven
+//! by what the tasks report), failure detection with every task cancelled and joined, and
+//! restarts from the latest completed checkpoint of the run.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use super::Data;
-use super::graph::{JobGraph, Kind, Partitioning};
-use super::messages::{Ack, Barrier, BarrierKind, Control, Report, TaskCheckpointStats};
-use super::sink::recover_sink;
-use super::task::{Output, TaskSpec, run_task};
-use crate::checkpoint::{
-    CheckpointStorage, Checkpointer, CommitMeta, StateHandle, Target, read_manifest_file, restore_operator,
-};
+use crossbeam_channel::{Receiver, Select, Sender};
+use parking_lot::Mutex;
+
+use super::build::{ErasedOutput, ErasedTarget, RestoreCtx, Wiring};
+use super::coordinator::{Action, Coordinator, CoordinatorConfig, Pending};
+use super::faults::{Failures, InjectedFailure};
+use super::graph::{Job, JobPlan};
+use super::messages::{Barrier, BarrierKind, Control, Report, TaskCheckpointStats};
+use super::task::{TaskCommon, run_task};
+use crate::checkpoint::{CheckpointStorage, CommitMeta, StateHandle, Target, read_manifest_file};
 use crate::error::{Error, Result};
-use crate::format::manifest::hex_decode;
-use crate::format::{FileKind, Manifest};
-use crate::state::keygroup::key_group;
-use crate::state::{KeyGroupRange, StoreConfig};
+use crate::format::FileKind;
 
 /// Checkpointing mode of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,40 +32,6 @@ pub enum Mode {
     Unaligned,
 }
 
-/// When an injected failure fires (once per job, in the first attempt that reaches it).
-///
-/// A trigger that is never reached does not fire: the job then ends without it, and
-/// `JobResult::restarts` and `JobResult::failures` say so. Tests assert on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailAt {
-    /// After the task handled (sources: emitted) this many records in the attempt.
-    Record(u64),
-    /// Right after the task's n-th snapshot started, while its data file is being written.
-    CheckpointWrite(u64),
-    /// Driven by checkpoints, not by the clock: once the task has heard that `completed`
-    /// checkpoints completed in the attempt (savepoints included), it fails after handling
-    /// (sources: emitting) `records` more records; `records: 0` fails on hearing it.
-    AfterCheckpoint {
-        /// Completed checkpoints to hear first (0: counts records from the attempt's start).
-        completed: u64,
-        /// Records to handle after that.
-        records: u64,
-    },
-}
-
-/// A failure to inject into a task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InjectedFailure {
-    /// Operator name.
-    pub operator: String,
-    /// Subtask index.
-    pub subtask: u32,
-    /// When.
-    pub at: FailAt,
-    /// Panic (true) or return an error (false) from the task.
-    pub panic: bool,
-}
-
 /// Restart strategy: fixed delay, bounded attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RestartStrategy {
@@ -74,15 +39,6 @@ pub struct RestartStrategy {
     pub max_attempts: u32,
     /// Delay before each restart.
     pub delay: Duration,
-}
-
-/// Commands for a running job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobCommand {
-    /// Trigger a checkpoint now.
-    Checkpoint,
-    /// Trigger a savepoint now.
-    Savepoint,
 }
 
 /// Statistics of one checkpoint.
@@ -104,11 +60,20 @@ pub struct CheckpointStats {
     pub bytes_incremental: u64,
     /// Records held back by alignment or logged in flight, over all tasks.
     pub buffered_records: u64,
+    /// Bytes of in-flight records written, over all tasks (unaligned).
+    pub inflight_bytes: u64,
     /// Per task.
     pub tasks: Vec<TaskCheckpointStats>,
     /// Cleanup after the commit that failed (retention, unlinks): the checkpoint stands,
     /// the files stay as orphans for the next cleanup.
     pub cleanup_errors: Vec<String>,
+}
+
+impl CheckpointStats {
+    /// Whether the checkpoint completed.
+    pub fn completed(&self) -> bool {
+        self.status == "completed"
+    }
 }
 
 /// Callback receiving each checkpoint's statistics (the job's log).
@@ -125,24 +90,23 @@ pub struct JobConfig {
     pub checkpoint_timeout: Duration,
     /// Checkpoints in flight at once.
     pub max_concurrent: usize,
-    /// Failed checkpoints tolerated in a row before the job fails.
+    /// Failed checkpoints tolerated in a row before the attempt fails.
     pub tolerable_failed_checkpoints: u32,
     /// Restarts.
     pub restart: RestartStrategy,
     /// Key groups.
     pub max_parallelism: u32,
-    /// Capacity of each task's input channel (backpressure).
+    /// Capacity of each channel, in records (backpressure).
     pub channel_capacity: usize,
     /// Where checkpoints go.
     pub storage: Arc<CheckpointStorage>,
     /// Start from this checkpoint or savepoint manifest (Flink's `-s`).
     pub restore_from: Option<PathBuf>,
-    /// Failures to inject.
+    /// Failures to inject (tests, the demo).
+    #[doc(hidden)]
     pub failures: Vec<InjectedFailure>,
     /// Receives each checkpoint's statistics.
     pub log: Option<CheckpointLog>,
-    /// Commands while running.
-    pub commands: Option<Arc<parking_lot::Mutex<Receiver<JobCommand>>>>,
     /// Counts records handled by non-source tasks while the job runs (for progress).
     pub progress: Option<Arc<AtomicU64>>,
     /// This run's identity, recorded in every manifest it writes (`None`: a fresh one is
@@ -168,7 +132,6 @@ impl JobConfig {
             restore_from: None,
             failures: Vec::new(),
             log: None,
-            commands: None,
             progress: None,
             job_id: None,
         }
@@ -186,12 +149,14 @@ pub struct JobResult {
     pub failures: Vec<String>,
     /// Checkpoint each attempt restored from (None: started fresh).
     pub restored_from: Vec<Option<u64>>,
-    /// The last completed checkpoint (the final one).
+    /// The last completed checkpoint (the final one, or the stop-with-savepoint).
     pub last_checkpoint: Option<u64>,
     /// Records handled by non-source tasks, over all attempts.
     pub records_processed: u64,
     /// Every state restore, per attempt that restored.
     pub restores: Vec<RestoreStats>,
+    /// The job was cancelled ([`JobHandle::cancel`]).
+    pub cancelled: bool,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -209,10 +174,117 @@ pub struct RestoreStats {
     pub elapsed: Duration,
 }
 
-/// Where a restore reads from.
-struct RestorePoint {
-    dir: PathBuf,
-    manifest: Manifest,
+/// What a job handle asks of the running job.
+enum Command {
+    Trigger { kind: BarrierKind, reply: Sender<Result<u64>> },
+    Stop { reply: Sender<Result<u64>> },
+    Cancel,
+}
+
+/// A completed savepoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavepointInfo {
+    /// Its id.
+    pub id: u64,
+    /// Its manifest (what [`JobConfig::restore_from`] takes).
+    pub manifest: PathBuf,
+}
+
+/// A running job ([`Job::start`]).
+pub struct JobHandle {
+    commands: Sender<Command>,
+    thread: Option<std::thread::JoinHandle<Result<JobResult>>>,
+    storage: Arc<CheckpointStorage>,
+    checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
+}
+
+impl JobHandle {
+    fn ask(&self, make: impl FnOnce(Sender<Result<u64>>) -> Command) -> Result<u64> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.commands.send(make(tx)).map_err(|_| Error::Cancelled("the job has ended".into()))?;
+        rx.recv().map_err(|_| Error::Cancelled("the job ended before answering".into()))?
+    }
+
+    /// Takes a savepoint and waits until it is durable. It commits no side effects.
+    pub fn savepoint(&self) -> Result<SavepointInfo> {
+        let id = self.ask(|reply| Command::Trigger { kind: BarrierKind::Savepoint, reply })?;
+        Ok(SavepointInfo { id, manifest: self.storage.savepoint_manifest_path(id) })
+    }
+
+    /// Triggers a checkpoint now and waits for it to complete.
+    pub fn checkpoint(&self) -> Result<u64> {
+        self.ask(|reply| Command::Trigger { kind: BarrierKind::Checkpoint, reply })
+    }
+
+    /// Stops the sources, takes a final savepoint (which commits the sinks), and ends the
+    /// job. A failed savepoint leaves the job running and is returned as the error.
+    pub fn stop_with_savepoint(mut self) -> Result<(SavepointInfo, JobResult)> {
+        let id = self.ask(|reply| Command::Stop { reply })?;
+        let result = self.join_thread()?;
+        Ok((SavepointInfo { id, manifest: self.storage.savepoint_manifest_path(id) }, result))
+    }
+
+    /// Cancels the job: every task stops and is joined; nothing more is committed.
+    pub fn cancel(mut self) -> Result<JobResult> {
+        let _ = self.commands.send(Command::Cancel);
+        self.join_thread()
+    }
+
+    /// Waits for the job to end (bounded sources).
+    pub fn join(mut self) -> Result<JobResult> {
+        self.join_thread()
+    }
+
+    /// The statistics of every checkpoint so far.
+    pub fn checkpoints(&self) -> Vec<CheckpointStats> {
+        self.checkpoints.lock().clone()
+    }
+
+    fn join_thread(&mut self) -> Result<JobResult> {
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| Error::Background("the job thread panicked".into()))?,
+            None => Err(Error::Cancelled("the job was joined already".into())),
+        }
+    }
+}
+
+impl Drop for JobHandle {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.commands.send(Command::Cancel);
+            let _ = self.join_thread();
+        }
+    }
+}
+
+impl Job {
+    /// Runs the job to its end (bounded sources), restarting after failures from the
+    /// latest completed checkpoint. Ends with a final checkpoint that publishes the sinks.
+    pub fn execute(&self, config: &JobConfig) -> Result<JobResult> {
+        self.plan()?.execute(config)
+    }
+
+    /// Starts the job on its own thread and returns a handle to control it.
+    pub fn start(&self, config: JobConfig) -> Result<JobHandle> {
+        let plan = self.plan()?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let checkpoints = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::clone(&checkpoints);
+        let storage = Arc::clone(&config.storage);
+        let thread = std::thread::Builder::new()
+            .name("floe-job".into())
+            .spawn(move || run(&plan, &config, &rx, &shared))
+            .map_err(|e| Error::io("spawn job thread", "", e))?;
+        Ok(JobHandle { commands: tx, thread: Some(thread), storage, checkpoints })
+    }
+}
+
+impl JobPlan {
+    /// [`Job::execute`] of a planned job (a plan can move to another thread).
+    pub fn execute(&self, config: &JobConfig) -> Result<JobResult> {
+        let (_tx, rx) = crossbeam_channel::unbounded();
+        run(self, config, &rx, &Arc::new(Mutex::new(Vec::new())))
+    }
 }
 
 /// A fresh run identity: 16 hex digits from the time, the process and a counter.
@@ -225,31 +297,42 @@ fn new_job_id() -> String {
 }
 
 /// What the attempts of one run share.
-struct Run {
+struct Run<'a> {
+    plan: &'a JobPlan,
+    config: &'a JobConfig,
+    commands: &'a Receiver<Command>,
+    shared: &'a Arc<Mutex<Vec<CheckpointStats>>>,
+    failures: Arc<Failures>,
+    records: Arc<AtomicU64>,
     /// This run's identity.
     job: String,
-    /// Checkpoints in the job's storage that a restart may restore: this run's, and the one
-    /// the job was started from when it is in the same directory.
+    /// The checkpoint the run was started from, when it is in the job's storage.
     started_from: Option<u64>,
-    /// Checkpoints whose restore failed with damage the selection could not see: never
-    /// chosen again.
+    /// Checkpoints whose restore failed with damage the selection could not see.
     bad: BTreeSet<u64>,
+    result: JobResult,
+    /// Callers waiting for a checkpoint or savepoint to complete.
+    waiting: BTreeMap<u64, Sender<Result<u64>>>,
 }
 
-/// Runs `graph` to the end of its (bounded) sources, restarting after failures from the
-/// latest completed checkpoint. Ends with a final checkpoint that publishes the sinks.
-pub fn run_job<T: Data>(graph: &JobGraph<T>, config: &JobConfig) -> Result<JobResult> {
-    validate(graph)?;
+/// How an attempt ended without failing.
+enum End {
+    Finished,
+    Cancelled,
+}
+
+fn run(
+    plan: &JobPlan,
+    config: &JobConfig,
+    commands: &Receiver<Command>,
+    shared: &Arc<Mutex<Vec<CheckpointStats>>>,
+) -> Result<JobResult> {
     let start = Instant::now();
-    let failures: Arc<Vec<(InjectedFailure, AtomicBool)>> =
-        Arc::new(config.failures.iter().map(|f| (f.clone(), AtomicBool::new(false))).collect());
-    let mut result = JobResult::default();
-    let records = config.progress.clone().unwrap_or_else(|| Arc::new(AtomicU64::new(0)));
     let mut restore = match &config.restore_from {
-        Some(p) => Some(RestorePoint {
+        Some(p) => Some(Arc::new(RestoreCtx {
             dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
             manifest: read_manifest_file(p)?,
-        }),
+        })),
         None => None,
     };
     let same_dir = |dir: &Path| {
@@ -257,542 +340,478 @@ pub fn run_job<T: Data>(graph: &JobGraph<T>, config: &JobConfig) -> Result<JobRe
         canon(dir).is_some() && canon(dir) == canon(config.storage.root())
     };
     let mut run = Run {
+        plan,
+        config,
+        commands,
+        shared,
+        failures: Arc::new(config.failures.iter().map(|f| (f.clone(), AtomicBool::new(false))).collect()),
+        records: config.progress.clone().unwrap_or_else(|| Arc::new(AtomicU64::new(0))),
         job: config.job_id.clone().unwrap_or_else(new_job_id),
         started_from: restore.as_ref().filter(|r| same_dir(&r.dir)).map(|r| r.manifest.checkpoint_id),
         bad: BTreeSet::new(),
+        result: JobResult::default(),
+        waiting: BTreeMap::new(),
     };
     loop {
-        result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
-        match run_attempt(graph, config, restore.as_ref(), &failures, &mut result, &records, &mut run) {
-            Ok(()) => break,
+        run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
+        match run.attempt(restore.clone()) {
+            Ok(end) => {
+                run.result.cancelled = matches!(end, End::Cancelled);
+                break;
+            }
             Err(e) => {
-                result.failures.push(e.to_string());
-                if result.restarts >= config.restart.max_attempts {
-                    return Err(Error::Background(format!(
-                        "job failed after {} restarts: {e}",
-                        result.restarts
-                    )));
+                for (_, w) in std::mem::take(&mut run.waiting) {
+                    let _ = w.send(Err(Error::Cancelled(format!("the attempt failed: {e}"))));
                 }
-                result.restarts += 1;
+                run.result.failures.push(e.to_string());
+                if run.result.restarts >= config.restart.max_attempts {
+                    return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(e) });
+                }
+                run.result.restarts += 1;
                 std::thread::sleep(config.restart.delay);
-                if let Some(r) = restart_point(config, &run)? {
+                if let Some(r) = run.restart_point()? {
                     restore = Some(r);
                 } else if restore.as_ref().is_some_and(|r| run.bad.contains(&r.manifest.checkpoint_id)) {
-                    return Err(Error::Background(format!(
-                        "job failed: the checkpoint it was started from does not restore: {e}"
-                    )));
+                    return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(e) });
                 }
             }
         }
     }
-    result.records_processed = records.load(Ordering::Relaxed);
-    result.elapsed = start.elapsed();
-    Ok(result)
+    run.result.records_processed = run.records.load(Ordering::Relaxed);
+    run.result.elapsed = start.elapsed();
+    Ok(run.result)
 }
 
-/// The newest checkpoint of this run (or the one it was started from) in which every
-/// operator instance's chain reads: the storage's one recovery routine, restricted to what
-/// this run may restore.
-fn restart_point(config: &JobConfig, run: &Run) -> Result<Option<RestorePoint>> {
-    let storage = &config.storage;
-    let consider = |id: u64| {
-        if run.bad.contains(&id) {
-            return false;
-        }
-        if run.started_from == Some(id) {
-            return true;
-        }
-        storage.read_manifest(id).is_ok_and(|m| m.job.as_deref() == Some(run.job.as_str()))
-    };
-    Ok(storage
-        .select_checkpoint(&consider)?
-        .map(|sel| RestorePoint { dir: storage.root().to_path_buf(), manifest: sel.manifest }))
+/// The running tasks of an attempt.
+struct Tasks {
+    controls: Vec<Sender<Control>>,
+    sources: Vec<usize>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+    report: Receiver<Report>,
 }
 
-fn validate<T>(graph: &JobGraph<T>) -> Result<()> {
-    let mut names = BTreeSet::new();
-    for n in &graph.nodes {
-        if !names.insert(n.name.clone()) {
-            return Err(Error::InvalidConfig(format!("two operators are called {:?}", n.name)));
-        }
-        for (i, _) in &n.inputs {
-            if i.0 >= graph.nodes.len() {
-                return Err(Error::InvalidConfig(format!("{} has an unknown input", n.name)));
-            }
-        }
-        if matches!(n.kind, Kind::Source(_)) != n.inputs.is_empty() {
-            return Err(Error::InvalidConfig(format!("{}: only sources have no inputs", n.name)));
-        }
-    }
-    Ok(())
-}
-
-struct Pending {
-    barrier: Barrier,
-    triggered: Instant,
-    acks: BTreeMap<usize, Box<Ack>>,
-}
-
-#[allow(clippy::too_many_lines, reason = "the coordinator loop reads best in one piece")]
-fn run_attempt<T: Data>(
-    graph: &JobGraph<T>,
-    config: &JobConfig,
-    restore: Option<&RestorePoint>,
-    failures: &Arc<Vec<(InjectedFailure, AtomicBool)>>,
-    result: &mut JobResult,
-    records: &Arc<AtomicU64>,
-    run: &mut Run,
-) -> Result<()> {
-    let storage = &config.storage;
-    let maxp = config.max_parallelism;
-    // Sinks first: publish what the restored checkpoint completed, discard the rest.
-    let completed = restore.map_or(0, |r| r.manifest.checkpoint_id);
-    for n in &graph.nodes {
-        if let Kind::Sink(c) = &n.kind {
-            recover_sink(c, completed)?;
-        }
-    }
-    // Tasks: (node, subtask) -> global index.
-    let mut index = BTreeMap::new();
-    for (ni, n) in graph.nodes.iter().enumerate() {
-        for s in 0..n.parallelism {
-            let i = index.len();
-            index.insert((ni, s), i);
-        }
-    }
-    // Channels: each task has one input; each (edge, upstream subtask) is a channel index.
-    let mut inputs = Vec::new();
-    let mut senders = Vec::new();
-    let mut priority_rx = Vec::new();
-    let mut priority_tx = Vec::new();
-    for _ in 0..index.len() {
-        let (tx, rx) = mpsc::sync_channel(config.channel_capacity);
-        senders.push(tx);
-        inputs.push(Some(rx));
-        let (ptx, prx) = mpsc::channel();
-        priority_tx.push(ptx);
-        priority_rx.push(Some(prx));
-    }
-    let mut channel_input: Vec<Vec<usize>> = vec![Vec::new(); index.len()];
-    let mut outputs: Vec<Vec<Output<T>>> = (0..index.len()).map(|_| Vec::new()).collect();
-    for (ni, n) in graph.nodes.iter().enumerate() {
-        for (edge, (up, part)) in n.inputs.iter().enumerate() {
-            let upn = &graph.nodes[up.0];
-            for us in 0..upn.parallelism {
-                let mut targets = Vec::new();
-                let mut priority = Vec::new();
-                let forward_pairs = matches!(part, Partitioning::Forward) && upn.parallelism == n.parallelism;
-                for ds in 0..n.parallelism {
-                    if forward_pairs && ds != us {
-                        continue;
-                    }
-                    let di = index[&(ni, ds)];
-                    let ch = channel_input[di].len();
-                    channel_input[di].push(edge);
-                    targets.push((senders[di].clone(), ch));
-                    priority.push(priority_tx[di].clone());
-                }
-                let sent = vec![0; targets.len()];
-                outputs[index[&(up.0, us)]].push(Output {
-                    senders: targets,
-                    priority,
-                    sent,
-                    partitioning: part.clone(),
-                    max_parallelism: maxp,
-                    rr: us as usize,
-                });
-            }
-        }
-    }
-    drop(senders);
-    drop(priority_tx);
-    let (report_tx, report_rx) = mpsc::channel::<Report>();
-    let cancel = Arc::new(AtomicBool::new(false));
-    let mut controls: Vec<Sender<Control>> = Vec::new();
-    let mut source_tasks = Vec::new();
-    let mut handles = Vec::new();
-    let mut outputs_iter = outputs.into_iter();
-    let mut task_names = Vec::new();
-    let inflight = restore.map(|r| inflight_logs::<T>(&r.manifest)).transpose()?.unwrap_or_default();
-    let mut restore_stats: Option<RestoreStats> = None;
-    for (ni, n) in graph.nodes.iter().enumerate() {
-        for s in 0..n.parallelism {
-            let i = index[&(ni, s)];
-            let (ctx, crx) = mpsc::channel();
-            controls.push(ctx);
-            let mut spec = TaskSpec {
-                index: i,
-                operator: n.name.clone(),
-                subtask: s,
-                parallelism: n.parallelism,
-                kind: n.kind.clone(),
-                mode: config.mode,
-                max_parallelism: maxp,
-                input: inputs[i].take(),
-                priority: priority_rx[i].take(),
-                channel_input: std::mem::take(&mut channel_input[i]),
-                outputs: outputs_iter.next().unwrap_or_default(),
-                control: crx,
-                report: report_tx.clone(),
-                cancel: Arc::clone(&cancel),
-                failures: Arc::clone(failures),
-                checkpointer: None,
-                restored_store: None,
-                source_position: None,
-                replay: Vec::new(),
-                records_in: Arc::clone(records),
-            };
-            task_names.push(format!("{}[{s}]", n.name));
-            match &n.kind {
-                Kind::Source(_) => {
-                    source_tasks.push(i);
-                    if let Some(r) = restore {
-                        let key = format!("{}/{s}", n.name);
-                        let pos = r.manifest.source_positions().remove(&key).ok_or_else(|| {
-                            Error::NotFound(format!(
-                                "position of source {key} in checkpoint {}",
-                                r.manifest.checkpoint_id
-                            ))
-                        })?;
-                        spec.source_position = Some(pos);
-                    }
-                }
-                Kind::Keyed { key, .. } => {
-                    let range = KeyGroupRange::for_instance(maxp, n.parallelism, s)?;
-                    spec.checkpointer = Some(Checkpointer::new(Arc::clone(storage), &n.name, s));
-                    if let Some(r) = restore {
-                        let cfg = StoreConfig { max_parallelism: maxp, key_groups: range };
-                        let (store, report) = match restore_operator(&r.dir, &r.manifest, &n.name, cfg) {
-                            Ok(x) => x,
-                            Err(e) => {
-                                if e.is_permanent_damage() {
-                                    run.bad.insert(r.manifest.checkpoint_id);
-                                }
-                                // Tasks already started stop at their next check.
-                                cancel.store(true, Ordering::SeqCst);
-                                for c in &controls {
-                                    let _ = c.send(Control::Stop);
-                                }
-                                return Err(e);
-                            }
-                        };
-                        spec.restored_store = Some(store);
-                        let rs = restore_stats.get_or_insert_with(|| RestoreStats {
-                            checkpoint_id: r.manifest.checkpoint_id,
-                            ..RestoreStats::default()
-                        });
-                        rs.chain_len = rs.chain_len.max(report.chain_len);
-                        rs.bytes += report.bytes;
-                        rs.elapsed = rs.elapsed.max(report.elapsed);
-                        // In-flight records of any old instance whose keys are now ours.
-                        for (op, _, input_idx, rec) in &inflight {
-                            if op == &n.name && range.contains(key_group(&key(rec), maxp)) {
-                                spec.replay.push((*input_idx, rec.clone()));
-                            }
-                        }
-                    }
-                }
-                _ => {
-                    for (op, old, input_idx, rec) in &inflight {
-                        if op == &n.name && old % n.parallelism == s {
-                            spec.replay.push((*input_idx, rec.clone()));
-                        }
-                    }
-                }
-            }
-            let name = format!("floe-{}-{s}", n.name);
-            let h = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || run_task(spec))
-                .map_err(|e| Error::io("spawn task thread", "", e))?;
-            handles.push(h);
-        }
-    }
-    drop(report_tx);
-    result.restores.extend(restore_stats);
-
-    // Tasks exit on Stop (or, when cancelled, at their next check); a task blocked on a full
-    // channel is released when its receiver exits and drops the channel.
-    let stop_all = |controls: &[Sender<Control>], handles: Vec<std::thread::JoinHandle<()>>| {
-        for c in controls {
+impl Tasks {
+    /// Stops every task and joins it. A task blocked sending to a full channel is freed
+    /// when the task it sends to exits and drops the channel.
+    fn stop_all(&mut self) {
+        for c in &self.controls {
             let _ = c.send(Control::Stop);
         }
-        for h in handles {
+        for h in self.handles.drain(..) {
             let _ = h.join();
         }
-    };
+    }
 
-    let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
-    let mut sources_done = 0usize;
-    let mut final_id: Option<u64> = None;
-    let mut failed_in_row = 0u32;
-    let mut next_trigger = config.checkpoint_interval.map(|d| Instant::now() + d);
-    let n_tasks = index.len();
-    let mut last_failure = String::new();
-    // The storage hands out ids: above every id the directory ever used.
-    let trigger =
-        |barrier_kind: BarrierKind, aligned: bool, pending: &mut BTreeMap<u64, Pending>| -> Result<u64> {
-            let id = storage.next_id()?;
-            let aligned = aligned || barrier_kind != BarrierKind::Checkpoint;
-            let barrier = Barrier { id, kind: barrier_kind, aligned };
-            for &t in &source_tasks {
-                let _ = controls[t].send(Control::Trigger(barrier));
+    fn broadcast(&self, m: Control) {
+        for c in &self.controls {
+            let _ = c.send(m);
+        }
+    }
+}
+
+impl Run<'_> {
+    /// The newest checkpoint of this run (or the one it was started from) that restores.
+    fn restart_point(&self) -> Result<Option<Arc<RestoreCtx>>> {
+        let storage = &self.config.storage;
+        let consider = |id: u64| {
+            if self.bad.contains(&id) {
+                return false;
             }
-            pending.insert(id, Pending { barrier, triggered: Instant::now(), acks: BTreeMap::new() });
-            Ok(id)
+            if self.started_from == Some(id) {
+                return true;
+            }
+            storage.read_manifest(id).is_ok_and(|m| m.job.as_deref() == Some(self.job.as_str()))
         };
-    loop {
-        // Periodic and on-demand triggers.
-        let now = Instant::now();
-        if final_id.is_none() && sources_done < source_tasks.len() {
-            if let Some(t) = next_trigger
-                && now >= t
-            {
-                if pending.len() < config.max_concurrent {
-                    trigger(BarrierKind::Checkpoint, false, &mut pending)?;
-                }
-                next_trigger = config.checkpoint_interval.map(|d| now + d);
+        Ok(storage
+            .select_checkpoint(&consider)?
+            .map(|sel| Arc::new(RestoreCtx { dir: storage.root().to_path_buf(), manifest: sel.manifest })))
+    }
+
+    fn spawn(&mut self, restore: Option<&Arc<RestoreCtx>>) -> Result<Tasks> {
+        let plan = self.plan;
+        let cfg = self.config;
+        // Tasks: (node, subtask) -> global index.
+        let mut index = BTreeMap::new();
+        for (ni, n) in plan.nodes.iter().enumerate() {
+            for s in 0..n.parallelism {
+                let i = index.len();
+                index.insert((ni, s), i);
             }
-            if let Some(cmds) = &config.commands {
-                while let Ok(c) = cmds.lock().try_recv() {
-                    let kind = if c == JobCommand::Savepoint {
-                        BarrierKind::Savepoint
-                    } else {
-                        BarrierKind::Checkpoint
-                    };
-                    trigger(kind, false, &mut pending)?;
+        }
+        let n_tasks = index.len();
+        let (report_tx, report_rx) = crossbeam_channel::unbounded();
+        let mut controls = Vec::new();
+        let mut control_rx = Vec::new();
+        let mut priority_tx = Vec::new();
+        let mut priority_rx = Vec::new();
+        for _ in 0..n_tasks {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            controls.push(tx);
+            control_rx.push(Some(rx));
+            let (tx, rx) = crossbeam_channel::unbounded();
+            priority_tx.push(tx);
+            priority_rx.push(Some(rx));
+        }
+        type ErasedIn = Vec<(usize, Box<dyn std::any::Any + Send>)>;
+        let mut in1: Vec<ErasedIn> = (0..n_tasks).map(|_| Vec::new()).collect();
+        let mut in2: Vec<ErasedIn> = (0..n_tasks).map(|_| Vec::new()).collect();
+        let mut outs: Vec<[Vec<ErasedOutput>; 2]> = (0..n_tasks).map(|_| [Vec::new(), Vec::new()]).collect();
+        let mut next_channel = vec![0usize; n_tasks];
+        // First inputs first, so a task's first input has the lower channel indices.
+        for input in [0u8, 1] {
+            for (ni, n) in plan.nodes.iter().enumerate() {
+                for e in n.inputs.iter().filter(|e| e.input == input) {
+                    let up = &plan.nodes[e.from];
+                    let pairs = e.forward && up.parallelism == n.parallelism;
+                    for us in 0..up.parallelism {
+                        let mut targets = Vec::new();
+                        for ds in 0..n.parallelism {
+                            if pairs && ds != us {
+                                continue;
+                            }
+                            let di = index[&(ni, ds)];
+                            let (tx, rx) = (up.ports[e.port])(cfg.channel_capacity.max(1));
+                            let ch = next_channel[di];
+                            next_channel[di] += 1;
+                            if input == 0 { &mut in1[di] } else { &mut in2[di] }.push((ch, rx));
+                            targets.push(ErasedTarget { tx, priority: priority_tx[di].clone(), channel: ch });
+                        }
+                        let ui = index[&(e.from, us)];
+                        outs[ui][e.port]
+                            .push(ErasedOutput { targets, partitioner: Arc::clone(&e.partitioner) });
+                    }
                 }
             }
         }
-        if final_id.is_none() && sources_done == source_tasks.len() && pending.is_empty() {
-            let kind = if config.checkpoint_interval.is_some() {
-                BarrierKind::Checkpoint
+        drop(priority_tx);
+        let mut tasks = Tasks { controls, sources: Vec::new(), handles: Vec::new(), report: report_rx };
+        for (ni, n) in plan.nodes.iter().enumerate() {
+            for s in 0..n.parallelism {
+                let i = index[&(ni, s)];
+                if n.is_source {
+                    tasks.sources.push(i);
+                }
+                let (Some(control), Some(priority)) = (control_rx[i].take(), priority_rx[i].take()) else {
+                    continue;
+                };
+                let [out, side] = std::mem::take(&mut outs[i]);
+                let common = TaskCommon {
+                    index: i,
+                    operator: n.name.clone(),
+                    subtask: s,
+                    mode: cfg.mode,
+                    control,
+                    priority,
+                    report: report_tx.clone(),
+                    failures: Arc::clone(&self.failures),
+                    storage: Arc::clone(&cfg.storage),
+                    records_in: Arc::clone(&self.records),
+                };
+                let w = Wiring {
+                    common,
+                    subtask: s,
+                    parallelism: n.parallelism,
+                    max_parallelism: cfg.max_parallelism,
+                    in1: std::mem::take(&mut in1[i]),
+                    in2: std::mem::take(&mut in2[i]),
+                    out,
+                    side,
+                    restore: restore.cloned(),
+                    waker: tasks.controls[i].clone(),
+                };
+                let name = format!("{}[{s}]", n.name);
+                let body = match (n.build)(w) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tasks.stop_all();
+                        return Err(e);
+                    }
+                };
+                let report = report_tx.clone();
+                let h = std::thread::Builder::new()
+                    .name(format!("floe-{}-{s}", n.name))
+                    .spawn(move || run_task(name, report, body))
+                    .map_err(|e| Error::io("spawn task thread", "", e));
+                match h {
+                    Ok(h) => tasks.handles.push(h),
+                    Err(e) => {
+                        tasks.stop_all();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(tasks)
+    }
+
+    fn attempt(&mut self, restore: Option<Arc<RestoreCtx>>) -> Result<End> {
+        let mut tasks = self.spawn(restore.as_ref())?;
+        let r = self.coordinate(&mut tasks, restore.as_deref());
+        tasks.stop_all();
+        match r {
+            Err(Error::Cancelled(_)) | Err(Error::TaskFailed { .. }) => {
+                // The first failure reported may be a consequence (a task whose downstream
+                // exited); prefer a primary failure reported meanwhile.
+                let mut primary = None;
+                while let Ok(m) = tasks.report.try_recv() {
+                    if let Report::Failed { task, error } = m
+                        && !matches!(error, Error::Cancelled(_))
+                    {
+                        primary.get_or_insert((task, error));
+                    }
+                }
+                match (primary, r) {
+                    (Some((task, error)), Err(Error::Cancelled(_))) => Err(failed(task, error)),
+                    (_, r) => r,
+                }
+            }
+            r => r,
+        }
+    }
+
+    #[allow(clippy::too_many_lines, reason = "one select loop over reports and commands")]
+    fn coordinate(&mut self, tasks: &mut Tasks, restore: Option<&RestoreCtx>) -> Result<End> {
+        let cfg = self.config;
+        let storage = &cfg.storage;
+        let n_tasks = tasks.controls.len();
+        let mut coord = Coordinator::new(
+            CoordinatorConfig {
+                interval: cfg.checkpoint_interval,
+                timeout: cfg.checkpoint_timeout,
+                max_concurrent: cfg.max_concurrent.max(1),
+                tolerable: cfg.tolerable_failed_checkpoints,
+                tasks: n_tasks,
+                sources: tasks.sources.len(),
+            },
+            Instant::now(),
+        );
+        let mut restore_stats: Option<RestoreStats> = None;
+        let mut work: VecDeque<Action> = VecDeque::new();
+        loop {
+            let now = Instant::now();
+            if coord.wants_trigger(now) {
+                let id = storage.next_id()?;
+                let acts = coord.poll(now, Some(id));
+                if !acts.iter().any(|a| matches!(a, Action::Trigger(b) if b.id == id)) {
+                    storage.abort(id);
+                }
+                work.extend(acts);
             } else {
-                BarrierKind::Drain
-            };
-            final_id = Some(trigger(kind, true, &mut pending)?);
-        }
-        // Timeouts.
-        let expired: Vec<u64> = pending
-            .iter()
-            .filter(|(_, p)| p.triggered.elapsed() > config.checkpoint_timeout)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in expired {
-            if let Some(p) = pending.remove(&id) {
-                last_failure = format!("checkpoint {id} timed out");
-                abort(storage, &controls, p, "timed out".into(), result, config);
-                failed_in_row += 1;
-                if final_id == Some(id) {
-                    final_id = None;
-                }
+                work.extend(coord.poll(now, None));
             }
-        }
-        if failed_in_row > config.tolerable_failed_checkpoints {
-            cancel.store(true, Ordering::SeqCst);
-            stop_all(&controls, handles);
-            return Err(Error::Background(format!(
-                "{failed_in_row} checkpoints failed in a row (more than the {} tolerated); the last: {last_failure}",
-                config.tolerable_failed_checkpoints
-            )));
-        }
-        let msg = match report_rx.recv_timeout(Duration::from_millis(2)) {
-            Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(Error::Background("all tasks exited".into()));
-            }
-        };
-        match msg {
-            Report::SourceDone => sources_done += 1,
-            Report::Failed { mut task, mut error, secondary } => {
-                cancel.store(true, Ordering::SeqCst);
-                stop_all(&controls, handles);
-                // Name the root cause: a task that failed only because another had exited
-                // may report first; prefer a primary failure reported meanwhile.
-                if secondary {
-                    while let Ok(m) = report_rx.try_recv() {
-                        if let Report::Failed { task: t, error: e, secondary: false } = m {
-                            (task, error) = (t, e);
-                            break;
+            while let Some(a) = work.pop_front() {
+                match a {
+                    Action::Trigger(b) => {
+                        for &t in &tasks.sources {
+                            let _ = tasks.controls[t].send(Control::Trigger(b));
                         }
                     }
+                    Action::Commit(p) => {
+                        let id = p.barrier.id;
+                        let r = self.complete(tasks, p);
+                        if r.is_ok()
+                            && let Some(w) = self.waiting.remove(&id)
+                        {
+                            let _ = w.send(Ok(id));
+                        }
+                        work.extend(coord.on_committed(id, r.map_err(|e| e.to_string())));
+                    }
+                    Action::Abort { pending, reason } => {
+                        let id = pending.barrier.id;
+                        if let Some(w) = self.waiting.remove(&id) {
+                            let _ =
+                                w.send(Err(Error::CheckpointId { id, why: format!("aborted: {reason}") }));
+                        }
+                        self.abort(tasks, pending, reason);
+                    }
+                    Action::Finish => {
+                        self.result.restores.extend(restore_stats);
+                        return Ok(End::Finished);
+                    }
+                    Action::Fail(e) => return Err(e),
                 }
-                for (_, p) in std::mem::take(&mut pending) {
-                    abort(storage, &controls, p, format!("task {task} failed"), result, config);
-                }
-                return Err(Error::TaskFailed { task, reason: error });
             }
-            Report::Ack(ack) => {
-                let id = ack.checkpoint_id;
-                let Some(p) = pending.get_mut(&id) else { continue };
-                if let Some(e) = &ack.error {
-                    let reason = format!("{} failed to write: {e}", ack.stats.task);
-                    last_failure = format!("checkpoint {id}: {reason}");
-                    if let Some(p) = pending.remove(&id) {
-                        abort(storage, &controls, p, reason, result, config);
-                    }
-                    failed_in_row += 1;
-                    if final_id == Some(id) {
-                        final_id = None;
-                    }
+            let mut sel = Select::new();
+            let i_rep = sel.recv(&tasks.report);
+            let i_cmd = sel.recv(self.commands);
+            let op = match coord.deadline() {
+                Some(d) => match sel.select_deadline(d) {
+                    Ok(op) => op,
+                    Err(_) => continue,
+                },
+                None => sel.select(),
+            };
+            if op.index() == i_cmd {
+                let Ok(c) = op.recv(self.commands) else {
+                    // The handle is gone: the job runs on, to its end.
                     continue;
-                }
-                p.acks.insert(ack.task, ack);
-                if p.acks.len() < n_tasks {
-                    continue;
-                }
-                let Some(p) = pending.remove(&id) else { continue };
-                match complete(storage, &controls, p, result, config, &run.job) {
-                    Ok(()) => {
-                        failed_in_row = 0;
-                        // Older pending checkpoints are subsumed.
-                        let older: Vec<u64> = pending.range(..id).map(|(&k, _)| k).collect();
-                        for k in older {
-                            if let Some(p) = pending.remove(&k) {
-                                abort(storage, &controls, p, "subsumed".into(), result, config);
+                };
+                match c {
+                    Command::Trigger { kind, reply } => {
+                        let id = storage.next_id()?;
+                        match coord.trigger(id, kind, Instant::now()) {
+                            Some(a) => {
+                                self.waiting.insert(id, reply);
+                                work.push_back(a);
+                            }
+                            None => {
+                                storage.abort(id);
+                                let _ = reply.send(Err(Error::Cancelled("the job is ending".into())));
                             }
                         }
-                        if final_id == Some(id) {
-                            result.last_checkpoint = Some(id);
-                            stop_all(&controls, handles);
-                            return Ok(());
-                        }
                     }
-                    Err(e) => {
-                        last_failure = format!("checkpoint {id}: manifest not written: {e}");
-                        failed_in_row += 1;
-                        if final_id == Some(id) {
-                            final_id = None;
+                    Command::Stop { reply } => {
+                        coord.request_stop();
+                        // The stop-with-savepoint gets its id at the next poll; the reply
+                        // waits for whichever terminal checkpoint that is.
+                        let id = storage.next_id()?;
+                        let acts = coord.poll(Instant::now(), Some(id));
+                        if acts.iter().any(|a| matches!(a, Action::Trigger(b) if b.id == id)) {
+                            self.waiting.insert(id, reply);
+                        } else {
+                            storage.abort(id);
+                            let _ = reply.send(Err(Error::Cancelled("the job is ending".into())));
                         }
+                        work.extend(acts);
                     }
+                    Command::Cancel => {
+                        for id in coord.pending_ids() {
+                            storage.abort(id);
+                            tasks.broadcast(Control::Abort(id));
+                        }
+                        return Ok(End::Cancelled);
+                    }
+                }
+                continue;
+            }
+            debug_assert_eq!(op.index(), i_rep);
+            let Ok(msg) = op.recv(&tasks.report) else {
+                return Err(Error::Cancelled("every task exited".into()));
+            };
+            match msg {
+                Report::SourceDone => coord.on_source_done(),
+                Report::Ack(ack) => work.extend(coord.on_ack(ack)),
+                Report::Restored { chain_len, bytes, elapsed } => {
+                    let rs = restore_stats.get_or_insert_with(|| RestoreStats {
+                        checkpoint_id: restore.map_or(0, |r| r.manifest.checkpoint_id),
+                        ..RestoreStats::default()
+                    });
+                    rs.chain_len = rs.chain_len.max(chain_len);
+                    rs.bytes += bytes;
+                    rs.elapsed = rs.elapsed.max(elapsed);
+                }
+                Report::RestoreFailed { task, error } => {
+                    if let Some(r) = restore
+                        && error.is_permanent_damage()
+                    {
+                        self.bad.insert(r.manifest.checkpoint_id);
+                    }
+                    return Err(failed(task, error));
+                }
+                Report::Failed { task, error } => {
+                    if let Error::Cancelled(why) = error {
+                        // A consequence of another failure: `attempt` looks for the cause
+                        // once every task has exited.
+                        return Err(Error::Cancelled(format!("{task}: {why}")));
+                    }
+                    return Err(failed(task, error));
                 }
             }
         }
     }
+
+    /// Every task acknowledged `p`: write its manifest, tell the tasks.
+    fn complete(&mut self, tasks: &Tasks, p: Pending) -> Result<()> {
+        let storage = &self.config.storage;
+        let id = p.barrier.id;
+        let mut handles: Vec<StateHandle> = Vec::new();
+        let mut sources = BTreeMap::new();
+        let mut extra = BTreeMap::new();
+        let mut stats = empty_stats(p.barrier, "completed".into(), Duration::ZERO);
+        for (_, ack) in p.acks {
+            let ack = *ack;
+            if let Some((k, v)) = ack.source_position {
+                sources.insert(k, v);
+            }
+            if let Some(h) = ack.channel_state {
+                extra.insert(h.key, h.payload);
+            }
+            extra.extend(ack.extra);
+            match ack.stats.file_kind {
+                Some(FileKind::Full) => stats.bytes_full += ack.stats.bytes,
+                Some(FileKind::Increment) => stats.bytes_incremental += ack.stats.bytes,
+                None => {}
+            }
+            stats.alignment_max = stats.alignment_max.max(ack.stats.alignment);
+            stats.buffered_records += ack.stats.buffered_records;
+            stats.inflight_bytes += ack.stats.inflight_bytes;
+            stats.tasks.push(ack.stats);
+            if let Some(h) = ack.handle {
+                handles.push(h);
+            }
+        }
+        if p.barrier.kind != BarrierKind::Drain {
+            let target = if p.barrier.kind.is_savepoint() { Target::Savepoint } else { Target::Checkpoint };
+            let meta = CommitMeta { job: Some(self.job.clone()), compacted_from: None };
+            if let Err(e) = storage.commit_with(id, target, handles, sources, extra, meta) {
+                stats.cleanup_errors = storage.take_cleanup_errors();
+                tasks.broadcast(Control::Abort(id));
+                stats.status = format!("aborted: manifest not written: {e}");
+                stats.duration = p.triggered.elapsed();
+                self.log(stats);
+                if let Some(w) = self.waiting.remove(&id) {
+                    let _ =
+                        w.send(Err(Error::CheckpointId { id, why: format!("manifest not written: {e}") }));
+                }
+                return Err(e);
+            }
+        }
+        tasks.broadcast(Control::Complete(p.barrier));
+        self.result.last_checkpoint = Some(id);
+        stats.cleanup_errors = storage.take_cleanup_errors();
+        stats.duration = p.triggered.elapsed();
+        self.log(stats);
+        Ok(())
+    }
+
+    fn abort(&mut self, tasks: &Tasks, p: Pending, reason: String) {
+        let id = p.barrier.id;
+        self.config.storage.abort(id);
+        tasks.broadcast(Control::Abort(id));
+        let mut stats = empty_stats(p.barrier, format!("aborted: {reason}"), p.triggered.elapsed());
+        stats.tasks = p.acks.into_values().map(|a| a.stats).collect();
+        stats.cleanup_errors = self.config.storage.take_cleanup_errors();
+        self.log(stats);
+    }
+
+    fn log(&mut self, stats: CheckpointStats) {
+        if let Some(l) = &self.config.log {
+            l(&stats);
+        }
+        self.shared.lock().push(stats.clone());
+        self.result.checkpoints.push(stats);
+    }
 }
 
-fn complete(
-    storage: &CheckpointStorage,
-    controls: &[Sender<Control>],
-    p: Pending,
-    result: &mut JobResult,
-    config: &JobConfig,
-    job: &str,
-) -> Result<()> {
-    let id = p.barrier.id;
-    let mut handles: Vec<StateHandle> = Vec::new();
-    let mut sources = BTreeMap::new();
-    let mut extra = BTreeMap::new();
-    let mut stats = CheckpointStats {
-        id,
-        kind: p.barrier.kind,
-        status: "completed".into(),
-        duration: Duration::ZERO,
+fn failed(task: String, error: Error) -> Error {
+    match error {
+        e @ Error::TaskPanicked { .. } => e,
+        e => Error::TaskFailed { task, reason: e.to_string() },
+    }
+}
+
+fn empty_stats(b: Barrier, status: String, duration: Duration) -> CheckpointStats {
+    CheckpointStats {
+        id: b.id,
+        kind: b.kind,
+        status,
+        duration,
         alignment_max: Duration::ZERO,
         bytes_full: 0,
         bytes_incremental: 0,
         buffered_records: 0,
+        inflight_bytes: 0,
         tasks: Vec::new(),
         cleanup_errors: Vec::new(),
-    };
-    for (_, ack) in p.acks {
-        let ack = *ack;
-        if let Some((k, v)) = ack.source_position {
-            sources.insert(k, v);
-        }
-        if let Some((k, v)) = ack.inflight {
-            extra.insert(k, v);
-        }
-        match ack.stats.file_kind {
-            Some(FileKind::Full) => stats.bytes_full += ack.stats.bytes,
-            Some(FileKind::Increment) => stats.bytes_incremental += ack.stats.bytes,
-            None => {}
-        }
-        stats.alignment_max = stats.alignment_max.max(ack.stats.alignment);
-        stats.buffered_records += ack.stats.buffered_records;
-        stats.tasks.push(ack.stats);
-        if let Some(h) = ack.handle {
-            handles.push(h);
-        }
     }
-    if p.barrier.kind != BarrierKind::Drain {
-        let target =
-            if p.barrier.kind == BarrierKind::Savepoint { Target::Savepoint } else { Target::Checkpoint };
-        let meta = CommitMeta { job: Some(job.to_string()), compacted_from: None };
-        if let Err(e) = storage.commit_with(id, target, handles, sources, extra, meta) {
-            stats.cleanup_errors = storage.take_cleanup_errors();
-            for c in controls {
-                let _ = c.send(Control::Abort(id));
-            }
-            stats.status = format!("aborted: manifest not written: {e}");
-            stats.duration = p.triggered.elapsed();
-            log(config, &stats);
-            result.checkpoints.push(stats);
-            return Err(e);
-        }
-    }
-    for c in controls {
-        let _ = c.send(Control::Complete(id));
-    }
-    stats.cleanup_errors = storage.take_cleanup_errors();
-    stats.duration = p.triggered.elapsed();
-    log(config, &stats);
-    result.checkpoints.push(stats);
-    Ok(())
-}
-
-fn abort(
-    storage: &CheckpointStorage,
-    controls: &[Sender<Control>],
-    p: Pending,
-    reason: String,
-    result: &mut JobResult,
-    config: &JobConfig,
-) {
-    let id = p.barrier.id;
-    storage.abort(id);
-    for c in controls {
-        let _ = c.send(Control::Abort(id));
-    }
-    let stats = CheckpointStats {
-        id,
-        kind: p.barrier.kind,
-        status: format!("aborted: {reason}"),
-        duration: p.triggered.elapsed(),
-        alignment_max: Duration::ZERO,
-        bytes_full: 0,
-        bytes_incremental: 0,
-        buffered_records: 0,
-        tasks: p.acks.into_values().map(|a| a.stats).collect(),
-        cleanup_errors: storage.take_cleanup_errors(),
-    };
-    log(config, &stats);
-    result.checkpoints.push(stats);
-}
-
-fn log(config: &JobConfig, stats: &CheckpointStats) {
-    if let Some(l) = &config.log {
-        l(stats);
-    }
-}
-
-/// Decodes the in-flight records stored with a checkpoint: (operator, old subtask, input
-/// index, record).
-fn inflight_logs<T: Data>(m: &Manifest) -> Result<Vec<(String, u32, usize, T)>> {
-    let mut out = Vec::new();
-    for (k, v) in &m.extra {
-        let Some(rest) = k.strip_prefix("inflight/") else { continue };
-        let Some((op, sub)) = rest.rsplit_once('/') else { continue };
-        let sub: u32 = sub.parse().map_err(|_| Error::InvalidRecord(format!("bad in-flight key {k}")))?;
-        let bytes = hex_decode(v).ok_or_else(|| Error::InvalidRecord(format!("in-flight {k} is not hex")))?;
-        let log: Vec<(u32, Vec<u8>)> = postcard::from_bytes(&bytes)
-            .map_err(|e| Error::Codec { state: format!("in-flight {k}"), source: e })?;
-        for (input, rec) in log {
-            let r: T = postcard::from_bytes(&rec)
-                .map_err(|e| Error::Codec { state: format!("in-flight {k}"), source: e })?;
-            out.push((op.to_string(), sub, input as usize, r));
-        }
-    }
-    Ok(out)
 }

@@ -10,6 +10,32 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
+/// A sink with two-phase commit (Flink's `TwoPhaseCommitSinkFunction`). The runtime:
+/// writes records into the current transaction; at checkpoint barrier n calls
+/// `pre_commit(n)`, which makes what was written durable and returns a *committable*
+/// stored in checkpoint n; when a checkpoint c completes, commits every pending committable
+/// of a checkpoint <= c. Savepoints commit nothing (no pre-commit at a savepoint barrier,
+/// no commit when it completes). After a restart from checkpoint c, `recover` gets the
+/// committables stored in c: it commits them (commit is idempotent) and discards every
+/// other transaction the sink left behind.
+pub trait TwoPhaseCommitSink<T>: Send {
+    /// Writes a record into the current transaction.
+    fn write(&mut self, record: T) -> Result<()>;
+    /// At barrier `checkpoint_id`: flush, make durable, start a new transaction; the
+    /// returned committable is stored in the checkpoint.
+    fn pre_commit(&mut self, checkpoint_id: u64) -> Result<Vec<u8>>;
+    /// Publishes a pre-committed transaction. Idempotent.
+    fn commit(&mut self, committable: &[u8]) -> Result<()>;
+    /// Discards a pre-committed transaction that will never commit.
+    fn abort(&mut self, committable: &[u8]) -> Result<()>;
+    /// After a restore: commit `restored`, discard every other leftover of this instance.
+    fn recover(&mut self, restored: &[Vec<u8>]) -> Result<()>;
+}
+
+/// Builds a sink instance: `(subtask, parallelism)`.
+pub type SinkFactory<T> =
+    std::sync::Arc<dyn Fn(u32, u32) -> Result<Box<dyn TwoPhaseCommitSink<T>>> + Send + Sync>;
+
 /// Where and how a sink writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkConfig {
@@ -23,9 +49,11 @@ const STAGED: &str = ".staged-";
 const PENDING: &str = ".pending-";
 const PART: &str = "part-";
 
-pub(crate) struct FileSink {
+/// Writes JSON lines into files of a directory (see the module docs).
+pub struct FileSink {
     config: SinkConfig,
     subtask: u32,
+    parallelism: u32,
     out: Option<(PathBuf, BufWriter<File>)>,
 }
 
@@ -58,9 +86,17 @@ fn create_output_dir(dir: &Path) -> Result<()> {
 }
 
 impl FileSink {
-    pub fn open(config: &SinkConfig, subtask: u32) -> Result<FileSink> {
+    /// The sink instance `subtask` of `parallelism`.
+    pub fn open(config: &SinkConfig, subtask: u32, parallelism: u32) -> Result<FileSink> {
         create_output_dir(&config.dir)?;
-        Ok(FileSink { config: config.clone(), subtask, out: None })
+        Ok(FileSink { config: config.clone(), subtask, parallelism: parallelism.max(1), out: None })
+    }
+
+    /// A factory of file sinks writing `T` as JSON lines.
+    pub fn factory<T: serde::Serialize + Send + 'static>(config: SinkConfig) -> SinkFactory<T> {
+        std::sync::Arc::new(move |s, p| {
+            Ok(Box::new(FileSink::open(&config, s, p)?) as Box<dyn TwoPhaseCommitSink<T>>)
+        })
     }
 
     fn writer(&mut self) -> Result<&mut BufWriter<File>> {
@@ -85,16 +121,14 @@ impl FileSink {
         }
     }
 
-    pub fn write(&mut self, line: &str) -> Result<()> {
+    fn write_line(&mut self, line: &str) -> Result<()> {
         let w = self.writer()?;
         w.write_all(line.as_bytes())
             .and_then(|_| w.write_all(b"\n"))
             .map_err(|e| Error::io("write", "sink", e))
     }
 
-    /// At barrier `checkpoint_id`: make what was written so far durable (and, in
-    /// exactly-once mode, staged under the checkpoint's name).
-    pub fn pre_commit(&mut self, checkpoint_id: u64) -> Result<()> {
+    fn stage(&mut self, checkpoint_id: u64) -> Result<()> {
         let Some((path, w)) = self.out.take() else { return Ok(()) };
         let f = w.into_inner().map_err(|e| Error::io("write", &path, e.into_error()))?;
         f.sync_all().map_err(|e| Error::io("fsync", &path, e))?;
@@ -105,53 +139,80 @@ impl FileSink {
         }
         Ok(())
     }
+}
 
-    /// Checkpoint `checkpoint_id` completed: publish every pending file up to it.
-    pub fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+fn decode_committable(c: &[u8]) -> Result<(u64, u32)> {
+    postcard::from_bytes(c).map_err(|e| Error::Codec { state: "file sink committable".into(), source: e })
+}
+
+impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink {
+    fn write(&mut self, record: T) -> Result<()> {
+        let line = serde_json::to_string(&record)
+            .map_err(|e| Error::InvalidRecord(format!("sink record does not serialize: {e}")))?;
+        self.write_line(&line)
+    }
+
+    fn pre_commit(&mut self, checkpoint_id: u64) -> Result<Vec<u8>> {
+        self.stage(checkpoint_id)?;
+        postcard::to_allocvec(&(checkpoint_id, self.subtask))
+            .map_err(|e| Error::Codec { state: "file sink committable".into(), source: e })
+    }
+
+    fn commit(&mut self, committable: &[u8]) -> Result<()> {
+        let (id, sub) = decode_committable(committable)?;
         if self.config.exactly_once {
-            publish_pending(&self.config.dir, checkpoint_id, Some(self.subtask))?;
+            publish_one(&self.config.dir, id, sub)?;
         }
         Ok(())
     }
-}
 
-/// Publishes pending files of checkpoints `<= completed` (of one subtask, or all).
-fn publish_pending(dir: &Path, completed: u64, subtask: Option<u32>) -> Result<()> {
-    let mut changed = false;
-    for e in std::fs::read_dir(dir).map_err(|e| Error::io("read dir", dir, e))?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(PENDING) else { continue };
-        let Some((id, sub)) = rest.split_once('-') else { continue };
-        let (Ok(id), Ok(sub)) = (id.parse::<u64>(), sub.parse::<u32>()) else { continue };
-        if subtask.is_some_and(|s| s != sub) || id > completed {
-            continue;
-        }
-        let to = dir.join(format!("{PART}{id:020}-{sub}"));
-        std::fs::rename(e.path(), &to).map_err(|err| Error::io("rename", e.path(), err))?;
-        changed = true;
-    }
-    if changed {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// Before a (re)start from checkpoint `completed` (0: none): publishes what that
-/// checkpoint's completion would have published, and discards staged and pending output of
-/// later, never-completed checkpoints.
-pub(crate) fn recover_sink(config: &SinkConfig, completed: u64) -> Result<()> {
-    create_output_dir(&config.dir)?;
-    if !config.exactly_once {
-        return Ok(());
-    }
-    publish_pending(&config.dir, completed, None)?;
-    for e in std::fs::read_dir(&config.dir).map_err(|e| Error::io("read dir", &config.dir, e))?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(STAGED) || name.starts_with(PENDING) {
-            std::fs::remove_file(e.path()).map_err(|err| Error::io("remove", e.path(), err))?;
+    fn abort(&mut self, committable: &[u8]) -> Result<()> {
+        let (id, sub) = decode_committable(committable)?;
+        let p = self.config.dir.join(format!("{PENDING}{id:020}-{sub}"));
+        match std::fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", &p, e)),
+            _ => Ok(()),
         }
     }
-    sync_dir(&config.dir)
+
+    fn recover(&mut self, restored: &[Vec<u8>]) -> Result<()> {
+        let mut keep = Vec::new();
+        for c in restored {
+            let (id, sub) = decode_committable(c)?;
+            if self.config.exactly_once {
+                publish_one(&self.config.dir, id, sub)?;
+            }
+            keep.push((id, sub));
+        }
+        if !self.config.exactly_once {
+            return Ok(());
+        }
+        // Leftovers of old instances that map to this one.
+        let dir = &self.config.dir;
+        for e in std::fs::read_dir(dir).map_err(|e| Error::io("read dir", dir, e))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let sub = if let Some(rest) = name.strip_prefix(PENDING) {
+                rest.split_once('-').and_then(|(_, s)| s.parse::<u32>().ok())
+            } else {
+                name.strip_prefix(STAGED).and_then(|s| s.parse::<u32>().ok())
+            };
+            if sub.is_some_and(|s| s % self.parallelism == self.subtask) {
+                std::fs::remove_file(e.path()).map_err(|err| Error::io("remove", e.path(), err))?;
+            }
+        }
+        sync_dir(dir)
+    }
+}
+
+/// Publishes the pending file of checkpoint `id` of subtask `sub` (done already: fine).
+fn publish_one(dir: &Path, id: u64, sub: u32) -> Result<()> {
+    let from = dir.join(format!("{PENDING}{id:020}-{sub}"));
+    let to = dir.join(format!("{PART}{id:020}-{sub}"));
+    match std::fs::rename(&from, &to) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("rename", &from, e)),
+    }
 }
 
 /// Every published line of a sink directory, in file-name order.

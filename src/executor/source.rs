@@ -3,27 +3,79 @@
 
 use std::io::{BufRead, Seek};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use super::messages::Control;
 use crate::error::{Error, Result};
 
-/// A replayable source of records.
+/// What a source has now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poll<T> {
+    /// A record.
+    Ready(T),
+    /// Nothing now. The task asks again after this long (`Some`), or when the source's
+    /// [`SourceWaker`] is woken, or after any message to the task (a checkpoint trigger or
+    /// completion). It takes part in checkpoints meanwhile and uses no CPU.
+    Pending(Option<Duration>),
+    /// The end of the input (a bounded source).
+    End,
+}
+
+/// Wakes a source's task when the source has something to read (an unbounded source fed
+/// by another thread).
+#[derive(Clone)]
+pub struct SourceWaker(pub(crate) Option<crossbeam_channel::Sender<Control>>);
+
+impl SourceWaker {
+    /// A waker that wakes nothing (for sources used outside a job).
+    pub fn none() -> Self {
+        SourceWaker(None)
+    }
+
+    /// Wakes the task (cheap when it is awake already).
+    pub fn wake(&self) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.try_send(Control::Wake);
+        }
+    }
+}
+
+impl std::fmt::Debug for SourceWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SourceWaker")
+    }
+}
+
+/// A replayable source of records: the S_n of the model. Its position is opaque bytes,
+/// recorded in each checkpoint; after a restore the source seeks to it, so records after
+/// the checkpoint are read again and records before it never.
 pub trait Source<T>: Send {
-    /// The next record, or `None` at the end of the input.
-    fn next_record(&mut self) -> Result<Option<T>>;
+    /// Called once before the first `poll`, with what wakes the task.
+    fn open(&mut self, waker: SourceWaker) -> Result<()> {
+        let _ = waker;
+        Ok(())
+    }
+    /// The next record, or why there is none.
+    fn poll(&mut self) -> Result<Poll<T>>;
     /// The position after the last record returned (what a checkpoint records).
     fn position(&self) -> Vec<u8>;
     /// Continues from a position returned by `position`.
     fn seek(&mut self, position: &[u8]) -> Result<()>;
-    /// Whether `next_record` may be called now (it may read ahead to know). A source that
-    /// is not ready is asked again after each message its task receives (a checkpoint
-    /// trigger or completion) and at least every 20 ms; it still takes part in checkpoints
-    /// meanwhile.
-    fn ready(&mut self) -> Result<bool> {
-        Ok(true)
-    }
     /// Checkpoint `checkpoint_id` completed (Flink's `notifyCheckpointComplete`).
     fn checkpoint_complete(&mut self, checkpoint_id: u64) {
         let _ = checkpoint_id;
+    }
+}
+
+/// A bounded source from a function that returns the next record or `None` at the end:
+/// the building block of the simple sources below.
+fn ready_or_end<T>(r: Option<T>) -> Poll<T> {
+    match r {
+        Some(r) => Poll::Ready(r),
+        None => Poll::End,
     }
 }
 
@@ -76,17 +128,42 @@ impl<S, T> CheckpointPaced<S, T> {
 }
 
 impl<T: Send, S: Source<T>> Source<T> for CheckpointPaced<S, T> {
-    /// The next record, whether or not the source is `ready` (the wrapper only advises).
-    fn next_record(&mut self) -> Result<Option<T>> {
-        let r = match self.held.take() {
-            Some((r, _)) => Some(r),
-            None if self.ended => None,
-            None => self.inner.next_record()?,
-        };
-        if r.is_some() {
-            self.emitted += 1;
+    fn open(&mut self, waker: SourceWaker) -> Result<()> {
+        self.inner.open(waker)
+    }
+    fn poll(&mut self) -> Result<Poll<T>> {
+        if self.held.is_some() {
+            if !self.within_budget() {
+                return Ok(Poll::Pending(None));
+            }
+            if let Some((r, _)) = self.held.take() {
+                self.emitted += 1;
+                return Ok(Poll::Ready(r));
+            }
         }
-        Ok(r)
+        if self.ended {
+            return Ok(Poll::End);
+        }
+        let before = (!self.within_budget()).then(|| self.inner.position());
+        match self.inner.poll()? {
+            Poll::Ready(r) => match before {
+                // At the budget: hold the record read ahead (its position stays the one
+                // before it) until the next completed checkpoint.
+                Some(before) => {
+                    self.held = Some((r, before));
+                    Ok(Poll::Pending(None))
+                }
+                None => {
+                    self.emitted += 1;
+                    Ok(Poll::Ready(r))
+                }
+            },
+            Poll::End => {
+                self.ended = true;
+                Ok(Poll::End)
+            }
+            p => Ok(p),
+        }
     }
     fn position(&self) -> Vec<u8> {
         match &self.held {
@@ -101,29 +178,6 @@ impl<T: Send, S: Source<T>> Source<T> for CheckpointPaced<S, T> {
         self.held = None;
         self.ended = false;
         Ok(())
-    }
-    fn ready(&mut self) -> Result<bool> {
-        if self.ended || (self.held.is_some() && self.within_budget()) {
-            return Ok(true);
-        }
-        if self.held.is_some() || !self.inner.ready()? {
-            return Ok(false);
-        }
-        if self.within_budget() {
-            return Ok(true);
-        }
-        // At the budget: is there more?
-        let before = self.inner.position();
-        match self.inner.next_record()? {
-            Some(r) => {
-                self.held = Some((r, before));
-                Ok(false)
-            }
-            None => {
-                self.ended = true;
-                Ok(true)
-            }
-        }
     }
     fn checkpoint_complete(&mut self, checkpoint_id: u64) {
         self.completed += 1;
@@ -145,12 +199,12 @@ impl<T> IterSource<T> {
 }
 
 impl<T: Clone + Send + Sync> Source<T> for IterSource<T> {
-    fn next_record(&mut self) -> Result<Option<T>> {
+    fn poll(&mut self) -> Result<Poll<T>> {
         let r = self.items.get(self.next).cloned();
         if r.is_some() {
             self.next += 1;
         }
-        Ok(r)
+        Ok(ready_or_end(r))
     }
     fn position(&self) -> Vec<u8> {
         (self.next as u64).to_le_bytes().to_vec()
@@ -202,21 +256,21 @@ impl GeneratorSource {
 }
 
 impl Source<(u64, i64)> for GeneratorSource {
-    fn next_record(&mut self) -> Result<Option<(u64, i64)>> {
+    fn poll(&mut self) -> Result<Poll<(u64, i64)>> {
         if self.next >= self.count {
-            return Ok(None);
+            return Ok(Poll::End);
         }
         if let Some(rate) = self.rate {
             let (t0, n0) = *self.started.get_or_insert((std::time::Instant::now(), self.next));
             let due = t0 + std::time::Duration::from_secs_f64((self.next - n0) as f64 / rate);
             let now = std::time::Instant::now();
             if due > now {
-                std::thread::sleep(due - now);
+                return Ok(Poll::Pending(Some(due - now)));
             }
         }
         let r = Self::record(self.seed, self.keys, self.next);
         self.next += 1;
-        Ok(Some(r))
+        Ok(Poll::Ready(r))
     }
     fn position(&self) -> Vec<u8> {
         self.next.to_le_bytes().to_vec()
@@ -252,18 +306,18 @@ impl FileSource {
 }
 
 impl Source<String> for FileSource {
-    fn next_record(&mut self) -> Result<Option<String>> {
+    fn poll(&mut self) -> Result<Poll<String>> {
         let path = self.path.clone();
         let mut line = String::new();
         let n = self.reader()?.read_line(&mut line).map_err(|e| Error::io("read", &path, e))?;
         if n == 0 {
-            return Ok(None);
+            return Ok(Poll::End);
         }
         self.offset += n as u64;
         if line.ends_with('\n') {
             line.pop();
         }
-        Ok(Some(line))
+        Ok(Poll::Ready(line))
     }
     fn position(&self) -> Vec<u8> {
         self.offset.to_le_bytes().to_vec()
@@ -275,9 +329,110 @@ impl Source<String> for FileSource {
     }
 }
 
+/// An unbounded, replayable in-memory log with partitions (what a Kafka topic is to a
+/// Flink job): producers append, and source instance `i` of `n` reads the partitions
+/// `p` with `p % n == i`, waiting (without polling) when there is nothing new. The
+/// position is the offset reached in each partition, so a restore reads again exactly
+/// what the checkpoint had not covered. Records stay in memory for replays.
+pub struct Topic<T> {
+    inner: Arc<Mutex<TopicInner<T>>>,
+}
+
+struct TopicInner<T> {
+    partitions: Vec<Vec<T>>,
+    closed: bool,
+    wakers: Vec<SourceWaker>,
+}
+
+impl<T> Clone for Topic<T> {
+    fn clone(&self) -> Self {
+        Topic { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<T: Clone + Send + 'static> Topic<T> {
+    /// A topic of `partitions` partitions (at least 1).
+    pub fn new(partitions: u32) -> Self {
+        let partitions = (0..partitions.max(1)).map(|_| Vec::new()).collect();
+        Topic { inner: Arc::new(Mutex::new(TopicInner { partitions, closed: false, wakers: Vec::new() })) }
+    }
+
+    /// Appends a record to a partition (modulo the partition count) and wakes readers.
+    pub fn push(&self, partition: u32, record: T) {
+        let mut g = self.inner.lock();
+        let n = g.partitions.len();
+        g.partitions[partition as usize % n].push(record);
+        g.wakers.iter().for_each(SourceWaker::wake);
+    }
+
+    /// No more records: readers end once they read everything.
+    pub fn close(&self) {
+        let mut g = self.inner.lock();
+        g.closed = true;
+        g.wakers.iter().for_each(SourceWaker::wake);
+    }
+
+    /// A source instance reading the partitions of `subtask` of `parallelism`.
+    pub fn source(&self, subtask: u32, parallelism: u32) -> TopicSource<T> {
+        let n = self.inner.lock().partitions.len() as u32;
+        let mine: Vec<u32> = (0..n).filter(|p| p % parallelism.max(1) == subtask).collect();
+        TopicSource { topic: self.clone(), offsets: mine.iter().map(|&p| (p, 0)).collect(), next: 0 }
+    }
+}
+
+/// One source instance of a [`Topic`].
+pub struct TopicSource<T> {
+    topic: Topic<T>,
+    /// (partition, offset of the next record).
+    offsets: Vec<(u32, u64)>,
+    next: usize,
+}
+
+impl<T: Clone + Send + 'static> Source<T> for TopicSource<T> {
+    fn open(&mut self, waker: SourceWaker) -> Result<()> {
+        self.topic.inner.lock().wakers.push(waker);
+        Ok(())
+    }
+    fn poll(&mut self) -> Result<Poll<T>> {
+        let g = self.topic.inner.lock();
+        // Round robin over the partitions, one record at a time.
+        for _ in 0..self.offsets.len() {
+            let i = self.next % self.offsets.len().max(1);
+            self.next = self.next.wrapping_add(1);
+            let (p, off) = &mut self.offsets[i];
+            if let Some(r) = g.partitions.get(*p as usize).and_then(|v| v.get(*off as usize)) {
+                *off += 1;
+                return Ok(Poll::Ready(r.clone()));
+            }
+        }
+        Ok(if g.closed { Poll::End } else { Poll::Pending(None) })
+    }
+    fn position(&self) -> Vec<u8> {
+        let n = self.offsets.len().max(1);
+        crate::format::positions::encode_offsets((self.next % n) as u32, &self.offsets)
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        let (next, restored) = crate::format::positions::decode_offsets(position)?;
+        self.next = next as usize;
+        for (p, off) in &mut self.offsets {
+            *off = restored.iter().find(|(q, _)| q == p).map_or(0, |(_, o)| *o);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The next record; `None` at the end, `Err(())` when pending.
+    fn next<T>(s: &mut dyn Source<T>) -> std::result::Result<Option<T>, ()> {
+        match s.poll().unwrap() {
+            Poll::Ready(r) => Ok(Some(r)),
+            Poll::End => Ok(None),
+            Poll::Pending(_) => Err(()),
+        }
+    }
 
     /// Reads everything, checkpointing the position after `cut` records, then replays from
     /// that position in a fresh source: the tail must be identical.
@@ -288,7 +443,7 @@ mod tests {
         let mut a = make();
         let mut all = Vec::new();
         let mut pos = None;
-        while let Some(r) = a.next_record().unwrap() {
+        while let Some(r) = next(a.as_mut()).unwrap() {
             all.push(r);
             if all.len() == cut {
                 pos = Some(a.position());
@@ -297,7 +452,7 @@ mod tests {
         let mut b = make();
         b.seek(&pos.unwrap()).unwrap();
         let mut tail = Vec::new();
-        while let Some(r) = b.next_record().unwrap() {
+        while let Some(r) = next(b.as_mut()).unwrap() {
             tail.push(r);
         }
         assert_eq!(tail, all.split_off(cut));
@@ -313,23 +468,43 @@ mod tests {
         std::fs::write(&path, "alpha\nbeta\n\ngamma\ndelta without newline").unwrap();
         replays_from_position(|| Box::new(FileSource::new(&path)), 2);
         let mut f = FileSource::new(&path);
-        let lines: Vec<String> = std::iter::from_fn(|| f.next_record().unwrap()).collect();
+        let lines: Vec<String> = std::iter::from_fn(|| next(&mut f).unwrap()).collect();
         assert_eq!(lines, ["alpha", "beta", "", "gamma", "delta without newline"]);
         assert!(f.seek(&[1, 2, 3]).is_err(), "a position of the wrong size is an error");
+        let topic = Topic::new(3);
+        for i in 0..30u32 {
+            topic.push(i, i);
+        }
+        topic.close();
+        replays_from_position(|| Box::new(topic.source(0, 1)), 11);
+        replays_from_position(|| Box::new(topic.source(1, 2)), 4);
+    }
+
+    #[test]
+    fn a_topic_source_waits_for_records_and_ends_when_closed() {
+        let topic = Topic::new(2);
+        let mut s = topic.source(0, 1);
+        assert_eq!(next(&mut s), Err(()), "nothing yet: pending, not ended");
+        topic.push(1, "a");
+        assert_eq!(next(&mut s), Ok(Some("a")));
+        topic.close();
+        assert_eq!(next(&mut s), Ok(None));
+        assert!(s.seek(&[0; 5]).is_err(), "a malformed position is an error");
     }
 
     #[test]
     fn checkpoint_paced_sources_wait_for_completed_checkpoints() {
         type Paced = CheckpointPaced<GeneratorSource, (u64, i64)>;
+        // Records until pending or the end: (count, ended).
         let read = |s: &mut Paced| {
             let mut n = 0;
-            while s.ready().unwrap() {
-                if s.next_record().unwrap().is_none() {
-                    return (n, true);
+            loop {
+                match next(s) {
+                    Ok(Some(_)) => n += 1,
+                    Ok(None) => return (n, true),
+                    Err(()) => return (n, false),
                 }
-                n += 1;
             }
-            (n, false)
         };
         let mut s = Paced::new(GeneratorSource::new(1, 10, 10), 4);
         assert_eq!(read(&mut s), (4, false), "before any checkpoint completed");
@@ -344,20 +519,11 @@ mod tests {
         s.seek(&3u64.to_le_bytes()).unwrap();
         assert_eq!(read(&mut s), (4, false));
         assert_eq!(s.position(), 7u64.to_le_bytes());
-        // The same records as unpaced, and the end is found without another checkpoint
-        // when the budget runs out with the input.
+        // The end is found without another checkpoint when the budget runs out with the
+        // input, and the records are the unpaced ones.
         let mut s = Paced::new(GeneratorSource::new(1, 10, 8), 4);
-        let mut got = Vec::new();
-        while s.ready().unwrap() {
-            let Some(r) = s.next_record().unwrap() else { break };
-            got.push(r);
-            if got.len() == 4 {
-                assert!(!s.ready().unwrap());
-                s.checkpoint_complete(1);
-            }
-        }
-        let want: Vec<_> = (0..8).map(|i| GeneratorSource::record(1, 10, i)).collect();
-        assert_eq!(got, want);
-        assert!(s.ready().unwrap() && s.next_record().unwrap().is_none(), "ends at budget 8 of 8");
+        assert_eq!(read(&mut s), (4, false));
+        s.checkpoint_complete(1);
+        assert_eq!(read(&mut s), (4, true), "ends at budget 8 of 8");
     }
 }

@@ -1,812 +1,726 @@
-//! One running instance of an operator: its input loop, barrier alignment, operator logic
-//! and snapshots.
+//! One running instance of an operator: the loop that reads its channels, hands records,
+//! watermarks and timers to its logic, and takes part in checkpoints. A task blocks in a
+//! select over its control channel, its priority-barrier channel, its background writes
+//! and its unblocked input channels: it uses no CPU while nothing arrives.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Data;
-use super::graph::{KeyFn, KeyedProcess, Kind, Partitioning};
-use super::messages::{Ack, Barrier, BarrierKind, Control, Element, Envelope, Report, TaskCheckpointStats};
-use super::runner::{FailAt, InjectedFailure, Mode};
-use super::sink::FileSink;
-use super::source::Source;
-use crate::checkpoint::{Checkpointer, PendingWrite, StateHandle, Target};
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
+
+use super::align::{Aligner, Outcome};
+use super::channel::{Inputs, Outputs};
+use super::faults::{Events, Failures};
+use super::inflight::{InflightHandle, InflightWriter};
+use super::messages::{
+    Ack, Barrier, BarrierKind, Control, Element, MAX_WATERMARK, PriorityBarrier, Report, TaskCheckpointStats,
+    Timestamp,
+};
+use super::operator::{Collector, Logic};
+use super::runner::Mode;
+use super::source::{Poll, Source, SourceWaker};
+use super::time::{InputWatermarks, SourceClock, WatermarkChange, now_ms};
+use crate::checkpoint::{CheckpointStorage, PendingWrite, StateHandle};
 use crate::error::{Error, Result};
-use crate::state::keygroup::key_group;
-use crate::state::{KeyGroupRange, Store};
 
-/// Where a task's output goes along one edge.
-pub(crate) struct Output<T> {
-    /// One sender per downstream subtask, with the channel index the receiver knows it by.
-    pub senders: Vec<(SyncSender<Envelope<T>>, usize)>,
-    /// Priority (unaligned) barrier path to the same subtasks.
-    pub priority: Vec<Sender<PriorityBarrier>>,
-    /// Records sent to each subtask so far (an unaligned barrier carries the count).
-    pub sent: Vec<u64>,
-    pub partitioning: Partitioning<T>,
-    pub max_parallelism: u32,
-    pub rr: usize,
-}
-
-impl<T: Data> Output<T> {
-    fn route(&mut self, record: &T) -> usize {
-        let n = self.senders.len();
-        match &self.partitioning {
-            Partitioning::KeyBy(key) => {
-                let kg = key_group(&key(record), self.max_parallelism);
-                instance_of(kg, self.max_parallelism, n as u32)
-            }
-            Partitioning::Forward if n == 1 => 0,
-            Partitioning::Forward => {
-                self.rr = (self.rr + 1) % n;
-                self.rr
-            }
-        }
-    }
-}
-
-/// The instance (of `parallelism`) owning key group `kg`.
-pub(crate) fn instance_of(kg: u32, max_parallelism: u32, parallelism: u32) -> usize {
-    // Inverse of KeyGroupRange::for_instance: floor(kg * p / m).
-    (u64::from(kg) * u64::from(parallelism) / u64::from(max_parallelism)) as usize
-}
-
-/// The error of a send to a task that has exited: a consequence of another failure.
-const DOWNSTREAM_CLOSED: &str = "downstream task exited";
-
-fn downstream_closed() -> Error {
-    Error::Background(DOWNSTREAM_CLOSED.into())
-}
-
-fn send_all<T: Data>(outputs: &mut [Output<T>], record: T) -> Result<()> {
-    let n = outputs.len();
-    for (i, o) in outputs.iter_mut().enumerate() {
-        let r = if i + 1 == n { None } else { Some(record.clone()) };
-        let target = o.route(&record);
-        let (tx, ch) = &o.senders[target];
-        let rec = r.unwrap_or_else(|| record.clone());
-        tx.send((*ch, Element::Record(rec))).map_err(|_| downstream_closed())?;
-        o.sent[target] += 1;
-    }
-    Ok(())
-}
-
-/// An unaligned barrier on the priority path: (channel at the receiver, barrier, records
-/// the sender had sent on that channel before it).
-pub(crate) type PriorityBarrier = (usize, Barrier, u64);
-
-/// Sends a barrier to every downstream subtask: in band (behind the records already sent),
-/// or, for an unaligned checkpoint, on the priority path, overtaking queued records.
-fn broadcast<T>(outputs: &[Output<T>], barrier: Barrier, mode: Mode) -> Result<()> {
-    let overtake = mode == Mode::Unaligned && !barrier.aligned;
-    for o in outputs {
-        for (i, (tx, ch)) in o.senders.iter().enumerate() {
-            if overtake {
-                o.priority[i].send((*ch, barrier, o.sent[i])).map_err(|_| downstream_closed())?;
-            } else {
-                tx.send((*ch, Element::Barrier(barrier))).map_err(|_| downstream_closed())?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Everything a task needs, built by the runner.
-pub(crate) struct TaskSpec<T> {
+/// What every task has.
+pub(crate) struct TaskCommon {
     pub index: usize,
     pub operator: String,
     pub subtask: u32,
-    pub parallelism: u32,
-    pub kind: Kind<T>,
     pub mode: Mode,
-    pub max_parallelism: u32,
-    pub input: Option<Receiver<Envelope<T>>>,
-    /// Unaligned barriers from upstream.
-    pub priority: Option<Receiver<PriorityBarrier>>,
-    /// Input edge of each channel.
-    pub channel_input: Vec<usize>,
-    pub outputs: Vec<Output<T>>,
     pub control: Receiver<Control>,
+    pub priority: Receiver<PriorityBarrier>,
     pub report: Sender<Report>,
-    pub cancel: Arc<AtomicBool>,
-    pub failures: Arc<Vec<(InjectedFailure, AtomicBool)>>,
-    pub checkpointer: Option<Checkpointer>,
-    pub restored_store: Option<Store>,
-    pub source_position: Option<Vec<u8>>,
-    pub replay: Vec<(usize, T)>,
+    pub failures: Arc<Failures>,
+    pub storage: Arc<CheckpointStorage>,
     pub records_in: Arc<AtomicU64>,
 }
 
-impl<T> TaskSpec<T> {
-    fn name(&self) -> String {
+impl TaskCommon {
+    pub fn name(&self) -> String {
         format!("{}[{}]", self.operator, self.subtask)
     }
 }
 
-/// Runs a task to its end; reports a failure (error or panic) to the coordinator.
-pub(crate) fn run_task<T: Data>(spec: TaskSpec<T>) {
-    let report = spec.report.clone();
-    let name = spec.name();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || match &spec.kind {
-        Kind::Source(_) => run_source(spec),
-        _ => run_operator(spec),
-    }));
-    let (error, secondary) = match result {
+/// Runs a task body to its end and reports a failure (error or panic).
+pub(crate) fn run_task(name: String, report: Sender<Report>, body: impl FnOnce() -> Result<()>) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    let error = match result {
         Ok(Ok(())) => return,
-        Ok(Err(e)) => {
-            let secondary = matches!(&e, Error::Background(m) if m == DOWNSTREAM_CLOSED);
-            (e.to_string(), secondary)
-        }
-        Err(p) => (
-            p.downcast_ref::<String>()
+        Ok(Err(e)) => e,
+        Err(p) => Error::TaskPanicked {
+            task: name.clone(),
+            message: p
+                .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .map_or_else(|| "panic".to_string(), |m| format!("panic: {m}")),
-            false,
-        ),
+                .unwrap_or_else(|| "(no message)".to_string()),
+        },
     };
-    // Sent even when the job is already cancelled: the coordinator looks for the root
-    // cause among all failures once every task has exited.
-    let _ = report.send(Report::Failed { task: name, error, secondary });
+    // Sent even when the attempt is being cancelled: the runner looks for the root cause
+    // among all failures.
+    let _ = report.send(Report::Failed { task: name, error });
 }
 
-/// Fails the task if an injected failure is due: an error, or a panic for `panic: true`.
-fn check_failure<T>(spec: &TaskSpec<T>, at: FailAt) -> Result<()> {
-    for (f, fired) in spec.failures.iter() {
-        if is_mine(spec, f) && f.at == at {
-            fire(spec, f, fired)?;
-        }
-    }
-    Ok(())
-}
-
-fn is_mine<T>(spec: &TaskSpec<T>, f: &InjectedFailure) -> bool {
-    f.operator == spec.operator && f.subtask == spec.subtask
-}
-
-/// Fires `f` unless it already fired in this job.
-fn fire<T>(spec: &TaskSpec<T>, f: &InjectedFailure, fired: &AtomicBool) -> Result<()> {
-    if fired.swap(true, Ordering::SeqCst) {
-        return Ok(());
-    }
-    let what = format!("{}[{}] at {:?}", spec.operator, spec.subtask, f.at);
-    if f.panic {
-        std::panic::panic_any(format!("injected failure: {what}"));
-    }
-    Err(Error::Injected(what))
-}
-
-/// What the task has seen in this attempt that injected failures wait for: records
-/// handled (sources: emitted) and completed checkpoints heard.
-struct Events {
-    records: u64,
-    completed: u64,
-    /// `AfterCheckpoint` failures whose checkpoint count was reached: (index in
-    /// `spec.failures`, records handled then).
-    armed: Vec<(usize, u64)>,
-}
-
-impl Events {
-    fn new<T>(spec: &TaskSpec<T>) -> Events {
-        let mut e = Events { records: 0, completed: 0, armed: Vec::new() };
-        e.arm(spec);
-        e
-    }
-
-    /// Arms the failures that wait for exactly the checkpoints heard so far.
-    fn arm<T>(&mut self, spec: &TaskSpec<T>) {
-        for (i, (f, _)) in spec.failures.iter().enumerate() {
-            if is_mine(spec, f)
-                && matches!(f.at, FailAt::AfterCheckpoint { completed, .. } if completed == self.completed)
-            {
-                self.armed.push((i, self.records));
-            }
-        }
-    }
-
-    /// The task handled one more record.
-    fn record<T>(&mut self, spec: &TaskSpec<T>) -> Result<()> {
-        self.records += 1;
-        check_failure(spec, FailAt::Record(self.records))?;
-        self.fire_due(spec)
-    }
-
-    /// The task heard that a checkpoint completed.
-    fn completed<T>(&mut self, spec: &TaskSpec<T>) -> Result<()> {
-        self.completed += 1;
-        self.arm(spec);
-        self.fire_due(spec)
-    }
-
-    fn fire_due<T>(&self, spec: &TaskSpec<T>) -> Result<()> {
-        for &(i, armed_at) in &self.armed {
-            let Some((f, fired)) = spec.failures.get(i) else { continue };
-            if let FailAt::AfterCheckpoint { records, .. } = f.at
-                && self.records - armed_at == records
-            {
-                fire(spec, f, fired)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn run_source<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
-    let Kind::Source(factory) = &spec.kind else { return Err(Error::Background("not a source".into())) };
-    let mut source: Box<dyn Source<T>> = factory(spec.subtask, spec.parallelism);
-    if let Some(p) = spec.source_position.take() {
-        source.seek(&p)?;
-    }
-    let name = format!("{}/{}", spec.operator, spec.subtask);
-    let mut done = false;
-    let mut events = Events::new(&spec);
-    loop {
-        if spec.cancel.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        // Control first: barriers go between records. A source that is done or not ready
-        // (waiting for a checkpoint to complete) waits for the next message.
-        loop {
-            let msg = if done || !source.ready()? {
-                match spec.control.recv_timeout(Duration::from_millis(20)) {
-                    Ok(m) => m,
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
-                }
-            } else {
-                match spec.control.try_recv() {
-                    Ok(m) => m,
-                    Err(_) => break,
-                }
-            };
-            match msg {
-                Control::Trigger(b) => {
-                    let position = source.position();
-                    broadcast(&spec.outputs, b, spec.mode)?;
-                    let stats = TaskCheckpointStats { task: spec.name(), ..Default::default() };
-                    let ack = Ack {
-                        checkpoint_id: b.id,
-                        task: spec.index,
-                        error: None,
-                        source_position: Some((name.clone(), position)),
-                        handle: None,
-                        inflight: None,
-                        stats,
-                    };
-                    let _ = spec.report.send(Report::Ack(Box::new(ack)));
-                }
-                Control::Stop => return Ok(()),
-                Control::Complete(id) => {
-                    source.checkpoint_complete(id);
-                    events.completed(&spec)?;
-                }
-                Control::Abort(_) => {}
-            }
-        }
-        if done || !source.ready()? {
-            continue;
-        }
-        match source.next_record()? {
-            Some(r) => {
-                send_all(&mut spec.outputs, r)?;
-                events.record(&spec)?;
-            }
-            None => {
-                done = true;
-                let _ = spec.report.send(Report::SourceDone);
-            }
-        }
-    }
-}
-
-/// The operator logic of a non-source task.
-enum Logic<T> {
-    Map(Arc<dyn Fn(T) -> T + Send + Sync>),
-    Filter(Arc<dyn Fn(&T) -> bool + Send + Sync>),
-    FlatMap(Arc<dyn Fn(T) -> Vec<T> + Send + Sync>),
-    Union,
-    Keyed { key: KeyFn<T>, f: Box<dyn KeyedProcess<T>>, store: Store, cp: Option<Checkpointer> },
-    Sink(FileSink),
-}
-
-/// An alignment in progress for one barrier.
-struct Align {
-    /// Hold back channels that delivered the barrier (exactly-once, or a forced-aligned
-    /// barrier in unaligned mode).
-    hold: bool,
-    /// Snapshot at the first barrier and log in-flight records (unaligned).
-    unaligned: bool,
-    /// Unaligned: per channel, the number of records that precede the barrier.
-    upto: Vec<Option<u64>>,
-    seen: Vec<bool>,
-    count: usize,
-    started: Instant,
-    buffered: u64,
-    /// Unaligned: records logged as in-flight channel state.
-    /// (channel, position in channel, input index, encoded record).
-    log: Vec<(usize, u64, u32, Vec<u8>)>,
-    snapshotted: bool,
+/// A record of either input of a task.
+pub(crate) enum In<A, B> {
+    A(A),
+    B(B),
 }
 
 /// A checkpoint this task has acknowledged in part.
 struct PendingAck {
-    write: Option<PendingWrite>,
+    write: bool,
+    capture: bool,
     handle: Option<StateHandle>,
-    inflight: Option<Vec<u8>>,
-    waiting_log: bool,
+    channel_state: Option<InflightHandle>,
+    extra: Vec<(String, Vec<u8>)>,
     stats: TaskCheckpointStats,
-    error: Option<String>,
+    error: Option<Error>,
 }
 
-fn run_operator<T: Data>(mut spec: TaskSpec<T>) -> Result<()> {
-    let mut logic = match spec.kind.clone() {
-        Kind::Map(f) => Logic::Map(f),
-        Kind::Filter(f) => Logic::Filter(f),
-        Kind::FlatMap(f) => Logic::FlatMap(f),
-        Kind::Union => Logic::Union,
-        Kind::Sink(c) => Logic::Sink(FileSink::open(&c, spec.subtask)?),
-        Kind::Keyed { key, process } => {
-            let range = KeyGroupRange::for_instance(spec.max_parallelism, spec.parallelism, spec.subtask)?;
-            let mut store = match spec.restored_store.take() {
-                Some(s) => s,
-                None => Store::with_config(crate::state::StoreConfig {
-                    max_parallelism: spec.max_parallelism,
-                    key_groups: range,
-                })?,
-            };
-            let mut f = process();
-            f.open(&mut store)?;
-            Logic::Keyed { key, f, store, cp: spec.checkpointer.take() }
-        }
-        Kind::Source(_) => return Err(Error::Background("source in operator loop".into())),
-    };
-    let input = spec.input.take().ok_or_else(|| Error::Background("operator without input".into()))?;
-    let mut st = Checkpointing {
-        input,
-        ahead: VecDeque::new(),
-        priority: VecDeque::new(),
-        aligns: BTreeMap::new(),
-        acks: BTreeMap::new(),
-        completed_handles: BTreeMap::new(),
-        held: VecDeque::new(),
-        drain: VecDeque::new(),
-        received: vec![0; spec.channel_input.len()],
-        snapshots: 0,
-    };
-    let mut events = Events::new(&spec);
-    let mut out_buf: Vec<T> = Vec::new();
-    let mut input_closed = false;
+/// A finished background write: (checkpoint, result).
+type WriteDone = (u64, Result<(StateHandle, Duration)>);
 
-    // In-flight records of the checkpoint we restored from (unaligned) come first.
-    for (input_idx, r) in std::mem::take(&mut spec.replay) {
-        process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
+/// A non-source task.
+pub(crate) struct OperatorTask<L: Logic> {
+    pub common: TaskCommon,
+    pub logic: L,
+    pub in1: Inputs<L::In1>,
+    pub in2: Inputs<L::In2>,
+    pub out: Outputs<L::Out>,
+    pub side: Outputs<L::Side>,
+    /// The input (0 or 1) of each channel.
+    pub channel_input: Vec<u8>,
+    pub replay1: Vec<(L::In1, Option<Timestamp>)>,
+    pub replay2: Vec<(L::In2, Option<Timestamp>)>,
+}
+
+struct Loop<L: Logic> {
+    t: OperatorTask<L>,
+    aligner: Aligner,
+    wms: InputWatermarks,
+    col: Collector<L::Out, L::Side>,
+    acks: BTreeMap<u64, PendingAck>,
+    handles: BTreeMap<u64, StateHandle>,
+    capture: Option<(u64, InflightWriter)>,
+    writes_tx: Sender<WriteDone>,
+    writes_rx: Receiver<WriteDone>,
+    events: Events,
+    rr: usize,
+    snapshots: u64,
+    counted: u64,
+}
+
+enum Next {
+    Continue,
+    Stop,
+}
+
+impl<L: Logic> OperatorTask<L> {
+    pub fn run(self) -> Result<()> {
+        let n = self.channel_input.len();
+        let (writes_tx, writes_rx) = crossbeam_channel::unbounded();
+        let events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);
+        let mut l = Loop {
+            aligner: Aligner::new(self.common.mode, n),
+            wms: InputWatermarks::new(n),
+            col: Collector::default(),
+            acks: BTreeMap::new(),
+            handles: BTreeMap::new(),
+            capture: None,
+            writes_tx,
+            writes_rx,
+            events,
+            rr: 0,
+            snapshots: 0,
+            counted: 0,
+            t: self,
+        };
+        let r = l.run();
+        l.t.common.records_in.fetch_add(l.counted, Ordering::Relaxed);
+        r
+    }
+}
+
+impl<L: Logic> Loop<L> {
+    fn run(&mut self) -> Result<()> {
+        // In-flight records of the checkpoint restored from (unaligned) come first.
+        for (r, ts) in std::mem::take(&mut self.t.replay1) {
+            self.t.logic.record1(r, ts, &mut self.col)?;
+            self.flush()?;
+        }
+        for (r, ts) in std::mem::take(&mut self.t.replay2) {
+            self.t.logic.record2(r, ts, &mut self.col)?;
+            self.flush()?;
+        }
+        let n1 = self.t.in1.channels.len();
+        let n = self.t.channel_input.len();
+        loop {
+            while let Ok(m) = self.t.common.control.try_recv() {
+                if let Next::Stop = self.on_control(m)? {
+                    return Ok(());
+                }
+            }
+            self.take_priority()?;
+            while let Ok(w) = self.writes_rx.try_recv() {
+                self.on_write(w);
+            }
+            if let Some(t) = self.t.logic.next_processing_timer() {
+                let now = now_ms();
+                if now >= t {
+                    self.t.logic.processing_time(now, &mut self.col)?;
+                    self.flush()?;
+                }
+            }
+            // Read one element, round robin over the unblocked channels.
+            let mut got = None;
+            for i in 0..n {
+                let ch = (self.rr + i) % n;
+                if self.aligner.blocked(ch) {
+                    continue;
+                }
+                let r = if ch < n1 {
+                    self.t.in1.channels[ch].1.try_recv().map(|e| map_element(e, In::A))
+                } else {
+                    self.t.in2.channels[ch - n1].1.try_recv().map(|e| map_element(e, In::B))
+                };
+                match r {
+                    Ok(e) => {
+                        got = Some((ch, e));
+                        self.rr = ch + 1;
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Disconnected) => {
+                        return Err(Error::Cancelled("an upstream task exited".into()));
+                    }
+                }
+            }
+            match got {
+                Some((ch, e)) => self.on_element(ch, e)?,
+                None => {
+                    if let Next::Stop = self.block()? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
-    loop {
-        if spec.cancel.load(Ordering::SeqCst) {
+    /// Waits for anything: a control message, a priority barrier, a finished write, an
+    /// element on an unblocked channel, or the next processing-time timer.
+    fn block(&mut self) -> Result<Next> {
+        let n1 = self.t.in1.channels.len();
+        let mut sel = Select::new();
+        let i_ctl = sel.recv(&self.t.common.control);
+        let i_pri = sel.recv(&self.t.common.priority);
+        let i_wr = sel.recv(&self.writes_rx);
+        let mut map = Vec::new();
+        for (ch, (_, rx)) in self.t.in1.channels.iter().enumerate() {
+            if !self.aligner.blocked(ch) {
+                map.push((sel.recv(rx), ch));
+            }
+        }
+        for (j, (_, rx)) in self.t.in2.channels.iter().enumerate() {
+            if !self.aligner.blocked(n1 + j) {
+                map.push((sel.recv(rx), n1 + j));
+            }
+        }
+        let op = match self.t.logic.next_processing_timer() {
+            Some(t) => {
+                let wait = Duration::from_millis(u64::try_from(t.saturating_sub(now_ms())).unwrap_or(0));
+                match sel.select_timeout(wait) {
+                    Ok(op) => op,
+                    Err(_) => return Ok(Next::Continue),
+                }
+            }
+            None => sel.select(),
+        };
+        let idx = op.index();
+        if idx == i_ctl {
+            return match op.recv(&self.t.common.control) {
+                Ok(m) => self.on_control(m),
+                Err(_) => Ok(Next::Stop),
+            };
+        }
+        if idx == i_pri {
+            if let Ok(pb) = op.recv(&self.t.common.priority) {
+                self.on_priority(pb)?;
+            }
+            return Ok(Next::Continue);
+        }
+        if idx == i_wr {
+            if let Ok(w) = op.recv(&self.writes_rx) {
+                self.on_write(w);
+            }
+            return Ok(Next::Continue);
+        }
+        let Some(&(_, ch)) = map.iter().find(|(i, _)| *i == idx) else { return Ok(Next::Continue) };
+        let e = if ch < n1 {
+            op.recv(&self.t.in1.channels[ch].1).map(|e| map_element(e, In::A))
+        } else {
+            op.recv(&self.t.in2.channels[ch - n1].1).map(|e| map_element(e, In::B))
+        };
+        match e {
+            Ok(e) => self.on_element(ch, e)?,
+            Err(_) => return Err(Error::Cancelled("an upstream task exited".into())),
+        }
+        Ok(Next::Continue)
+    }
+
+    fn take_priority(&mut self) -> Result<()> {
+        if self.t.common.mode != Mode::Unaligned {
             return Ok(());
         }
-        // Control messages.
-        while let Ok(msg) = spec.control.try_recv() {
-            match msg {
-                Control::Complete(id) => {
-                    on_complete(&mut logic, &mut st.completed_handles, id)?;
-                    events.completed(&spec)?;
-                }
-                Control::Abort(id) => {
-                    if let Logic::Keyed { cp: Some(cp), .. } = &mut logic {
-                        cp.notify_aborted(id);
-                    }
-                    st.completed_handles.remove(&id);
-                }
-                Control::Stop => return Ok(()),
-                Control::Trigger(_) => {}
-            }
+        while let Ok(pb) = self.t.common.priority.try_recv() {
+            self.on_priority(pb)?;
         }
-        // Finished background writes, and unaligned barriers.
-        poll_acks(&spec, &mut st.acks, &mut st.completed_handles);
-        take_priority(&mut spec, &mut logic, &mut st)?;
+        Ok(())
+    }
 
-        // Elements read earlier come first; every unaligned barrier sent before they were
-        // read was taken just above.
-        let (ch, element, seq) = if let Some(e) = st.drain.pop_front() {
-            e
-        } else if let Some(e) = st.ahead.pop_front() {
-            e
-        } else if input_closed {
-            // Upstream is gone (the job is ending): keep serving control messages (a
-            // final "complete" may still be queued) until told to stop.
-            match spec.control.recv_timeout(Duration::from_millis(5)) {
-                Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
-                Ok(Control::Complete(id)) => {
-                    on_complete(&mut logic, &mut st.completed_handles, id)?;
-                    events.completed(&spec)?;
-                    continue;
+    fn on_priority(&mut self, pb: PriorityBarrier) -> Result<()> {
+        let o = self.aligner.on_barrier(pb.channel, pb.barrier, Some(pb.upto));
+        self.on_outcome(o)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        for (o, ts) in self.col.main.drain(..) {
+            self.t.out.record(o, ts)?;
+        }
+        for (o, ts) in self.col.side.drain(..) {
+            self.t.side.record(o, ts)?;
+        }
+        Ok(())
+    }
+
+    fn on_element(&mut self, ch: usize, e: Element<In<L::In1, L::In2>>) -> Result<()> {
+        match e {
+            Element::Record(r, ts) => {
+                // An unaligned barrier sent before this record is in the priority channel
+                // by now: take it first, so the record lands on the right side of it.
+                self.take_priority()?;
+                if self.aligner.on_record(ch) {
+                    self.capture_record(ch, &r, ts)?;
                 }
-                Ok(_) | Err(RecvTimeoutError::Timeout) => continue,
-            }
-        } else {
-            match st.input.recv_timeout(Duration::from_millis(1)) {
-                Ok(e) => {
-                    let e = on_read(&spec, &mut st, e)?;
-                    // An unaligned barrier sent before this record may have arrived since
-                    // the check above: take it before the record is processed.
-                    if let Some(pb) = spec.priority.as_ref().and_then(|p| p.try_recv().ok()) {
-                        st.priority.push_back(pb);
-                        st.ahead.push_front(e);
-                        continue;
-                    }
-                    e
+                match r {
+                    In::A(r) => self.t.logic.record1(r, ts, &mut self.col)?,
+                    In::B(r) => self.t.logic.record2(r, ts, &mut self.col)?,
                 }
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => {
-                    input_closed = true;
-                    continue;
+                self.flush()?;
+                self.counted += 1;
+                if self.counted >= 4096 {
+                    self.t.common.records_in.fetch_add(self.counted, Ordering::Relaxed);
+                    self.counted = 0;
+                }
+                if self.events.any() {
+                    self.events.record(&self.t.common.failures)?;
+                }
+                if let Some((id, n)) = self.aligner.check_capture() {
+                    self.capture_done(id, n)?;
                 }
             }
-        };
-        // A channel that delivered the barrier being aligned is held back.
-        if let Some(a) = st.aligns.values_mut().find(|a| a.hold && a.seen[ch]) {
-            if matches!(element, Element::Record(_)) {
-                a.buffered += 1;
+            Element::Watermark(w) => {
+                let c = self.wms.watermark(ch, w);
+                self.on_watermark_change(c)?;
             }
-            st.held.push_back((ch, element, seq));
-            continue;
-        }
-        match element {
-            Element::Record(r) => {
-                let input_idx = spec.channel_input[ch];
-                process_record(&mut spec, &mut logic, input_idx, r, &mut out_buf)?;
-                events.record(&spec)?;
-                finish_unaligned(&spec, &mut st)?;
+            Element::Idle(idle) => {
+                let c = self.wms.status(ch, idle);
+                self.on_watermark_change(c)?;
             }
-            Element::Barrier(b) => on_barrier(&mut spec, &mut logic, &mut st, ch, b, None)?,
-        }
-    }
-}
-
-/// A task's checkpointing state.
-struct Checkpointing<T> {
-    input: Receiver<Envelope<T>>,
-    /// Records read ahead of processing to reach an unaligned barrier's position.
-    ahead: VecDeque<Local<T>>,
-    /// Priority barriers taken from the channel but not handled yet.
-    priority: VecDeque<PriorityBarrier>,
-    aligns: BTreeMap<u64, Align>,
-    acks: BTreeMap<u64, PendingAck>,
-    completed_handles: BTreeMap<u64, StateHandle>,
-    held: VecDeque<Local<T>>,
-    drain: VecDeque<Local<T>>,
-    /// Records read from each channel (processed or not).
-    received: Vec<u64>,
-    snapshots: u64,
-}
-
-/// Encodes a record for an in-flight log.
-fn log_entry<T: Data>(spec: &TaskSpec<T>, ch: usize, seq: u64, r: &T) -> Result<(usize, u64, u32, Vec<u8>)> {
-    let bytes =
-        postcard::to_allocvec(r).map_err(|e| Error::Codec { state: "in-flight record".into(), source: e })?;
-    Ok((ch, seq, spec.channel_input[ch] as u32, bytes))
-}
-
-/// An element read from the input channel, with its position: for a record, how many
-/// records of its channel were read up to and including it.
-type Local<T> = (usize, Element<T>, u64);
-
-/// An element was read from the input channel: number it, and log a record as channel state
-/// of every unaligned checkpoint whose barrier on that channel it precedes (or that has not
-/// arrived yet).
-fn on_read<T: Data>(spec: &TaskSpec<T>, st: &mut Checkpointing<T>, (ch, e): Envelope<T>) -> Result<Local<T>> {
-    let Element::Record(r) = &e else { return Ok((ch, e, st.received[ch])) };
-    st.received[ch] += 1;
-    let n = st.received[ch];
-    for a in st.aligns.values_mut().filter(|a| a.unaligned) {
-        if a.upto[ch].is_none_or(|upto| n <= upto) {
-            a.log.push(log_entry(spec, ch, n, r)?);
-            a.buffered += 1;
-        }
-    }
-    Ok((ch, e, n))
-}
-
-/// Handles the unaligned barriers waiting on the priority path, then reads ahead (without
-/// processing) every record that precedes them, so the checkpoint's channel state is complete
-/// without waiting for this task to process its backlog.
-fn take_priority<T: Data>(
-    spec: &mut TaskSpec<T>,
-    logic: &mut Logic<T>,
-    st: &mut Checkpointing<T>,
-) -> Result<()> {
-    let mut any = false;
-    loop {
-        let next = match (st.priority.pop_front(), &spec.priority) {
-            (Some(pb), _) => Some(pb),
-            (None, Some(p)) => p.try_recv().ok(),
-            (None, None) => None,
-        };
-        let Some((ch, b, upto)) = next else { break };
-        any = true;
-        on_barrier(spec, logic, st, ch, b, Some(upto))?;
-    }
-    if !any {
-        return Ok(());
-    }
-    // The records before a barrier were sent before it, so they are in the channel now.
-    while st
-        .aligns
-        .values()
-        .any(|a| a.unaligned && a.upto.iter().zip(&st.received).any(|(u, r)| u.is_some_and(|upto| *r < upto)))
-    {
-        match st.input.recv_timeout(Duration::from_millis(100)) {
-            Ok(e) => {
-                let e = on_read(spec, st, e)?;
-                st.ahead.push_back(e);
-            }
-            Err(RecvTimeoutError::Timeout) if spec.cancel.load(Ordering::SeqCst) => return Ok(()),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    finish_unaligned(spec, st)
-}
-
-/// Barrier `b` arrived on channel `ch`: in band (`upto` None) or on the priority path after
-/// `upto` records of that channel.
-fn on_barrier<T: Data>(
-    spec: &mut TaskSpec<T>,
-    logic: &mut Logic<T>,
-    st: &mut Checkpointing<T>,
-    ch: usize,
-    b: Barrier,
-    upto: Option<u64>,
-) -> Result<()> {
-    let n_channels = st.received.len();
-    let a = st.aligns.entry(b.id).or_insert_with(|| Align {
-        hold: spec.mode == Mode::ExactlyOnce || (spec.mode == Mode::Unaligned && b.aligned),
-        unaligned: upto.is_some(),
-        upto: vec![None; n_channels],
-        seen: vec![false; n_channels],
-        count: 0,
-        started: Instant::now(),
-        buffered: 0,
-        log: Vec::new(),
-        snapshotted: false,
-    });
-    if !a.seen[ch] {
-        a.seen[ch] = true;
-        a.count += 1;
-        a.upto[ch] = upto;
-        // Records of this channel read before its barrier was taken were logged on the
-        // assumption that they precede it; those that follow it are not channel state.
-        if let Some(upto) = upto {
-            let before = a.log.len();
-            a.log.retain(|(c, seq, _, _)| *c != ch || *seq <= upto);
-            a.buffered -= (before - a.log.len()) as u64;
-        }
-    }
-    let all = a.count == n_channels;
-    // Unaligned: snapshot at the first barrier; otherwise once every input delivered it.
-    let snap_now = if a.unaligned { a.count == 1 } else { all };
-    if snap_now && !a.snapshotted {
-        a.snapshotted = true;
-        if a.unaligned {
-            // Records read but not processed yet are not in the snapshot: channel state.
-            for (c, e, seq) in st.drain.iter().chain(&st.held).chain(&st.ahead) {
-                if let Element::Record(r) = e
-                    && a.upto[*c].is_none_or(|upto| *seq <= upto)
-                {
-                    a.log.push(log_entry(spec, *c, *seq, r)?);
-                    a.buffered += 1;
-                }
+            Element::Barrier(b) => {
+                let o = self.aligner.on_barrier(ch, b, None);
+                self.on_outcome(o)?;
             }
         }
-        let stats = TaskCheckpointStats {
-            task: spec.name(),
-            alignment: if a.unaligned { Duration::ZERO } else { a.started.elapsed() },
-            buffered_records: a.buffered,
-            ..Default::default()
-        };
-        let waiting_log = a.unaligned;
-        let pending = snapshot(spec, logic, b, stats, waiting_log)?;
-        st.acks.insert(b.id, pending);
-        st.snapshots += 1;
-        broadcast(&spec.outputs, b, spec.mode)?;
-        check_failure(spec, FailAt::CheckpointWrite(st.snapshots))?;
+        Ok(())
     }
-    if a.unaligned {
-        return finish_unaligned(spec, st);
-    }
-    if all {
-        let a = st.aligns.remove(&b.id);
-        if let (Some(a), Some(p)) = (a, st.acks.get_mut(&b.id))
-            && a.hold
-        {
-            p.stats.buffered_records = a.buffered;
-        }
-        // Held-back input is processed before anything new.
-        while let Some(e) = st.held.pop_back() {
-            st.drain.push_front(e);
-        }
-    }
-    poll_acks(spec, &mut st.acks, &mut st.completed_handles);
-    Ok(())
-}
 
-/// Closes the in-flight logs of unaligned checkpoints whose barriers have arrived on every
-/// channel and whose preceding records have all been taken.
-fn finish_unaligned<T: Data>(spec: &TaskSpec<T>, st: &mut Checkpointing<T>) -> Result<()> {
-    let received = &st.received;
-    let done: Vec<u64> = st
-        .aligns
-        .iter()
-        .filter(|(_, a)| {
-            a.unaligned && a.upto.iter().zip(received).all(|(u, r)| u.is_some_and(|upto| *r >= upto))
-        })
-        .map(|(&id, _)| id)
-        .collect();
-    for id in done {
-        let (Some(a), Some(p)) = (st.aligns.remove(&id), st.acks.get_mut(&id)) else { continue };
-        p.waiting_log = false;
-        p.stats.buffered_records = a.buffered;
-        p.inflight = Some(
-            postcard::to_allocvec(&a.log.iter().map(|(_, _, input, r)| (*input, r)).collect::<Vec<_>>())
-                .map_err(|e| Error::Codec { state: "in-flight records".into(), source: e })?,
-        );
+    fn on_watermark_change(&mut self, c: WatermarkChange) -> Result<()> {
+        if let Some(wm) = c.advanced {
+            self.t.logic.watermark(wm, &mut self.col)?;
+            self.flush()?;
+            self.t.out.watermark(wm)?;
+            self.t.side.watermark(wm)?;
+        }
+        if let Some(idle) = c.idle {
+            self.t.out.idle(idle)?;
+            self.t.side.idle(idle)?;
+        }
+        Ok(())
     }
-    poll_acks(spec, &mut st.acks, &mut st.completed_handles);
-    Ok(())
-}
 
-/// Checkpoint `id` completed: confirm the store's snapshot, publish the sink's output.
-fn on_complete<T>(
-    logic: &mut Logic<T>,
-    completed_handles: &mut BTreeMap<u64, StateHandle>,
-    id: u64,
-) -> Result<()> {
-    match logic {
-        Logic::Keyed { store, cp: Some(cp), .. } => {
-            if let Some(h) = completed_handles.remove(&id) {
-                cp.notify_complete(id, &h, store);
-            }
-            completed_handles.retain(|&k, _| k > id);
+    fn capture_record(&mut self, ch: usize, r: &In<L::In1, L::In2>, ts: Option<Timestamp>) -> Result<()> {
+        let Some((_, w)) = &mut self.capture else { return Ok(()) };
+        let bytes = match r {
+            In::A(r) => postcard::to_allocvec(&(ts, r)),
+            In::B(r) => postcard::to_allocvec(&(ts, r)),
         }
-        Logic::Sink(s) => s.commit(id)?,
-        _ => {}
+        .map_err(|e| Error::Codec { state: "in-flight record".into(), source: e })?;
+        let input = u32::from(self.t.channel_input[ch]);
+        w.append(input, ch as u32, &bytes)
     }
-    Ok(())
-}
 
-fn process_record<T: Data>(
-    spec: &mut TaskSpec<T>,
-    logic: &mut Logic<T>,
-    input_idx: usize,
-    r: T,
-    out: &mut Vec<T>,
-) -> Result<()> {
-    spec.records_in.fetch_add(1, Ordering::Relaxed);
-    match logic {
-        Logic::Map(f) => send_all(&mut spec.outputs, f(r)),
-        Logic::Filter(f) => {
-            if f(&r) {
-                send_all(&mut spec.outputs, r)?;
+    fn capture_done(&mut self, id: u64, records: u64) -> Result<()> {
+        let Some((cid, w)) = self.capture.take() else { return Ok(()) };
+        if cid != id {
+            return Ok(());
+        }
+        let Some(p) = self.acks.get_mut(&id) else { return Ok(()) };
+        p.capture = false;
+        p.stats.buffered_records = records;
+        match w.finish() {
+            Ok(h) => {
+                p.stats.inflight_bytes = h.bytes;
+                p.channel_state = Some(h);
             }
-            Ok(())
+            Err(e) => p.error = Some(e),
         }
-        Logic::FlatMap(f) => {
-            for x in f(r) {
-                send_all(&mut spec.outputs, x)?;
-            }
-            Ok(())
-        }
-        Logic::Union => send_all(&mut spec.outputs, r),
-        Logic::Keyed { key, f, store, .. } => {
-            let k = key(&r);
-            f.process(input_idx, &k, r, store, out)?;
-            for x in out.drain(..) {
-                send_all(&mut spec.outputs, x)?;
-            }
-            Ok(())
-        }
-        Logic::Sink(s) => {
-            let line = serde_json::to_string(&r)
-                .map_err(|e| Error::InvalidRecord(format!("sink record does not serialize: {e}")))?;
-            s.write(&line)
-        }
+        self.try_ack(id);
+        Ok(())
     }
-}
 
-/// The synchronous part of a checkpoint for this task.
-fn snapshot<T: Data>(
-    spec: &TaskSpec<T>,
-    logic: &mut Logic<T>,
-    b: Barrier,
-    mut stats: TaskCheckpointStats,
-    waiting_log: bool,
-) -> Result<PendingAck> {
-    let mut p = PendingAck {
-        write: None,
-        handle: None,
-        inflight: None,
-        waiting_log,
-        stats: stats.clone(),
-        error: None,
-    };
-    match logic {
-        Logic::Keyed { store, cp: Some(cp), .. } if b.kind != BarrierKind::Drain => {
-            let target =
-                if b.kind == BarrierKind::Savepoint { Target::Savepoint } else { Target::Checkpoint };
-            let w = match cp.snapshot(store, b.id, target) {
-                Ok(w) => w,
-                // A late barrier of a checkpoint the coordinator already aborted: nothing to
-                // write, and nothing wrong with the task.
-                Err(e @ Error::CheckpointId { .. }) => {
-                    p.error = Some(e.to_string());
-                    p.stats = stats;
-                    return Ok(p);
-                }
-                Err(e) => return Err(e),
-            };
-            stats.sync = w.sync_duration;
-            stats.file_kind = Some(w.kind);
-            p.write = Some(w);
-        }
-        Logic::Sink(s) => {
-            let t = Instant::now();
-            s.pre_commit(b.id)?;
-            if b.kind == BarrierKind::Drain {
-                s.commit(b.id)?;
-            }
-            stats.sync = t.elapsed();
-        }
-        _ => {}
-    }
-    p.stats = stats;
-    let _ = spec;
-    Ok(p)
-}
-
-/// Sends the acks whose background parts are done.
-fn poll_acks<T>(
-    spec: &TaskSpec<T>,
-    acks: &mut BTreeMap<u64, PendingAck>,
-    completed_handles: &mut BTreeMap<u64, StateHandle>,
-) {
-    let mut done = Vec::new();
-    for (&id, p) in acks.iter_mut() {
-        if let Some(w) = &p.write {
-            match w.try_wait() {
-                None => continue,
-                Some(Ok((h, d))) => {
-                    p.stats.async_write = d;
-                    p.stats.bytes = h.operator.bytes_written;
-                    p.handle = Some(h);
-                }
-                Some(Err(e)) => p.error = Some(e.to_string()),
-            }
-            p.write = None;
-        }
-        if !p.waiting_log {
-            done.push(id);
-        }
-    }
-    for id in done {
-        let Some(p) = acks.remove(&id) else { continue };
-        if let Some(h) = &p.handle {
-            completed_handles.insert(id, h.clone());
-        }
-        let inflight = p.inflight.map(|b| (format!("inflight/{}/{}", spec.operator, spec.subtask), b));
+    fn decline(&self, id: u64, error: Error) {
+        let stats = TaskCheckpointStats { task: self.t.common.name(), ..Default::default() };
         let ack = Ack {
             checkpoint_id: id,
-            task: spec.index,
+            task: self.t.common.index,
+            error: Some(error),
+            source_position: None,
+            handle: None,
+            channel_state: None,
+            extra: Vec::new(),
+            stats,
+        };
+        let _ = self.t.common.report.send(Report::Ack(Box::new(ack)));
+    }
+
+    fn on_outcome(&mut self, o: Outcome) -> Result<()> {
+        if let Some(id) = o.abandoned {
+            self.drop_checkpoint(id);
+            self.decline(id, Error::CheckpointId { id, why: "overtaken by a newer barrier".into() });
+        }
+        if let Some(id) = o.inconsistent {
+            self.decline(
+                id,
+                Error::CheckpointId { id, why: "a record after its barrier was processed first".into() },
+            );
+        }
+        if let Some(b) = o.snapshot {
+            self.snapshot(b, o.overtake)?;
+        }
+        if let Some((id, d)) = o.aligned
+            && let Some(p) = self.acks.get_mut(&id)
+        {
+            p.stats.alignment = d;
+        }
+        if let Some((id, n)) = o.captured {
+            self.capture_done(id, n)?;
+        }
+        Ok(())
+    }
+
+    fn drop_checkpoint(&mut self, id: u64) {
+        if self.capture.as_ref().is_some_and(|(c, _)| *c == id) {
+            self.capture = None;
+        }
+        self.acks.remove(&id);
+        self.handles.remove(&id);
+        self.t.logic.aborted(id);
+    }
+
+    fn snapshot(&mut self, b: Barrier, overtake: bool) -> Result<()> {
+        let started = Instant::now();
+        let parts = match self.t.logic.snapshot(b) {
+            Ok(p) => p,
+            // A late barrier of a checkpoint the coordinator already aborted: nothing to
+            // write, and nothing wrong with the task.
+            Err(e @ Error::CheckpointId { .. }) => {
+                self.decline(b.id, e);
+                self.t.out.barrier(b, overtake)?;
+                return self.t.side.barrier(b, overtake);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut stats = TaskCheckpointStats { task: self.t.common.name(), ..Default::default() };
+        stats.sync = started.elapsed();
+        let write = parts.write.is_some();
+        if let Some(w) = parts.write {
+            stats.sync = w.sync_duration;
+            stats.file_kind = Some(w.kind);
+            spawn_waiter(b.id, w, self.writes_tx.clone())?;
+        }
+        self.t.out.barrier(b, overtake)?;
+        self.t.side.barrier(b, overtake)?;
+        if overtake {
+            let w = InflightWriter::create(
+                &self.t.common.storage,
+                b.id,
+                &self.t.common.operator,
+                self.t.common.subtask,
+            )?;
+            self.capture = Some((b.id, w));
+        }
+        self.acks.insert(
+            b.id,
+            PendingAck {
+                write,
+                capture: overtake,
+                handle: None,
+                channel_state: None,
+                extra: parts.extra,
+                stats,
+                error: None,
+            },
+        );
+        self.snapshots += 1;
+        self.events.snapshot(&self.t.common.failures, self.snapshots)?;
+        self.try_ack(b.id);
+        Ok(())
+    }
+
+    fn on_write(&mut self, (id, r): WriteDone) {
+        let Some(p) = self.acks.get_mut(&id) else { return };
+        p.write = false;
+        match r {
+            Ok((h, d)) => {
+                p.stats.async_write = d;
+                p.stats.bytes = h.operator.bytes_written;
+                p.stats.file_kind = Some(h.kind);
+                p.handle = Some(h);
+            }
+            Err(e) => p.error = Some(e),
+        }
+        self.try_ack(id);
+    }
+
+    fn try_ack(&mut self, id: u64) {
+        if self.acks.get(&id).is_none_or(|p| p.write || p.capture) {
+            return;
+        }
+        let Some(p) = self.acks.remove(&id) else { return };
+        if let Some(h) = &p.handle {
+            self.handles.insert(id, h.clone());
+        }
+        let ack = Ack {
+            checkpoint_id: id,
+            task: self.t.common.index,
             error: p.error,
             source_position: None,
             handle: p.handle,
-            inflight,
+            channel_state: p.channel_state,
+            extra: p.extra,
             stats: p.stats,
         };
-        let _ = spec.report.send(Report::Ack(Box::new(ack)));
+        let _ = self.t.common.report.send(Report::Ack(Box::new(ack)));
+    }
+
+    fn on_control(&mut self, m: Control) -> Result<Next> {
+        match m {
+            Control::Complete(b) => {
+                let h = self.handles.remove(&b.id);
+                self.handles.retain(|&k, _| k > b.id);
+                self.t.logic.complete(b, h.as_ref())?;
+                self.flush()?;
+                if self.events.any() {
+                    self.events.completed(&self.t.common.failures, b.kind == BarrierKind::Savepoint)?;
+                }
+            }
+            Control::Abort(id) => {
+                self.aligner.abort(id);
+                self.drop_checkpoint(id);
+            }
+            Control::Stop => return Ok(Next::Stop),
+            Control::Trigger(_) | Control::Wake => {}
+        }
+        Ok(Next::Continue)
+    }
+}
+
+fn map_element<T, U>(e: Element<T>, f: impl FnOnce(T) -> U) -> Element<U> {
+    match e {
+        Element::Record(r, ts) => Element::Record(f(r), ts),
+        Element::Watermark(w) => Element::Watermark(w),
+        Element::Idle(i) => Element::Idle(i),
+        Element::Barrier(b) => Element::Barrier(b),
+    }
+}
+
+/// Waits for a background write on its own thread and reports it to the task's select.
+fn spawn_waiter(id: u64, w: PendingWrite, tx: Sender<WriteDone>) -> Result<()> {
+    std::thread::Builder::new()
+        .name(format!("floe-wait-{id}"))
+        .spawn(move || {
+            let _ = tx.send((id, w.wait()));
+        })
+        .map(|_| ())
+        .map_err(|e| Error::io("spawn write waiter", "", e))
+}
+
+/// A source task.
+pub(crate) struct SourceTask<T> {
+    pub common: TaskCommon,
+    pub source: Box<dyn Source<T>>,
+    pub clock: Option<SourceClock<T>>,
+    pub out: Outputs<T>,
+    pub position: Option<Vec<u8>>,
+    pub waker: Sender<Control>,
+}
+
+#[derive(PartialEq, Eq)]
+enum SourceState {
+    Running,
+    Done,
+    /// Stopped by a stop-with-savepoint that has not completed (its id).
+    Paused(u64),
+}
+
+impl<T: super::Data> SourceTask<T> {
+    pub fn run(mut self) -> Result<()> {
+        self.source.open(SourceWaker(Some(self.waker.clone())))?;
+        if let Some(p) = self.position.take() {
+            self.source.seek(&p)?;
+        }
+        let key = format!("{}/{}", self.common.operator, self.common.subtask);
+        let mut events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);
+        let mut state = SourceState::Running;
+        let mut pending_since: Option<Instant> = None;
+        let mut idle = false;
+        loop {
+            while let Ok(m) = self.common.control.try_recv() {
+                if !self.on_control(m, &key, &mut state, &mut events)? {
+                    return Ok(());
+                }
+            }
+            if state != SourceState::Running {
+                match self.common.control.recv() {
+                    Ok(m) => {
+                        if !self.on_control(m, &key, &mut state, &mut events)? {
+                            return Ok(());
+                        }
+                    }
+                    Err(_) => return Ok(()),
+                }
+                continue;
+            }
+            match self.source.poll()? {
+                Poll::Ready(r) => {
+                    pending_since = None;
+                    if idle {
+                        idle = false;
+                        self.out.idle(false)?;
+                    }
+                    let (ts, wm) = match &mut self.clock {
+                        Some(c) => {
+                            let (ts, wm) = c.on_record(&r);
+                            (Some(ts), wm)
+                        }
+                        None => (None, None),
+                    };
+                    self.out.record(r, ts)?;
+                    if let Some(wm) = wm {
+                        self.out.watermark(wm)?;
+                    }
+                    if events.any() {
+                        events.record(&self.common.failures)?;
+                    }
+                }
+                Poll::Pending(hint) => {
+                    if let Some(wm) = self.clock.as_mut().and_then(SourceClock::flush) {
+                        self.out.watermark(wm)?;
+                    }
+                    let now = Instant::now();
+                    let since = *pending_since.get_or_insert(now);
+                    let idle_at = self
+                        .clock
+                        .as_ref()
+                        .and_then(SourceClock::idle_timeout)
+                        .filter(|_| !idle)
+                        .map(|t| since + t);
+                    let until_idle = idle_at.map(|t| t.saturating_duration_since(now));
+                    let wait = match (hint, until_idle) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let msg = match wait {
+                        Some(w) => match self.common.control.recv_timeout(w) {
+                            Ok(m) => Some(m),
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
+                        },
+                        None => match self.common.control.recv() {
+                            Ok(m) => Some(m),
+                            Err(_) => return Ok(()),
+                        },
+                    };
+                    if let Some(m) = msg
+                        && !self.on_control(m, &key, &mut state, &mut events)?
+                    {
+                        return Ok(());
+                    }
+                    if !idle && idle_at.is_some_and(|t| Instant::now() >= t) {
+                        idle = true;
+                        self.out.idle(true)?;
+                    }
+                }
+                Poll::End => {
+                    state = SourceState::Done;
+                    if let Some(wm) = self.clock.as_mut().and_then(SourceClock::flush) {
+                        self.out.watermark(wm)?;
+                    }
+                    // The end of input is the end of event time: every timer fires.
+                    self.out.watermark(MAX_WATERMARK)?;
+                    let _ = self.common.report.send(Report::SourceDone);
+                }
+            }
+        }
+    }
+
+    /// Handles a control message; false: exit.
+    fn on_control(
+        &mut self,
+        m: Control,
+        key: &str,
+        state: &mut SourceState,
+        events: &mut Events,
+    ) -> Result<bool> {
+        match m {
+            Control::Trigger(b) => {
+                let position = self.source.position();
+                let overtake = self.common.mode == Mode::Unaligned && !b.aligned;
+                self.out.barrier(b, overtake)?;
+                let ack = Ack {
+                    checkpoint_id: b.id,
+                    task: self.common.index,
+                    error: None,
+                    source_position: Some((key.to_string(), position)),
+                    handle: None,
+                    channel_state: None,
+                    extra: Vec::new(),
+                    stats: TaskCheckpointStats { task: self.common.name(), ..Default::default() },
+                };
+                let _ = self.common.report.send(Report::Ack(Box::new(ack)));
+                if b.kind == BarrierKind::StopSavepoint && *state == SourceState::Running {
+                    *state = SourceState::Paused(b.id);
+                }
+            }
+            Control::Complete(b) => {
+                self.source.checkpoint_complete(b.id);
+                if events.any() {
+                    events.completed(&self.common.failures, b.kind == BarrierKind::Savepoint)?;
+                }
+            }
+            Control::Abort(id) => {
+                if *state == SourceState::Paused(id) {
+                    *state = SourceState::Running;
+                }
+            }
+            Control::Stop => return Ok(false),
+            Control::Wake => {}
+        }
+        Ok(true)
     }
 }

@@ -5,7 +5,10 @@ pub mod chain;
 mod cursor;
 pub mod datafile;
 pub mod manifest;
+pub mod positions;
+pub mod sink_state;
 pub mod time;
+pub mod timers;
 
 pub use datafile::{
     BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner, FileState,

@@ -1,0 +1,250 @@
+//! From a wiring of type-erased channels to a typed task: the one place where the graph's
+//! erased parts meet the types of the operator they belong to. A task restores its own
+//! state (in its own thread, so instances restore in parallel).
+
+use std::any::Any;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::Data;
+use super::channel::{Inputs, Output, Outputs, Partitioner, Target};
+use super::inflight::read_inflight;
+use super::messages::{Control, Element, PriorityBarrier, Report, Timestamp};
+use super::operator::{Logic, SinkLogic};
+use super::source::Source;
+use super::task::{OperatorTask, SourceTask, TaskCommon};
+use super::time::{SourceClock, WatermarkStrategy};
+use crate::checkpoint::{Checkpointer, restore_operator};
+use crate::error::{Error, Result};
+use crate::format::{Manifest, sink_state};
+use crate::state::{KeyGroupRange, Store, StoreConfig};
+
+/// What a task runs.
+pub(crate) type TaskBody = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// Makes a bounded channel of one element type: (sender, receiver), erased.
+pub(crate) type ChannelMaker = Arc<dyn Fn(usize) -> (Box<dyn Any + Send>, Box<dyn Any + Send>) + Send + Sync>;
+
+pub(crate) fn channel_maker<T: Data>() -> ChannelMaker {
+    Arc::new(|cap| {
+        let (tx, rx) = crossbeam_channel::bounded::<Element<T>>(cap);
+        (Box::new(tx), Box::new(rx))
+    })
+}
+
+/// The checkpoint an attempt restores.
+pub(crate) struct RestoreCtx {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// One downstream subtask of an output edge, erased.
+pub(crate) struct ErasedTarget {
+    pub tx: Box<dyn Any + Send>,
+    pub priority: Sender<PriorityBarrier>,
+    pub channel: usize,
+}
+
+/// An output edge, erased.
+pub(crate) struct ErasedOutput {
+    pub targets: Vec<ErasedTarget>,
+    pub partitioner: Arc<dyn Any + Send + Sync>,
+}
+
+/// Everything the runner hands a task.
+pub(crate) struct Wiring {
+    pub common: TaskCommon,
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub max_parallelism: u32,
+    /// (channel index, receiver) of each input.
+    pub in1: Vec<(usize, Box<dyn Any + Send>)>,
+    pub in2: Vec<(usize, Box<dyn Any + Send>)>,
+    pub out: Vec<ErasedOutput>,
+    pub side: Vec<ErasedOutput>,
+    pub restore: Option<Arc<RestoreCtx>>,
+    pub waker: Sender<Control>,
+}
+
+fn wiring_error() -> Error {
+    Error::InvalidConfig("internal: a channel of the wrong type".into())
+}
+
+fn inputs<T: Data>(v: Vec<(usize, Box<dyn Any + Send>)>) -> Result<Inputs<T>> {
+    let channels = v
+        .into_iter()
+        .map(|(c, b)| b.downcast::<Receiver<Element<T>>>().map(|rx| (c, *rx)).map_err(|_| wiring_error()))
+        .collect::<Result<_>>()?;
+    Ok(Inputs { channels })
+}
+
+fn outputs<T: Data>(v: Vec<ErasedOutput>, max_parallelism: u32) -> Result<Outputs<T>> {
+    let mut edges = Vec::new();
+    for o in v {
+        let p = o.partitioner.downcast_ref::<Partitioner<T>>().ok_or_else(wiring_error)?;
+        let p = match p {
+            Partitioner::KeyGroups { key, .. } => {
+                Partitioner::KeyGroups { key: Arc::clone(key), max_parallelism }
+            }
+            other => other.clone(),
+        };
+        let targets = o
+            .targets
+            .into_iter()
+            .map(|t| {
+                let tx = t.tx.downcast::<Sender<Element<T>>>().map_err(|_| wiring_error())?;
+                Ok(Target { tx: *tx, priority: t.priority, channel: t.channel, sent: 0 })
+            })
+            .collect::<Result<_>>()?;
+        edges.push(Output::new(targets, p));
+    }
+    Ok(Outputs { edges })
+}
+
+/// Decodes the in-flight records this instance owns (unaligned checkpoints).
+#[allow(clippy::type_complexity, reason = "two typed replay lists")]
+fn replay<L: Logic>(
+    w: &Wiring,
+    logic: &L,
+) -> Result<(Vec<(L::In1, Option<Timestamp>)>, Vec<(L::In2, Option<Timestamp>)>)> {
+    let (mut r1, mut r2) = (Vec::new(), Vec::new());
+    let Some(r) = &w.restore else { return Ok((r1, r2)) };
+    let op = &w.common.operator;
+    let codec = |e| Error::Codec { state: format!("in-flight record of {op}"), source: e };
+    read_inflight(&r.dir, &r.manifest, op, |old, input, _ch, bytes| {
+        let by_old = old % w.parallelism == w.subtask;
+        if input == 0 {
+            let (ts, rec): (Option<Timestamp>, L::In1) = postcard::from_bytes(bytes).map_err(codec)?;
+            if logic.owns1(&rec)?.unwrap_or(by_old) {
+                r1.push((rec, ts));
+            }
+        } else {
+            let (ts, rec): (Option<Timestamp>, L::In2) = postcard::from_bytes(bytes).map_err(codec)?;
+            if logic.owns2(&rec)?.unwrap_or(by_old) {
+                r2.push((rec, ts));
+            }
+        }
+        Ok(())
+    })?;
+    Ok((r1, r2))
+}
+
+fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
+    let (replay1, replay2) = replay(&w, &logic)?;
+    let n1 = w.in1.len();
+    let channel_input = std::iter::repeat_n(0u8, n1).chain(std::iter::repeat_n(1u8, w.in2.len())).collect();
+    Ok(OperatorTask {
+        logic,
+        in1: inputs(w.in1)?,
+        in2: inputs(w.in2)?,
+        out: outputs(w.out, w.max_parallelism)?,
+        side: outputs(w.side, w.max_parallelism)?,
+        channel_input,
+        replay1,
+        replay2,
+        common: w.common,
+    })
+}
+
+/// A stateless operator's task.
+pub(crate) fn operator_body<L: Logic + 'static>(w: Wiring, logic: L) -> Result<TaskBody> {
+    Ok(Box::new(move || task(w, logic)?.run()))
+}
+
+/// Reports a restore failure (the runner may mark the checkpoint bad) and ends the task.
+fn restore_failed(w: &Wiring, error: Error) -> Result<()> {
+    let _ = w.common.report.send(Report::RestoreFailed { task: w.common.name(), error });
+    Ok(())
+}
+
+/// A keyed operator's task: restores (or creates) its store, then builds the logic.
+pub(crate) fn keyed_body<L: Logic + 'static>(
+    w: Wiring,
+    make: impl FnOnce(Store, Checkpointer, &str) -> Result<L> + Send + 'static,
+) -> Result<TaskBody> {
+    Ok(Box::new(move || {
+        let range = KeyGroupRange::for_instance(w.max_parallelism, w.parallelism, w.subtask)?;
+        let cfg = StoreConfig { max_parallelism: w.max_parallelism, key_groups: range };
+        let store = match &w.restore {
+            Some(r) => {
+                let t = Instant::now();
+                match restore_operator(&r.dir, &r.manifest, &w.common.operator, cfg) {
+                    Ok((store, report)) => {
+                        let _ = w.common.report.send(Report::Restored {
+                            chain_len: report.chain_len,
+                            bytes: report.bytes,
+                            elapsed: t.elapsed(),
+                        });
+                        store
+                    }
+                    Err(e) => return restore_failed(&w, e),
+                }
+            }
+            None => Store::with_config(cfg)?,
+        };
+        let cp = Checkpointer::new(Arc::clone(&w.common.storage), &w.common.operator, w.subtask);
+        let logic = make(store, cp, &w.common.operator)?;
+        task(w, logic)?.run()
+    }))
+}
+
+/// A sink's task: first commits what the restored checkpoint pre-committed (of the old
+/// instances that map to this one) and discards the rest.
+pub(crate) fn sink_body<T: Data>(w: Wiring, mut logic: SinkLogic<T>) -> Result<TaskBody> {
+    Ok(Box::new(move || {
+        let mut restored = Vec::new();
+        if let Some(r) = &w.restore {
+            let prefix = format!("sink/{}/", w.common.operator);
+            for (k, v) in &r.manifest.extra {
+                let Some(old) = k.strip_prefix(&prefix) else { continue };
+                let old: u32 =
+                    old.parse().map_err(|_| Error::InvalidRecord(format!("bad sink state key {k}")))?;
+                if old % w.parallelism != w.subtask {
+                    continue;
+                }
+                let bytes = crate::format::manifest::hex_decode(v)
+                    .ok_or_else(|| Error::InvalidRecord(format!("sink state {k} is not hex")))?;
+                restored.extend(sink_state::decode(&bytes)?.into_iter().map(|(_, c)| c));
+            }
+        }
+        logic.sink.recover(&restored)?;
+        task(w, logic)?.run()
+    }))
+}
+
+/// A source's task.
+pub(crate) fn source_body<T: Data>(
+    w: Wiring,
+    factory: &Arc<dyn Fn(u32, u32) -> Box<dyn Source<T>> + Send + Sync>,
+    strategy: Option<WatermarkStrategy<T>>,
+) -> Result<TaskBody> {
+    let factory = Arc::clone(factory);
+    Ok(Box::new(move || {
+        let key = format!("{}/{}", w.common.operator, w.subtask);
+        let position = match &w.restore {
+            Some(r) => match r.manifest.source_positions().remove(&key) {
+                Some(p) => Some(p),
+                None => {
+                    return Err(Error::NotFound(format!(
+                        "position of source {key} in checkpoint {} (a source's parallelism cannot change)",
+                        r.manifest.checkpoint_id
+                    )));
+                }
+            },
+            None => None,
+        };
+        let source = factory(w.subtask, w.parallelism);
+        SourceTask {
+            out: outputs(w.out, w.max_parallelism)?,
+            source,
+            clock: strategy.map(SourceClock::new),
+            position,
+            waker: w.waker,
+            common: w.common,
+        }
+        .run()
+    }))
+}

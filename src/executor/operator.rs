@@ -1,0 +1,378 @@
+//! The operator logic a task runs, behind one trait the task loop drives: stateless
+//! functions, keyed functions of one and two inputs (state and timers in a floe store),
+//! and sinks with two-phase commit. Windows are a keyed logic (`window.rs`).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Data;
+use super::function::{Context, Key, KeyedCoProcessFunction, KeyedProcessFunction};
+use super::messages::{Barrier, BarrierKind, Timestamp};
+use super::sink::TwoPhaseCommitSink;
+use super::time::{TimeDomain, Timer, TimerService, decode_key, now_ms};
+use crate::checkpoint::{Checkpointer, PendingWrite, StateHandle, Target};
+use crate::error::{Error, Result};
+use crate::format::sink_state;
+use crate::state::{KeyGroupRange, Store};
+
+/// Outputs of one call: main records and side-output records, with timestamps.
+pub(crate) struct Collector<O, S> {
+    pub main: Vec<(O, Option<Timestamp>)>,
+    pub side: Vec<(S, Option<Timestamp>)>,
+}
+
+impl<O, S> Default for Collector<O, S> {
+    fn default() -> Self {
+        Collector { main: Vec::new(), side: Vec::new() }
+    }
+}
+
+/// What a snapshot started.
+#[derive(Default)]
+pub(crate) struct SnapshotParts {
+    pub write: Option<PendingWrite>,
+    pub extra: Vec<(String, Vec<u8>)>,
+}
+
+/// The logic of a non-source task.
+pub(crate) trait Logic: Send {
+    type In1: Data;
+    type In2: Data;
+    type Out: Data;
+    type Side: Data;
+
+    fn record1(
+        &mut self,
+        r: Self::In1,
+        ts: Option<Timestamp>,
+        out: &mut Collector<Self::Out, Self::Side>,
+    ) -> Result<()>;
+    fn record2(
+        &mut self,
+        r: Self::In2,
+        ts: Option<Timestamp>,
+        out: &mut Collector<Self::Out, Self::Side>,
+    ) -> Result<()>;
+    /// The task's watermark advanced: fire event-time timers up to it.
+    fn watermark(&mut self, wm: Timestamp, out: &mut Collector<Self::Out, Self::Side>) -> Result<()> {
+        let _ = (wm, out);
+        Ok(())
+    }
+    /// Fire processing-time timers due at `now`.
+    fn processing_time(&mut self, now: Timestamp, out: &mut Collector<Self::Out, Self::Side>) -> Result<()> {
+        let _ = (now, out);
+        Ok(())
+    }
+    fn next_processing_timer(&self) -> Option<Timestamp> {
+        None
+    }
+    /// The synchronous part of a checkpoint.
+    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
+        let _ = b;
+        Ok(SnapshotParts::default())
+    }
+    /// Checkpoint `b` completed; `handle` is this task's state in it.
+    fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
+        let _ = (b, handle);
+        Ok(())
+    }
+    fn aborted(&mut self, id: u64) {
+        let _ = id;
+    }
+    /// Whether this instance owns an in-flight record restored from a checkpoint (keyed
+    /// logics: by key group; `None`: by the old subtask).
+    fn owns1(&self, r: &Self::In1) -> Result<Option<bool>> {
+        let _ = r;
+        Ok(None)
+    }
+    fn owns2(&self, r: &Self::In2) -> Result<Option<bool>> {
+        let _ = r;
+        Ok(None)
+    }
+}
+
+/// Records out of a call, with their timestamps.
+pub(crate) type Emitted<O> = Vec<(O, Option<Timestamp>)>;
+
+/// The function of a stateless operator: a record and its timestamp to outputs.
+pub(crate) type StatelessFn<I, O> = Box<dyn FnMut(I, &mut Emitted<O>, Option<Timestamp>) + Send>;
+
+/// A stateless one-input function: map, filter, flat_map, union.
+pub(crate) struct Stateless<I, O> {
+    pub f: StatelessFn<I, O>,
+}
+
+impl<I: Data, O: Data> Logic for Stateless<I, O> {
+    type In1 = I;
+    type In2 = ();
+    type Out = O;
+    type Side = ();
+
+    fn record1(&mut self, r: I, ts: Option<Timestamp>, out: &mut Collector<O, ()>) -> Result<()> {
+        (self.f)(r, &mut out.main, ts);
+        Ok(())
+    }
+    fn record2(&mut self, _: (), _: Option<Timestamp>, _: &mut Collector<O, ()>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What every keyed logic has: the store, its checkpointer and the timers.
+pub(crate) struct KeyedCore<K> {
+    pub operator: String,
+    pub store: Store,
+    pub checkpointer: Checkpointer,
+    pub timers: TimerService<K>,
+    pub range: KeyGroupRange,
+    pub max_parallelism: u32,
+    pub watermark: Timestamp,
+}
+
+impl<K: Key> KeyedCore<K> {
+    pub fn new(operator: &str, mut store: Store, checkpointer: Checkpointer) -> Result<Self> {
+        let timers = TimerService::open(&mut store)?;
+        let cfg = store.config();
+        Ok(KeyedCore {
+            operator: operator.to_string(),
+            store,
+            checkpointer,
+            timers,
+            range: cfg.key_groups,
+            max_parallelism: cfg.max_parallelism,
+            watermark: i64::MIN,
+        })
+    }
+
+    pub fn encode_key(&self, key: &K) -> Result<Vec<u8>> {
+        postcard::to_allocvec(key)
+            .map_err(|source| Error::Codec { state: format!("key of {}", self.operator), source })
+    }
+
+    pub fn owns(&self, key: &K) -> Result<bool> {
+        let kg = crate::state::key_group(&self.encode_key(key)?, self.max_parallelism);
+        Ok(self.range.contains(kg))
+    }
+
+    /// Runs `f` with a context for `key`.
+    pub fn with_context<O, R>(
+        &mut self,
+        key: &K,
+        key_bytes: &[u8],
+        ts: Option<Timestamp>,
+        out: &mut Vec<(O, Option<Timestamp>)>,
+        f: impl FnOnce(&mut Context<'_, K, O>) -> Result<R>,
+    ) -> Result<R> {
+        let mut ctx = Context {
+            key,
+            key_bytes,
+            store: &mut self.store,
+            timers: &mut self.timers,
+            out,
+            timestamp: ts,
+            watermark: self.watermark,
+            processing_time: now_ms(),
+        };
+        f(&mut ctx)
+    }
+
+    /// Fires every timer of `domain` due at `now`, in time order, with `on_timer`.
+    pub fn fire<O>(
+        &mut self,
+        domain: TimeDomain,
+        now: Timestamp,
+        out: &mut Vec<(O, Option<Timestamp>)>,
+        mut on_timer: impl FnMut(&mut Context<'_, K, O>, Timer) -> Result<()>,
+    ) -> Result<()> {
+        while let Some((time, key_bytes)) = self.timers.pop_due(&mut self.store, domain, now)? {
+            let key: K = decode_key(&self.operator, &key_bytes)?;
+            let timer = Timer { time, domain };
+            let ts = (domain == TimeDomain::EventTime).then_some(time);
+            self.with_context(&key, &key_bytes, ts, out, |ctx| on_timer(ctx, timer))?;
+        }
+        Ok(())
+    }
+
+    pub fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
+        if b.kind == BarrierKind::Drain {
+            return Ok(SnapshotParts::default());
+        }
+        let target = if b.kind.is_savepoint() { Target::Savepoint } else { Target::Checkpoint };
+        let w = self.checkpointer.snapshot(&mut self.store, b.id, target)?;
+        Ok(SnapshotParts { write: Some(w), extra: Vec::new() })
+    }
+
+    pub fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) {
+        if let Some(h) = handle {
+            self.checkpointer.notify_complete(b.id, h, &mut self.store);
+        }
+    }
+}
+
+/// A keyed function of one input.
+pub(crate) struct Keyed<K, I, O, F> {
+    pub core: KeyedCore<K>,
+    pub key: Arc<dyn Fn(&I) -> K + Send + Sync>,
+    pub f: F,
+    pub _types: PhantomData<fn() -> O>,
+}
+
+impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> Logic for Keyed<K, I, O, F> {
+    type In1 = I;
+    type In2 = ();
+    type Out = O;
+    type Side = ();
+
+    fn record1(&mut self, r: I, ts: Option<Timestamp>, out: &mut Collector<O, ()>) -> Result<()> {
+        let key = (self.key)(&r);
+        let kb = self.core.encode_key(&key)?;
+        let f = &mut self.f;
+        self.core.with_context(&key, &kb, ts, &mut out.main, |ctx| f.process(r, ctx))
+    }
+    fn record2(&mut self, _: (), _: Option<Timestamp>, _: &mut Collector<O, ()>) -> Result<()> {
+        Ok(())
+    }
+    fn watermark(&mut self, wm: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
+        self.core.watermark = wm;
+        let f = &mut self.f;
+        self.core.fire(TimeDomain::EventTime, wm, &mut out.main, |ctx, t| f.on_timer(t, ctx))
+    }
+    fn processing_time(&mut self, now: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
+        let f = &mut self.f;
+        self.core.fire(TimeDomain::ProcessingTime, now, &mut out.main, |ctx, t| f.on_timer(t, ctx))
+    }
+    fn next_processing_timer(&self) -> Option<Timestamp> {
+        self.core.timers.next_processing()
+    }
+    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
+        self.core.snapshot(b)
+    }
+    fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
+        self.core.complete(b, handle);
+        Ok(())
+    }
+    fn aborted(&mut self, id: u64) {
+        self.core.checkpointer.notify_aborted(id);
+    }
+    fn owns1(&self, r: &I) -> Result<Option<bool>> {
+        self.core.owns(&(self.key)(r)).map(Some)
+    }
+}
+
+/// A keyed function of two inputs.
+pub(crate) struct CoKeyed<K, A, B, O, F> {
+    pub core: KeyedCore<K>,
+    pub key1: Arc<dyn Fn(&A) -> K + Send + Sync>,
+    pub key2: Arc<dyn Fn(&B) -> K + Send + Sync>,
+    pub f: F,
+    pub _types: PhantomData<fn() -> O>,
+}
+
+impl<K: Key, A: Data, B: Data, O: Data, F: KeyedCoProcessFunction<K, A, B, O>> Logic
+    for CoKeyed<K, A, B, O, F>
+{
+    type In1 = A;
+    type In2 = B;
+    type Out = O;
+    type Side = ();
+
+    fn record1(&mut self, r: A, ts: Option<Timestamp>, out: &mut Collector<O, ()>) -> Result<()> {
+        let key = (self.key1)(&r);
+        let kb = self.core.encode_key(&key)?;
+        let f = &mut self.f;
+        self.core.with_context(&key, &kb, ts, &mut out.main, |ctx| f.process1(r, ctx))
+    }
+    fn record2(&mut self, r: B, ts: Option<Timestamp>, out: &mut Collector<O, ()>) -> Result<()> {
+        let key = (self.key2)(&r);
+        let kb = self.core.encode_key(&key)?;
+        let f = &mut self.f;
+        self.core.with_context(&key, &kb, ts, &mut out.main, |ctx| f.process2(r, ctx))
+    }
+    fn watermark(&mut self, wm: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
+        self.core.watermark = wm;
+        let f = &mut self.f;
+        self.core.fire(TimeDomain::EventTime, wm, &mut out.main, |ctx, t| f.on_timer(t, ctx))
+    }
+    fn processing_time(&mut self, now: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
+        let f = &mut self.f;
+        self.core.fire(TimeDomain::ProcessingTime, now, &mut out.main, |ctx, t| f.on_timer(t, ctx))
+    }
+    fn next_processing_timer(&self) -> Option<Timestamp> {
+        self.core.timers.next_processing()
+    }
+    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
+        self.core.snapshot(b)
+    }
+    fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
+        self.core.complete(b, handle);
+        Ok(())
+    }
+    fn aborted(&mut self, id: u64) {
+        self.core.checkpointer.notify_aborted(id);
+    }
+    fn owns1(&self, r: &A) -> Result<Option<bool>> {
+        self.core.owns(&(self.key1)(r)).map(Some)
+    }
+    fn owns2(&self, r: &B) -> Result<Option<bool>> {
+        self.core.owns(&(self.key2)(r)).map(Some)
+    }
+}
+
+/// A sink: records into the current transaction, pre-commit at checkpoint barriers,
+/// commit of every pending transaction up to a completed checkpoint.
+pub(crate) struct SinkLogic<T> {
+    pub operator: String,
+    pub subtask: u32,
+    pub sink: Box<dyn TwoPhaseCommitSink<T>>,
+    /// Pre-committed, not yet committed: (checkpoint id, committable).
+    pub pending: Vec<(u64, Vec<u8>)>,
+    pub sync: std::time::Duration,
+}
+
+impl<T: Data> SinkLogic<T> {
+    fn commit_upto(&mut self, id: u64) -> Result<()> {
+        let (done, keep): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|(c, _)| *c <= id);
+        self.pending = keep;
+        for (_, c) in done {
+            self.sink.commit(&c)?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Data> Logic for SinkLogic<T> {
+    type In1 = T;
+    type In2 = ();
+    type Out = ();
+    type Side = ();
+
+    fn record1(&mut self, r: T, _: Option<Timestamp>, _: &mut Collector<(), ()>) -> Result<()> {
+        self.sink.write(r)
+    }
+    fn record2(&mut self, _: (), _: Option<Timestamp>, _: &mut Collector<(), ()>) -> Result<()> {
+        Ok(())
+    }
+    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
+        let t = Instant::now();
+        if b.kind.commits() {
+            let c = self.sink.pre_commit(b.id)?;
+            self.pending.push((b.id, c));
+        }
+        if b.kind == BarrierKind::Drain {
+            // Checkpointing off: publish at the end without a checkpoint.
+            self.commit_upto(b.id)?;
+            return Ok(SnapshotParts::default());
+        }
+        let key = format!("sink/{}/{}", self.operator, self.subtask);
+        let bytes = sink_state::encode(&self.pending)?;
+        self.sync = t.elapsed();
+        Ok(SnapshotParts { write: None, extra: vec![(key, bytes)] })
+    }
+    fn complete(&mut self, b: Barrier, _: Option<&StateHandle>) -> Result<()> {
+        if b.kind.commits() {
+            self.commit_upto(b.id)?;
+        }
+        Ok(())
+    }
+}

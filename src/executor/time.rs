@@ -1,0 +1,338 @@
+//! Event time and timers: watermark strategies at sources, the watermark of a task (the
+//! minimum over its input channels, idle channels not holding it back), and per-key timers
+//! kept in the floe store.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::messages::{MAX_WATERMARK, Timestamp};
+use crate::error::{Error, Result};
+use crate::format::timers::{TIMER_STATE, decode_timer, encode_timer};
+use crate::state::{MapState, Store, ValueRef};
+
+/// How a source assigns event time: a timestamp per record, and watermarks that trail the
+/// largest timestamp seen by a bound on out-of-orderness (Flink's
+/// `WatermarkStrategy.forBoundedOutOfOrderness`), per source instance.
+pub struct WatermarkStrategy<T> {
+    pub(crate) timestamp: Arc<dyn Fn(&T) -> Timestamp + Send + Sync>,
+    pub(crate) out_of_orderness: i64,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) every: u64,
+}
+
+impl<T> Clone for WatermarkStrategy<T> {
+    fn clone(&self) -> Self {
+        WatermarkStrategy {
+            timestamp: Arc::clone(&self.timestamp),
+            out_of_orderness: self.out_of_orderness,
+            idle_timeout: self.idle_timeout,
+            every: self.every,
+        }
+    }
+}
+
+impl<T> WatermarkStrategy<T> {
+    /// Records may arrive up to `max_out_of_orderness_ms` later than the largest timestamp
+    /// seen; the watermark is `max_seen - max_out_of_orderness_ms - 1`.
+    pub fn bounded_out_of_orderness(
+        max_out_of_orderness_ms: u64,
+        timestamp: impl Fn(&T) -> Timestamp + Send + Sync + 'static,
+    ) -> Self {
+        WatermarkStrategy {
+            timestamp: Arc::new(timestamp),
+            out_of_orderness: i64::try_from(max_out_of_orderness_ms).unwrap_or(i64::MAX),
+            idle_timeout: None,
+            every: 64,
+        }
+    }
+
+    /// Timestamps only go up: the watermark follows the largest one.
+    pub fn monotonous(timestamp: impl Fn(&T) -> Timestamp + Send + Sync + 'static) -> Self {
+        Self::bounded_out_of_orderness(0, timestamp)
+    }
+
+    /// A source instance that has had nothing to read for `timeout` is idle: it no longer
+    /// holds back the watermark of the tasks it feeds, until it reads again.
+    pub fn with_idleness(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+
+    /// Emit a watermark at most every `records` records (and whenever the source has
+    /// nothing to read, or ends). Default 64; at least 1.
+    pub fn emit_every(mut self, records: u64) -> Self {
+        self.every = records.max(1);
+        self
+    }
+}
+
+/// A source instance's event-time clock.
+pub(crate) struct SourceClock<T> {
+    strategy: WatermarkStrategy<T>,
+    max_seen: Timestamp,
+    emitted: Timestamp,
+    since: u64,
+}
+
+impl<T> SourceClock<T> {
+    pub fn new(strategy: WatermarkStrategy<T>) -> Self {
+        SourceClock { strategy, max_seen: i64::MIN, emitted: i64::MIN, since: 0 }
+    }
+
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.strategy.idle_timeout
+    }
+
+    /// A record was read: its timestamp, and a watermark to emit after it, if due.
+    pub fn on_record(&mut self, r: &T) -> (Timestamp, Option<Timestamp>) {
+        let ts = (self.strategy.timestamp)(r);
+        self.max_seen = self.max_seen.max(ts);
+        self.since += 1;
+        let wm = if self.since >= self.strategy.every { self.flush() } else { None };
+        (ts, wm)
+    }
+
+    /// The current watermark, if it moved since the last one emitted.
+    pub fn flush(&mut self) -> Option<Timestamp> {
+        self.since = 0;
+        if self.max_seen == i64::MIN {
+            return None;
+        }
+        let wm = self.max_seen.saturating_sub(self.strategy.out_of_orderness).saturating_sub(1);
+        (wm > self.emitted).then(|| {
+            self.emitted = wm;
+            wm
+        })
+    }
+}
+
+/// The watermark of a task: the minimum over its input channels of the latest watermark
+/// each delivered, leaving out idle channels and channels that ended (an ended channel is
+/// at the end of time). It never goes back.
+pub(crate) struct InputWatermarks {
+    wm: Vec<Timestamp>,
+    idle: Vec<bool>,
+    ended: Vec<bool>,
+    current: Timestamp,
+    all_idle: bool,
+}
+
+/// What a change of an input's watermark or status means for the task.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct WatermarkChange {
+    /// The task's watermark advanced to this.
+    pub advanced: Option<Timestamp>,
+    /// Every channel still open is idle (true) or one became active (false).
+    pub idle: Option<bool>,
+}
+
+impl InputWatermarks {
+    pub fn new(channels: usize) -> Self {
+        InputWatermarks {
+            wm: vec![i64::MIN; channels],
+            idle: vec![false; channels],
+            ended: vec![false; channels],
+            current: i64::MIN,
+            all_idle: false,
+        }
+    }
+
+    pub fn watermark(&mut self, ch: usize, wm: Timestamp) -> WatermarkChange {
+        if let Some(w) = self.wm.get_mut(ch) {
+            *w = (*w).max(wm);
+        }
+        // A watermark means the channel is active.
+        if let Some(i) = self.idle.get_mut(ch) {
+            *i = false;
+        }
+        self.update()
+    }
+
+    pub fn status(&mut self, ch: usize, idle: bool) -> WatermarkChange {
+        if let Some(i) = self.idle.get_mut(ch) {
+            *i = idle;
+        }
+        self.update()
+    }
+
+    fn update(&mut self) -> WatermarkChange {
+        let mut change = WatermarkChange::default();
+        let open: Vec<usize> = (0..self.wm.len()).filter(|&c| !self.ended[c]).collect();
+        let active: Vec<usize> = open.iter().copied().filter(|&c| !self.idle[c]).collect();
+        let all_idle = !open.is_empty() && active.is_empty();
+        if all_idle != self.all_idle {
+            self.all_idle = all_idle;
+            change.idle = Some(all_idle);
+        }
+        let combined = if open.is_empty() {
+            MAX_WATERMARK
+        } else if active.is_empty() {
+            return change;
+        } else {
+            active.iter().map(|&c| self.wm[c]).min().unwrap_or(i64::MIN)
+        };
+        if combined > self.current {
+            self.current = combined;
+            change.advanced = Some(combined);
+        }
+        change
+    }
+}
+
+/// Which clock a timer follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimeDomain {
+    /// Fires when the watermark reaches it.
+    EventTime,
+    /// Fires when the wall clock (ms since the Unix epoch) reaches it.
+    ProcessingTime,
+}
+
+/// A timer that fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timer {
+    /// When it was set for.
+    pub time: Timestamp,
+    /// Its clock.
+    pub domain: TimeDomain,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Per-key timers of one keyed task. The store holds them (a map state keyed like the
+/// user's states, so they are checkpointed incrementally, restored and rescaled by key
+/// group with the rest of the state); an in-memory index orders them by time.
+pub(crate) struct TimerService<K> {
+    state: MapState<K, (u8, i64), ()>,
+    event: BTreeSet<(Timestamp, Vec<u8>)>,
+    processing: BTreeSet<(Timestamp, Vec<u8>)>,
+}
+
+fn index_of<K>(t: &mut TimerService<K>, domain: TimeDomain) -> &mut BTreeSet<(Timestamp, Vec<u8>)> {
+    match domain {
+        TimeDomain::EventTime => &mut t.event,
+        TimeDomain::ProcessingTime => &mut t.processing,
+    }
+}
+
+impl<K: Serialize + DeserializeOwned> TimerService<K> {
+    /// Registers the timer state and rebuilds the index from what the store holds (after
+    /// a restore: the timers of the key groups this instance owns).
+    pub fn open(store: &mut Store) -> Result<Self> {
+        let state = store.map_state::<K, (u8, i64), ()>(TIMER_STATE)?;
+        let mut t = TimerService { state, event: BTreeSet::new(), processing: BTreeSet::new() };
+        let snap = store.snapshot();
+        for kg in snap.key_groups().iter() {
+            for e in snap.entries(t.state.id(), kg)? {
+                let ValueRef::Map(m) = e.value else { continue };
+                for (mk, _) in m {
+                    let (domain, time) = decode_timer(mk)?;
+                    index_of(&mut t, domain).insert((time, e.key.to_vec()));
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn register(
+        &mut self,
+        store: &mut Store,
+        key: &[u8],
+        domain: TimeDomain,
+        time: Timestamp,
+    ) -> Result<()> {
+        if index_of(self, domain).insert((time, key.to_vec())) {
+            store.map_put(self.state.id(), key, &encode_timer(domain, time), &[])?;
+        }
+        Ok(())
+    }
+
+    pub fn delete(
+        &mut self,
+        store: &mut Store,
+        key: &[u8],
+        domain: TimeDomain,
+        time: Timestamp,
+    ) -> Result<()> {
+        if index_of(self, domain).remove(&(time, key.to_vec())) {
+            store.map_remove(self.state.id(), key, &encode_timer(domain, time))?;
+        }
+        Ok(())
+    }
+
+    /// Removes and returns the earliest timer of `domain` due at `now`.
+    pub fn pop_due(
+        &mut self,
+        store: &mut Store,
+        domain: TimeDomain,
+        now: Timestamp,
+    ) -> Result<Option<(Timestamp, Vec<u8>)>> {
+        let idx = index_of(self, domain);
+        let due = idx.first().is_some_and(|(t, _)| *t <= now);
+        if !due {
+            return Ok(None);
+        }
+        let Some((time, key)) = idx.pop_first() else { return Ok(None) };
+        store.map_remove(self.state.id(), &key, &encode_timer(domain, time))?;
+        Ok(Some((time, key)))
+    }
+
+    /// When the next processing-time timer is due.
+    pub fn next_processing(&self) -> Option<Timestamp> {
+        self.processing.first().map(|(t, _)| *t)
+    }
+}
+
+/// Decodes a key stored by the runtime (postcard, as typed states encode keys).
+pub(crate) fn decode_key<K: DeserializeOwned>(operator: &str, bytes: &[u8]) -> Result<K> {
+    postcard::from_bytes(bytes).map_err(|source| Error::Codec { state: format!("key of {operator}"), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_task_watermark_is_the_minimum_over_active_channels() {
+        let mut w = InputWatermarks::new(3);
+        assert_eq!(w.watermark(0, 10).advanced, None, "channels 1 and 2 are still at the start");
+        assert_eq!(w.watermark(1, 5).advanced, None);
+        assert_eq!(w.watermark(2, 7).advanced, Some(5));
+        // An idle channel no longer holds time back.
+        assert_eq!(w.status(1, true), WatermarkChange { advanced: Some(7), idle: None });
+        // Active again with a lower watermark: time does not go back.
+        assert_eq!(w.watermark(1, 6).advanced, None);
+        assert_eq!(w.watermark(1, 20).advanced, None);
+        assert_eq!(w.watermark(2, 30).advanced, Some(10));
+        // All open channels idle: the task is idle, its watermark stays.
+        w.status(0, true);
+        w.status(1, true);
+        assert_eq!(w.status(2, true), WatermarkChange { advanced: None, idle: Some(true) });
+        // A source at its end sends the end of time: with the others idle, it decides.
+        assert_eq!(
+            w.watermark(0, MAX_WATERMARK),
+            WatermarkChange { advanced: Some(MAX_WATERMARK), idle: Some(false) }
+        );
+    }
+
+    #[test]
+    fn a_source_clock_trails_the_largest_timestamp_by_the_bound() {
+        let mut c =
+            SourceClock::new(WatermarkStrategy::bounded_out_of_orderness(5, |t: &i64| *t).emit_every(2));
+        assert_eq!(c.on_record(&100), (100, None));
+        assert_eq!(c.on_record(&90), (90, Some(94)));
+        assert_eq!(c.on_record(&95), (95, None));
+        assert_eq!(c.flush(), None, "no new maximum: nothing to emit");
+        c.on_record(&120);
+        assert_eq!(c.flush(), Some(114));
+    }
+}

@@ -1,0 +1,310 @@
+//! Event-time windows on keyed streams: tumbling, sliding and session windows with an
+//! incremental aggregate, allowed lateness and late records dropped or sent to a side
+//! output. Built on the store and timers like any keyed function: each window's
+//! accumulator is an entry of a map state (key → window → accumulator), and each window
+//! has an event-time timer at its end (and one at the end of its allowed lateness), so
+//! windows are checkpointed incrementally, restored and rescaled with the rest of the state.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::Data;
+use super::function::Key;
+use super::messages::Barrier;
+use super::messages::Timestamp;
+use super::operator::{Collector, KeyedCore, Logic, SnapshotParts};
+use super::time::TimeDomain;
+use crate::checkpoint::StateHandle;
+use crate::error::{Error, Result};
+use crate::state::MapState;
+
+/// The name of the window contents state of a window operator.
+pub const WINDOW_STATE: &str = "__floe_windows";
+
+/// A window: the event times `start <= t < end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Window {
+    /// First time in the window.
+    pub start: Timestamp,
+    /// First time after it.
+    pub end: Timestamp,
+}
+
+impl Window {
+    /// The largest timestamp in the window: its results are emitted when the watermark
+    /// reaches it.
+    pub fn max_timestamp(&self) -> Timestamp {
+        self.end.saturating_sub(1)
+    }
+
+    fn intersects(&self, o: &Window) -> bool {
+        self.start <= o.end && o.start <= self.end
+    }
+
+    fn cover(&self, o: &Window) -> Window {
+        Window { start: self.start.min(o.start), end: self.end.max(o.end) }
+    }
+}
+
+/// How records are assigned to windows (sizes in event-time milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Windows {
+    /// Fixed, non-overlapping windows of `size`, aligned to the epoch.
+    Tumbling {
+        /// Window length.
+        size: i64,
+    },
+    /// Windows of `size` starting every `slide` (a record is in `size / slide` windows).
+    Sliding {
+        /// Window length.
+        size: i64,
+        /// Distance between window starts.
+        slide: i64,
+    },
+    /// Windows per key that close after a `gap` without records; overlapping sessions
+    /// merge.
+    Session {
+        /// Inactivity that ends a session.
+        gap: i64,
+    },
+}
+
+impl Windows {
+    /// Tumbling windows of `size_ms`.
+    pub fn tumbling(size_ms: i64) -> Self {
+        Windows::Tumbling { size: size_ms }
+    }
+
+    /// Sliding windows of `size_ms` every `slide_ms`.
+    pub fn sliding(size_ms: i64, slide_ms: i64) -> Self {
+        Windows::Sliding { size: size_ms, slide: slide_ms }
+    }
+
+    /// Session windows with a `gap_ms` of inactivity.
+    pub fn session(gap_ms: i64) -> Self {
+        Windows::Session { gap: gap_ms }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let ok = match *self {
+            Windows::Tumbling { size } => size > 0,
+            Windows::Sliding { size, slide } => {
+                size > 0 && slide > 0 && slide <= size && size / slide <= 10_000
+            }
+            Windows::Session { gap } => gap > 0,
+        };
+        if ok { Ok(()) } else { Err(Error::InvalidConfig(format!("window assigner {self:?}"))) }
+    }
+
+    fn assign(&self, ts: Timestamp) -> Vec<Window> {
+        match *self {
+            Windows::Tumbling { size } => {
+                let start = ts - ts.rem_euclid(size);
+                vec![Window { start, end: start.saturating_add(size) }]
+            }
+            Windows::Sliding { size, slide } => {
+                let last = ts - ts.rem_euclid(slide);
+                let mut out = Vec::new();
+                let mut start = last;
+                while start > ts - size {
+                    out.push(Window { start, end: start.saturating_add(size) });
+                    start -= slide;
+                }
+                out
+            }
+            Windows::Session { gap } => vec![Window { start: ts, end: ts.saturating_add(gap) }],
+        }
+    }
+}
+
+/// An incremental aggregate over a window's records (Flink's `AggregateFunction`).
+pub trait AggregateFunction<I, A, R>: Send + Sync {
+    /// A new, empty accumulator.
+    fn create(&self) -> A;
+    /// Adds a record.
+    fn add(&self, acc: &mut A, record: &I);
+    /// Merges two accumulators (session windows that merge).
+    fn merge(&self, acc: &mut A, other: A);
+    /// The window's result.
+    fn result(&self, acc: &A) -> R;
+}
+
+/// What a window operator emits: the result of one window of one key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Windowed<K, R> {
+    /// The key.
+    pub key: K,
+    /// The window.
+    pub window: Window,
+    /// The aggregate's result.
+    pub value: R,
+}
+
+/// The window operator.
+pub(crate) struct WindowLogic<K, I, A, R, F> {
+    pub core: KeyedCore<K>,
+    pub key: Arc<dyn Fn(&I) -> K + Send + Sync>,
+    pub windows: Windows,
+    pub lateness: i64,
+    pub late_to_side: bool,
+    pub agg: F,
+    pub state: MapState<K, Window, A>,
+    pub _types: PhantomData<fn() -> R>,
+}
+
+type Out<K, R, I> = Collector<Windowed<K, R>, I>;
+
+impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLogic<K, I, A, R, F> {
+    fn is_late(&self, w: &Window) -> bool {
+        w.max_timestamp().saturating_add(self.lateness) <= self.core.watermark
+    }
+
+    fn register(&mut self, kb: &[u8], w: &Window) -> Result<()> {
+        let store = &mut self.core.store;
+        self.core.timers.register(store, kb, TimeDomain::EventTime, w.max_timestamp())?;
+        if self.lateness > 0 {
+            let cleanup = w.max_timestamp().saturating_add(self.lateness);
+            self.core.timers.register(store, kb, TimeDomain::EventTime, cleanup)?;
+        }
+        Ok(())
+    }
+
+    fn unregister(&mut self, kb: &[u8], w: &Window) -> Result<()> {
+        let store = &mut self.core.store;
+        self.core.timers.delete(store, kb, TimeDomain::EventTime, w.max_timestamp())?;
+        let cleanup = w.max_timestamp().saturating_add(self.lateness);
+        self.core.timers.delete(store, kb, TimeDomain::EventTime, cleanup)
+    }
+
+    /// The session window `w` merged with every window of the key it touches (directly
+    /// or through another), and those windows.
+    fn session_of(&self, key: &K, mut w: Window) -> Result<(Window, Vec<(Window, A)>)> {
+        let mut rest = self.state.entries(&self.core.store, key)?;
+        let mut merged = Vec::new();
+        loop {
+            let (touch, keep): (Vec<_>, Vec<_>) = rest.into_iter().partition(|(o, _)| o.intersects(&w));
+            rest = keep;
+            if touch.is_empty() {
+                return Ok((w, merged));
+            }
+            for (o, a) in touch {
+                w = w.cover(&o);
+                merged.push((o, a));
+            }
+        }
+    }
+}
+
+impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for WindowLogic<K, I, A, R, F> {
+    type In1 = I;
+    type In2 = ();
+    type Out = Windowed<K, R>;
+    type Side = I;
+
+    fn record1(&mut self, r: I, ts: Option<Timestamp>, out: &mut Out<K, R, I>) -> Result<()> {
+        let ts = ts.ok_or_else(|| {
+            Error::InvalidRecord(format!(
+                "{}: a window operator needs event time (a watermark strategy at the source)",
+                self.core.operator
+            ))
+        })?;
+        let key = (self.key)(&r);
+        let kb = self.core.encode_key(&key)?;
+        let mut assigned = self.windows.assign(ts);
+        let mut late = true;
+        if let Windows::Session { .. } = self.windows {
+            let (w, merged) = self.session_of(&key, assigned[0])?;
+            // A late record changes nothing (the merge is decided first).
+            if !self.is_late(&w) {
+                let mut acc = self.agg.create();
+                for (o, a) in merged {
+                    self.agg.merge(&mut acc, a);
+                    self.state.remove(&mut self.core.store, &key, &o)?;
+                    self.unregister(&kb, &o)?;
+                }
+                self.agg.add(&mut acc, &r);
+                self.state.put(&mut self.core.store, &key, &w, &acc)?;
+                if w.max_timestamp() <= self.core.watermark {
+                    let value = self.agg.result(&acc);
+                    out.main.push((Windowed { key: key.clone(), window: w, value }, Some(w.max_timestamp())));
+                }
+                self.register(&kb, &w)?;
+                late = false;
+            }
+            assigned.clear();
+        }
+        for w in assigned {
+            if self.is_late(&w) {
+                continue;
+            }
+            late = false;
+            let mut acc = self.state.get(&self.core.store, &key, &w)?.unwrap_or_else(|| self.agg.create());
+            self.agg.add(&mut acc, &r);
+            self.state.put(&mut self.core.store, &key, &w, &acc)?;
+            if w.max_timestamp() <= self.core.watermark {
+                // Within the allowed lateness of a window that fired: fire again.
+                let value = self.agg.result(&acc);
+                out.main.push((Windowed { key: key.clone(), window: w, value }, Some(w.max_timestamp())));
+            }
+            self.register(&kb, &w)?;
+        }
+        if late && self.late_to_side {
+            out.side.push((r, Some(ts)));
+        }
+        Ok(())
+    }
+
+    fn record2(&mut self, _: (), _: Option<Timestamp>, _: &mut Out<K, R, I>) -> Result<()> {
+        Ok(())
+    }
+
+    fn watermark(&mut self, wm: Timestamp, out: &mut Out<K, R, I>) -> Result<()> {
+        self.core.watermark = wm;
+        while let Some((t, kb)) = self.core.timers.pop_due(&mut self.core.store, TimeDomain::EventTime, wm)? {
+            let key: K = super::time::decode_key(&self.core.operator, &kb)?;
+            for (w, acc) in self.state.entries(&self.core.store, &key)? {
+                if w.max_timestamp() == t {
+                    let value = self.agg.result(&acc);
+                    out.main.push((Windowed { key: key.clone(), window: w, value }, Some(t)));
+                }
+                if w.max_timestamp().saturating_add(self.lateness) <= t {
+                    self.state.remove(&mut self.core.store, &key, &w)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
+        self.core.snapshot(b)
+    }
+    fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
+        self.core.complete(b, handle);
+        Ok(())
+    }
+    fn aborted(&mut self, id: u64) {
+        self.core.checkpointer.notify_aborted(id);
+    }
+    fn owns1(&self, r: &I) -> Result<Option<bool>> {
+        self.core.owns(&(self.key)(r)).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assigners_put_a_record_in_the_right_windows() {
+        assert_eq!(Windows::tumbling(10).assign(25), [Window { start: 20, end: 30 }]);
+        assert_eq!(Windows::tumbling(10).assign(-1), [Window { start: -10, end: 0 }]);
+        let mut s = Windows::sliding(10, 5).assign(12);
+        s.sort();
+        assert_eq!(s, [Window { start: 5, end: 15 }, Window { start: 10, end: 20 }]);
+        assert_eq!(Windows::session(7).assign(3), [Window { start: 3, end: 10 }]);
+        assert!(Windows::sliding(10, 20).validate().is_err());
+        assert!(Windows::tumbling(0).validate().is_err());
+    }
+}
