@@ -5,6 +5,7 @@ pub mod chain;
 mod cursor;
 pub mod datafile;
 pub mod manifest;
+pub mod sink_state;
 pub mod time;
 
 pub use datafile::{
