@@ -7,6 +7,7 @@ mod graph;
 mod messages;
 mod runner;
 mod sink;
+pub mod sinks;
 pub mod source;
 mod task;
 
