@@ -506,4 +506,146 @@ mod tests {
         long.push(0);
         assert!(FileCommittable::decode(&long, &origin()).is_err());
     }
+
+    // ---- format-spec/sink-state.md and its test vector ----------------------------------
+
+    fn spec_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("format-spec")
+    }
+
+    /// The tables of sink-state.md named by `<!-- spec-table: NAME -->`, header row first.
+    fn spec_tables() -> BTreeMap<String, Vec<Vec<String>>> {
+        let text = std::fs::read_to_string(spec_dir().join("sink-state.md")).unwrap();
+        let mut out = BTreeMap::new();
+        let mut name: Option<String> = None;
+        let mut rows = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if let Some(n) = line.strip_prefix("<!-- spec-table:").and_then(|r| r.strip_suffix("-->")) {
+                name = Some(n.trim().to_string());
+            } else if line.starts_with('|') {
+                let cells: Vec<String> =
+                    line.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect();
+                if !cells.iter().all(|c| c.chars().all(|ch| ch == '-' || ch == ':')) {
+                    rows.push(cells);
+                }
+            } else if !rows.is_empty() {
+                if let Some(n) = name.take() {
+                    out.insert(n, std::mem::take(&mut rows));
+                }
+                rows.clear();
+            }
+        }
+        out
+    }
+
+    fn int(cell: &str) -> u64 {
+        cell.split('`').nth(1).unwrap_or(cell).parse().unwrap_or_else(|_| panic!("{cell:?}"))
+    }
+
+    /// Goal: the page's layout tables are contiguous and add up to the code's sizes, its
+    /// constants are the code's, and the file committable's version row says the version.
+    #[test]
+    fn sink_state_spec_tables_match_the_code() {
+        let t = spec_tables();
+        for (name, len) in [
+            ("sink-state-header", SINK_STATE_HEADER_LEN),
+            ("sink-state-entry", SINK_STATE_ENTRY_LEN),
+            ("file-committable", FILE_COMMITTABLE_FIXED_LEN),
+        ] {
+            let rows = &t[name];
+            assert_eq!(rows[0][..4], ["Offset", "Size", "Type", "Field"], "{name}");
+            let mut at = 0;
+            for r in &rows[1..] {
+                assert_eq!(int(&r[0]), at, "{name}.{}: offset", r[3]);
+                let width = match r[2].as_str() {
+                    "u8" => 1,
+                    "u16" => 2,
+                    "u32" => 4,
+                    "u64" => 8,
+                    other => panic!("{name}: type {other}"),
+                };
+                assert_eq!(int(&r[1]), width, "{name}.{}: size", r[3]);
+                at += width;
+                if r[3] == "version" {
+                    assert!(r[4].starts_with(&format!("{FILE_COMMITTABLE_VERSION}.")), "{}", r[4]);
+                }
+            }
+            assert_eq!(at, len as u64, "{name}");
+        }
+        let spec: BTreeMap<String, u64> =
+            t["sink-state-constants"][1..].iter().map(|r| (r[0].clone(), int(&r[1]))).collect();
+        let code: BTreeMap<String, u64> = [
+            ("SINK_STATE_HEADER_LEN", SINK_STATE_HEADER_LEN as u64),
+            ("SINK_STATE_ENTRY_LEN", SINK_STATE_ENTRY_LEN as u64),
+            ("MAX_SINK_STATE_LEN", MAX_SINK_STATE_LEN as u64),
+            ("MAX_COMMITTABLE_LEN", MAX_COMMITTABLE_LEN as u64),
+            ("FILE_COMMITTABLE_FIXED_LEN", FILE_COMMITTABLE_FIXED_LEN as u64),
+            ("FILE_COMMITTABLE_VERSION", u64::from(FILE_COMMITTABLE_VERSION)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(spec, code);
+        assert_eq!(t["sink-state-errors"].len(), 8, "a row per failure the decoder reports");
+    }
+
+    /// Goal: floe decodes the test vector (written from the page alone) to what
+    /// `expected.json` says, re-encodes it to the same bytes, and fails on each damaged
+    /// copy with the kind and offset listed.
+    #[test]
+    fn sink_state_test_vector_decodes_as_expected() {
+        let root = spec_dir().join("test-vectors/sink-state");
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(root.join("expected.json")).unwrap()).unwrap();
+        let key = expected["extra_key"].as_str().unwrap();
+        assert_eq!(parse_extra_key(key), Some(("file sink", 1)));
+        let files = expected["files"].as_object().unwrap();
+        assert_eq!(files.len(), 5);
+        for (name, want) in files {
+            let bytes = std::fs::read(root.join(name)).unwrap();
+            let origin = root.join(name);
+            let got = SinkState::decode(&bytes, &origin);
+            if let Some(err) = want.get("error") {
+                assert_eq!(err["kind"], "corrupt");
+                match got {
+                    Err(Error::Corrupt { path, offset, what }) => {
+                        assert_eq!(path, origin);
+                        assert_eq!(serde_json::json!(offset), err["offset"], "{name}: {what}");
+                    }
+                    other => panic!("{name}: {other:?}"),
+                }
+                continue;
+            }
+            let state = got.unwrap();
+            let pending: Vec<(u64, Vec<u8>)> = want["pending"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let hex = e["committable"].as_str().unwrap();
+                    (e["checkpoint_id"].as_u64().unwrap(), super::super::manifest::hex_decode(hex).unwrap())
+                })
+                .collect();
+            assert_eq!(state.pending, pending, "{name}");
+            assert_eq!(state.encode().unwrap(), bytes, "{name}: re-encoded");
+            let committables = want["file_committables"].as_array().unwrap();
+            assert_eq!(committables.len(), state.pending.len());
+            for ((_, c), w) in state.pending.iter().zip(committables) {
+                let fc = FileCommittable::decode(c, &origin).unwrap();
+                let kind = match fc.kind {
+                    FileCommitKind::Nothing => "nothing",
+                    FileCommitKind::Pending => "pending",
+                };
+                let got = serde_json::json!({
+                    "kind": kind,
+                    "checkpoint_id": fc.checkpoint_id,
+                    "subtask": fc.subtask,
+                    "file_len": fc.file_len,
+                    "file_name": fc.file_name,
+                });
+                assert_eq!(&got, w, "{name}");
+                assert_eq!(&fc.encode().unwrap(), c);
+            }
+        }
+    }
 }
