@@ -288,6 +288,8 @@ impl SinkFile {
         } else {
             return None;
         };
+        // The checks above already imply this; it keeps any later loosening of them from
+        // making two names mean one file.
         (f.name() == name).then_some(f)
     }
 }
