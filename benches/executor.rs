@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{
-    CheckpointStats, Context, FileSink, GeneratorSource, Job, JobConfig, KeyedProcessFunction, Mode,
-    SinkConfig, Topic,
+    CheckpointStats, Context, FileSink, FileSinkConfig, GeneratorSource, Job, JobConfig,
+    KeyedProcessFunction, Mode, Topic,
 };
 use floe::state::{Store, ValueState};
 
@@ -54,7 +54,7 @@ fn throughput(records: u64, interval: Option<Duration>) -> (f64, Vec<CheckpointS
     let job = Job::new();
     let src = job.source("gen", 1, move |_, _| Box::new(GeneratorSource::new(1, 100_000, records)));
     let k = src.key_by(|r: &Rec| r.0).process("sum", || Sum { st: None });
-    k.sink("out", FileSink::factory(SinkConfig { dir: dir.path().join("out"), exactly_once: true }));
+    k.sink("out", FileSink::factory(FileSinkConfig { dir: dir.path().join("out"), exactly_once: true }));
     let t = Instant::now();
     let r = job.execute(&config).unwrap();
     (records as f64 / t.elapsed().as_secs_f64(), r.checkpoints)
@@ -82,7 +82,7 @@ fn skewed(mode: Mode, records: u64) -> (Vec<CheckpointStats>, f64) {
         r
     });
     let k = slow.union("both", &[b]).key_by(|r: &Rec| r.0).process("sum", || Sum { st: None });
-    k.sink("out", FileSink::factory(SinkConfig { dir: dir.path().join("out"), exactly_once: true }));
+    k.sink("out", FileSink::factory(FileSinkConfig { dir: dir.path().join("out"), exactly_once: true }));
     let t = Instant::now();
     let r = job.execute(&config).unwrap();
     let rate = (records + records / 4) as f64 / t.elapsed().as_secs_f64();
@@ -110,7 +110,7 @@ fn idle_cpu(seconds: u64) -> (f64, usize) {
     let t = topic.clone();
     let src = job.source("topic", 2, move |s, p| Box::new(t.source(s, p)));
     let k = src.key_by(|r: &Rec| r.0).process("sum", || Sum { st: None });
-    k.sink("out", FileSink::factory(SinkConfig { dir: dir.path().join("out"), exactly_once: true }));
+    k.sink("out", FileSink::factory(FileSinkConfig { dir: dir.path().join("out"), exactly_once: true }));
     let handle = job.start(config).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let (c0, t0) = (cpu_seconds().unwrap_or(0.0), Instant::now());

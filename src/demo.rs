@@ -18,8 +18,8 @@ use crate::checkpoint::lock::DirLock;
 use crate::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
 use crate::error::{Error, Result};
 use crate::executor::{
-    CheckpointPaced, Context, FailAt, FileSink, GeneratorSource, InjectedFailure, Job, JobConfig,
-    KeyedProcessFunction, Mode, RestartStrategy, SinkConfig, published_output,
+    CheckpointPaced, Context, FailAt, FileSink, FileSinkConfig, GeneratorSource, InjectedFailure, Job,
+    JobConfig, KeyedProcessFunction, Mode, RestartStrategy, published_output,
 };
 use crate::state::{MapState, Store, StoreConfig, ValueState};
 
@@ -155,7 +155,7 @@ fn graph(o: &DemoOptions, output: &Path) -> Job {
     });
     let counted =
         src.key_by(|r: &(u64, i64)| r.0).process("counter", || Counter { totals: None, buckets: None });
-    let sink = SinkConfig { dir: output.to_path_buf(), exactly_once: o.mode != Mode::AtLeastOnce };
+    let sink = FileSinkConfig { dir: output.to_path_buf(), exactly_once: o.mode != Mode::AtLeastOnce };
     counted.sink("output", FileSink::factory(sink)).parallelism(1);
     job
 }

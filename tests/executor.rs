@@ -23,9 +23,9 @@ use std::time::Duration;
 use common::{Rng, for_each_seed};
 use floe::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
 use floe::executor::{
-    AggregateFunction, CheckpointPaced, CheckpointStats, Context, FailAt, FileSink, InjectedFailure, Job,
-    JobConfig, JobResult, KeyedCoProcessFunction, KeyedProcessFunction, Mode, Poll, RestartStrategy,
-    SinkConfig, Source, Timer, WatermarkStrategy, Windowed, Windows, published_output,
+    AggregateFunction, CheckpointPaced, CheckpointStats, Context, FailAt, FileSink, FileSinkConfig,
+    InjectedFailure, Job, JobConfig, JobResult, KeyedCoProcessFunction, KeyedProcessFunction, Mode, Poll,
+    RestartStrategy, Source, Timer, WatermarkStrategy, Windowed, Windows, published_output,
 };
 use floe::state::{ListState, Store, StoreConfig, ValueState};
 use serde::{Deserialize, Serialize};
@@ -267,7 +267,7 @@ fn job(seed: u64, sink_dir: &Path, exactly_once: bool, p: u32) -> Job {
         .parallelism(p);
     let sessions = bids.key_by(|b: &Bid| b.bidder).process("sessions", Sessions::default).parallelism(p);
     let all = windows.union("all", &[joined, sessions]);
-    all.sink("out", FileSink::factory(SinkConfig { dir: sink_dir.to_path_buf(), exactly_once }))
+    all.sink("out", FileSink::factory(FileSinkConfig { dir: sink_dir.to_path_buf(), exactly_once }))
         .parallelism(1);
     job
 }

@@ -14,12 +14,13 @@ use super::channel::{Inputs, Output, Outputs, Partitioner, Target};
 use super::inflight::read_inflight;
 use super::messages::{Control, Element, PriorityBarrier, Report, Timestamp};
 use super::operator::{Logic, SinkLogic};
+use super::sinks::{SinkDriver, SinkFactory, redistribute, sink_states_of};
 use super::source::Source;
 use super::task::{OperatorTask, SourceTask, TaskCommon};
 use super::time::{SourceClock, WatermarkStrategy};
 use crate::checkpoint::{Checkpointer, restore_operator};
 use crate::error::{Error, Result};
-use crate::format::{Manifest, sink_state};
+use crate::format::Manifest;
 use crate::state::{KeyGroupRange, Store, StoreConfig};
 
 /// What a task runs.
@@ -38,6 +39,8 @@ pub(crate) fn channel_maker<T: Data>() -> ChannelMaker {
 /// The checkpoint an attempt restores.
 pub(crate) struct RestoreCtx {
     pub dir: PathBuf,
+    /// The manifest's path (errors name it).
+    pub path: PathBuf,
     pub manifest: Manifest,
 }
 
@@ -192,25 +195,17 @@ pub(crate) fn keyed_body<L: Logic + 'static>(
 }
 
 /// A sink's task: first commits what the restored checkpoint pre-committed (of the old
-/// instances that map to this one) and discards the rest.
-pub(crate) fn sink_body<T: Data>(w: Wiring, mut logic: SinkLogic<T>) -> Result<TaskBody> {
+/// instances that map to this one) and discards the rest (`TwoPhaseCommitSink::recover`).
+pub(crate) fn sink_body<T: Data>(w: Wiring, factory: SinkFactory<T>) -> Result<TaskBody> {
     Ok(Box::new(move || {
         let mut restored = Vec::new();
         if let Some(r) = &w.restore {
-            let prefix = format!("sink/{}/", w.common.operator);
-            for (k, v) in &r.manifest.extra {
-                let Some(old) = k.strip_prefix(&prefix) else { continue };
-                let old: u32 =
-                    old.parse().map_err(|_| Error::InvalidRecord(format!("bad sink state key {k}")))?;
-                if old % w.parallelism != w.subtask {
-                    continue;
-                }
-                let bytes = crate::format::manifest::hex_decode(v)
-                    .ok_or_else(|| Error::InvalidRecord(format!("sink state {k} is not hex")))?;
-                restored.extend(sink_state::decode(&bytes)?.into_iter().map(|(_, c)| c));
-            }
+            let states = sink_states_of(&r.manifest.extra, &w.common.operator, &r.path)?;
+            restored = redistribute(&states, w.subtask, w.parallelism)?;
         }
-        logic.sink.recover(&restored)?;
+        let sink = factory(w.subtask, w.parallelism)?;
+        let driver = SinkDriver::start(sink, &restored)?;
+        let logic = SinkLogic { operator: w.common.operator.clone(), subtask: w.subtask, driver };
         task(w, logic)?.run()
     }))
 }

@@ -20,8 +20,8 @@ use super::build::{
 use super::channel::Partitioner;
 use super::function::{Key, KeyedCoProcessFunction, KeyedProcessFunction};
 use super::messages::Timestamp;
-use super::operator::{CoKeyed, Keyed, KeyedCore, SinkLogic, Stateless};
-use super::sink::SinkFactory;
+use super::operator::{CoKeyed, Keyed, KeyedCore, Stateless};
+use super::sinks::SinkFactory;
 use super::source::Source;
 use super::time::WatermarkStrategy;
 use super::window::{AggregateFunction, WINDOW_STATE, WindowLogic, Windowed, Windows};
@@ -311,17 +311,7 @@ impl<T: Data> Stream<T> {
     /// parallelism)`. The sink has this stream's parallelism.
     pub fn sink(&self, name: &str, factory: SinkFactory<T>) -> SinkNode {
         let e = self.edge(0, Partitioner::Rebalance, true);
-        let build: Build = Arc::new(move |w: Wiring| {
-            let sink = factory(w.subtask, w.parallelism)?;
-            let logic = SinkLogic {
-                operator: w.common.operator.clone(),
-                subtask: w.subtask,
-                sink,
-                pending: Vec::new(),
-                sync: std::time::Duration::ZERO,
-            };
-            sink_body(w, logic)
-        });
+        let build: Build = Arc::new(move |w: Wiring| sink_body(w, Arc::clone(&factory)));
         let p = self.parallelism_of();
         let node =
             self.job.add(name, p, vec![e], false, [channel_maker::<()>(), channel_maker::<()>()], build);

@@ -15,7 +15,7 @@
 //!     .flat_map("split", |l: String| l.split(' ').map(str::to_string).collect::<Vec<_>>())
 //!     .key_by(|w: &String| w.clone())
 //!     .process("count", || Count);
-//! counts.sink("out", FileSink::factory(SinkConfig { dir: "out".into(), exactly_once: true }));
+//! counts.sink("out", FileSink::factory(FileSinkConfig { dir: "out".into(), exactly_once: true }));
 //! let storage = CheckpointStorage::open("checkpoints", StorageConfig::default())?;
 //! job.execute(&JobConfig::new(storage))?;
 //!
@@ -43,7 +43,7 @@ mod inflight;
 mod messages;
 mod operator;
 mod runner;
-mod sink;
+pub mod sinks;
 pub mod source;
 mod task;
 mod time;
@@ -59,7 +59,7 @@ pub use runner::{
     CheckpointLog, CheckpointStats, JobConfig, JobHandle, JobResult, Mode, RestartStrategy, RestoreStats,
     SavepointInfo,
 };
-pub use sink::{FileSink, SinkConfig, SinkFactory, TwoPhaseCommitSink, published_output};
+pub use sinks::{FileSink, FileSinkConfig, SinkFactory, TwoPhaseCommitSink, published_output};
 pub use source::{
     CheckpointPaced, FileSource, GeneratorSource, IterSource, Poll, Source, SourceWaker, Topic, TopicSource,
 };

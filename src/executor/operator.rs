@@ -4,16 +4,14 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::Data;
 use super::function::{Context, Key, KeyedCoProcessFunction, KeyedProcessFunction};
 use super::messages::{Barrier, BarrierKind, Timestamp};
-use super::sink::TwoPhaseCommitSink;
+use super::sinks::{SinkDriver, extra_key};
 use super::time::{TimeDomain, Timer, TimerService, decode_key, now_ms};
 use crate::checkpoint::{Checkpointer, PendingWrite, StateHandle, Target};
 use crate::error::{Error, Result};
-use crate::format::sink_state;
 use crate::state::{KeyGroupRange, Store};
 
 /// Outputs of one call: main records and side-output records, with timestamps.
@@ -80,6 +78,8 @@ pub(crate) trait Logic: Send {
     fn aborted(&mut self, id: u64) {
         let _ = id;
     }
+    /// The task stops (the attempt ends).
+    fn stopped(&mut self) {}
     /// Whether this instance owns an in-flight record restored from a checkpoint (keyed
     /// logics: by key group; `None`: by the old subtask).
     fn owns1(&self, r: &Self::In1) -> Result<Option<bool>> {
@@ -319,26 +319,12 @@ impl<K: Key, A: Data, B: Data, O: Data, F: KeyedCoProcessFunction<K, A, B, O>> L
 }
 
 /// A sink: records into the current transaction, pre-commit at checkpoint barriers,
-/// commit of every pending transaction up to a completed checkpoint.
+/// commit of every pending transaction up to a completed checkpoint (the rules are
+/// `SinkDriver`'s); savepoints commit nothing.
 pub(crate) struct SinkLogic<T> {
     pub operator: String,
     pub subtask: u32,
-    pub sink: Box<dyn TwoPhaseCommitSink<T>>,
-    /// Pre-committed, not yet committed: (checkpoint id, committable).
-    pub pending: Vec<(u64, Vec<u8>)>,
-    pub sync: std::time::Duration,
-}
-
-impl<T: Data> SinkLogic<T> {
-    fn commit_upto(&mut self, id: u64) -> Result<()> {
-        let (done, keep): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|(c, _)| *c <= id);
-        self.pending = keep;
-        for (_, c) in done {
-            self.sink.commit(&c)?;
-        }
-        Ok(())
-    }
+    pub driver: SinkDriver<T>,
 }
 
 impl<T: Data> Logic for SinkLogic<T> {
@@ -348,31 +334,34 @@ impl<T: Data> Logic for SinkLogic<T> {
     type Side = ();
 
     fn record1(&mut self, r: T, _: Option<Timestamp>, _: &mut Collector<(), ()>) -> Result<()> {
-        self.sink.write(r)
+        self.driver.write(r)
     }
     fn record2(&mut self, _: (), _: Option<Timestamp>, _: &mut Collector<(), ()>) -> Result<()> {
         Ok(())
     }
     fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
-        let t = Instant::now();
-        if b.kind.commits() {
-            let c = self.sink.pre_commit(b.id)?;
-            self.pending.push((b.id, c));
-        }
-        if b.kind == BarrierKind::Drain {
+        let state = match b.kind {
             // Checkpointing off: publish at the end without a checkpoint.
-            self.commit_upto(b.id)?;
-            return Ok(SnapshotParts::default());
-        }
-        let key = format!("sink/{}/{}", self.operator, self.subtask);
-        let bytes = sink_state::encode(&self.pending)?;
-        self.sync = t.elapsed();
-        Ok(SnapshotParts { write: None, extra: vec![(key, bytes)] })
+            BarrierKind::Drain => {
+                self.driver.on_end_of_input(b.id)?;
+                return Ok(SnapshotParts::default());
+            }
+            BarrierKind::Savepoint => self.driver.on_savepoint_barrier(),
+            BarrierKind::Checkpoint | BarrierKind::StopSavepoint => {
+                self.driver.on_checkpoint_barrier(b.id)?
+            }
+        };
+        let key = extra_key(&self.operator, self.subtask);
+        Ok(SnapshotParts { write: None, extra: vec![(key, state.encode()?)] })
     }
     fn complete(&mut self, b: Barrier, _: Option<&StateHandle>) -> Result<()> {
-        if b.kind.commits() {
-            self.commit_upto(b.id)?;
+        if b.kind.commits() && b.kind != BarrierKind::Drain {
+            self.driver.on_checkpoint_complete(b.id)?;
         }
         Ok(())
+    }
+    fn stopped(&mut self) {
+        // Whatever is open is of no checkpoint; pending transactions wait for `recover`.
+        let _ = self.driver.cancel();
     }
 }

@@ -331,6 +331,7 @@ fn run(
     let mut restore = match &config.restore_from {
         Some(p) => Some(Arc::new(RestoreCtx {
             dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            path: p.clone(),
             manifest: read_manifest_file(p)?,
         })),
         None => None,
@@ -422,9 +423,10 @@ impl Run<'_> {
             }
             storage.read_manifest(id).is_ok_and(|m| m.job.as_deref() == Some(self.job.as_str()))
         };
-        Ok(storage
-            .select_checkpoint(&consider)?
-            .map(|sel| Arc::new(RestoreCtx { dir: storage.root().to_path_buf(), manifest: sel.manifest })))
+        Ok(storage.select_checkpoint(&consider)?.map(|sel| {
+            let path = storage.manifest_path(sel.manifest.checkpoint_id);
+            Arc::new(RestoreCtx { dir: storage.root().to_path_buf(), path, manifest: sel.manifest })
+        }))
     }
 
     fn spawn(&mut self, restore: Option<&Arc<RestoreCtx>>) -> Result<Tasks> {

@@ -533,7 +533,10 @@ impl<L: Logic> Loop<L> {
                 self.aligner.abort(id);
                 self.drop_checkpoint(id);
             }
-            Control::Stop => return Ok(Next::Stop),
+            Control::Stop => {
+                self.t.logic.stopped();
+                return Ok(Next::Stop);
+            }
             Control::Trigger(_) | Control::Wake => {}
         }
         Ok(Next::Continue)
