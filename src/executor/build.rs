@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::Data;
 use super::channel::{Inputs, Output, Outputs, Partitioner, Target};
-use super::inflight::read_inflight;
+use super::inflight::{RecordForm, read_inflight};
 use super::messages::{Control, Element, PriorityBarrier, Report, Timestamp};
 use super::operator::{Logic, SinkLogic};
 use super::sinks::{SinkDriver, SinkFactory, redistribute, sink_states_of};
@@ -117,15 +117,21 @@ fn replay<L: Logic>(
     let Some(r) = &w.restore else { return Ok((r1, r2)) };
     let op = &w.common.operator;
     let codec = |e| Error::Codec { state: format!("in-flight record of {op}"), source: e };
-    read_inflight(&r.dir, &r.manifest, op, |old, input, _ch, bytes| {
+    fn decode<T: Data>(form: RecordForm, bytes: &[u8]) -> postcard::Result<(Option<Timestamp>, T)> {
+        match form {
+            RecordForm::Timestamped => postcard::from_bytes(bytes),
+            RecordForm::Bare => postcard::from_bytes(bytes).map(|r| (None, r)),
+        }
+    }
+    read_inflight(&r.dir, &r.manifest, op, |old, input, form, bytes| {
         let by_old = old % w.parallelism == w.subtask;
         if input == 0 {
-            let (ts, rec): (Option<Timestamp>, L::In1) = postcard::from_bytes(bytes).map_err(codec)?;
+            let (ts, rec) = decode::<L::In1>(form, bytes).map_err(codec)?;
             if logic.owns1(&rec)?.unwrap_or(by_old) {
                 r1.push((rec, ts));
             }
         } else {
-            let (ts, rec): (Option<Timestamp>, L::In2) = postcard::from_bytes(bytes).map_err(codec)?;
+            let (ts, rec) = decode::<L::In2>(form, bytes).map_err(codec)?;
             if logic.owns2(&rec)?.unwrap_or(by_old) {
                 r2.push((rec, ts));
             }

@@ -45,12 +45,21 @@ impl InflightWriter {
     }
 }
 
-/// Calls `f(old_subtask, input, channel, bytes)` for every in-flight record of `operator`.
+/// How a stored in-flight record's bytes decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecordForm {
+    /// postcard of `(Option<i64> timestamp, record)` (this build).
+    Timestamped,
+    /// postcard of the record alone (the executor before event time).
+    Bare,
+}
+
+/// Calls `f(old_subtask, input, form, bytes)` for every in-flight record of `operator`.
 pub(crate) fn read_inflight(
     _dir: &Path,
     m: &Manifest,
     operator: &str,
-    mut f: impl FnMut(u32, u32, u32, &[u8]) -> Result<()>,
+    mut f: impl FnMut(u32, u32, RecordForm, &[u8]) -> Result<()>,
 ) -> Result<()> {
     for (k, v) in &m.extra {
         let Some(rest) = k.strip_prefix("inflight/") else { continue };
@@ -60,11 +69,62 @@ pub(crate) fn read_inflight(
         }
         let sub: u32 = sub.parse().map_err(|_| Error::InvalidRecord(format!("bad in-flight key {k}")))?;
         let bytes = hex_decode(v).ok_or_else(|| Error::InvalidRecord(format!("in-flight {k} is not hex")))?;
-        let log: Vec<(u32, u32, Vec<u8>)> = postcard::from_bytes(&bytes)
-            .map_err(|e| Error::Codec { state: format!("in-flight {k}"), source: e })?;
-        for (input, channel, rec) in log {
-            f(sub, input, channel, &rec)?;
+        match postcard::from_bytes::<Vec<(u32, u32, Vec<u8>)>>(&bytes) {
+            Ok(log) => {
+                for (input, _channel, rec) in log {
+                    f(sub, input, RecordForm::Timestamped, &rec)?;
+                }
+            }
+            Err(e) => {
+                // Written by the executor before event time: (input, record) pairs.
+                let log: Vec<(u32, Vec<u8>)> = postcard::from_bytes(&bytes)
+                    .map_err(|_| Error::Codec { state: format!("in-flight {k}"), source: e })?;
+                for (input, rec) in log {
+                    f(sub, input, RecordForm::Bare, &rec)?;
+                }
+            }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::manifest::hex_encode;
+
+    fn manifest(extra: &[(&str, Vec<u8>)]) -> Manifest {
+        let json = serde_json::json!({
+            "format_version": 2, "checkpoint_id": 1, "kind": "full", "parent": null, "base": 1,
+            "created_unix_ms": 0, "max_parallelism": 128, "files": [], "operators": [], "sources": {},
+            "extra": extra.iter().map(|(k, v)| (k.to_string(), hex_encode(v))).collect::<BTreeMap<_, _>>(),
+        });
+        serde_json::from_value(json).unwrap()
+    }
+
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn in_flight_records_of_this_and_the_earlier_executor_both_read() {
+        let new =
+            postcard::to_allocvec(&vec![(1u32, 3u32, postcard::to_allocvec(&(Some(5i64), 7u64)).unwrap())])
+                .unwrap();
+        let old = postcard::to_allocvec(&vec![(0u32, postcard::to_allocvec(&9u64).unwrap())]).unwrap();
+        let m = manifest(&[("inflight/op/0", new), ("inflight/op/1", old), ("inflight/other/0", vec![1])]);
+        let mut seen = Vec::new();
+        read_inflight(Path::new("."), &m, "op", |sub, input, form, b| {
+            seen.push((sub, input, form, b.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 2);
+        assert_eq!((seen[0].0, seen[0].1, seen[0].2), (0, 1, RecordForm::Timestamped));
+        assert_eq!(postcard::from_bytes::<(Option<i64>, u64)>(&seen[0].3).unwrap(), (Some(5), 7));
+        assert_eq!((seen[1].0, seen[1].1, seen[1].2), (1, 0, RecordForm::Bare));
+        assert_eq!(postcard::from_bytes::<u64>(&seen[1].3).unwrap(), 9);
+        // Neither form: an error naming the entry.
+        let m = manifest(&[("inflight/op/0", vec![0xff, 0xff, 0xff])]);
+        let e = read_inflight(Path::new("."), &m, "op", |_, _, _, _| Ok(())).unwrap_err();
+        assert!(e.to_string().contains("inflight/op/0"), "{e}");
+    }
 }
