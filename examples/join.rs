@@ -43,8 +43,10 @@ struct Match {
     paid: Option<ValueState<u64, i64>>,
 }
 
+type States<'a> = (&'a ValueState<u64, Order>, &'a ValueState<u64, i64>);
+
 impl Match {
-    fn states(&self) -> floe::Result<(&ValueState<u64, Order>, &ValueState<u64, i64>)> {
+    fn states(&self) -> floe::Result<States<'_>> {
         match (&self.order, &self.paid) {
             (Some(o), Some(p)) => Ok((o, p)),
             _ => Err(floe::Error::UnknownState("match".into())),
