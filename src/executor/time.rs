@@ -111,12 +111,11 @@ impl<T> SourceClock<T> {
 }
 
 /// The watermark of a task: the minimum over its input channels of the latest watermark
-/// each delivered, leaving out idle channels and channels that ended (an ended channel is
-/// at the end of time). It never goes back.
+/// each delivered, leaving out idle channels; when every channel is idle, the largest of
+/// them. It never goes back.
 pub(crate) struct InputWatermarks {
     wm: Vec<Timestamp>,
     idle: Vec<bool>,
-    ended: Vec<bool>,
     current: Timestamp,
     all_idle: bool,
 }
@@ -135,7 +134,6 @@ impl InputWatermarks {
         InputWatermarks {
             wm: vec![i64::MIN; channels],
             idle: vec![false; channels],
-            ended: vec![false; channels],
             current: i64::MIN,
             all_idle: false,
         }
@@ -161,7 +159,7 @@ impl InputWatermarks {
 
     fn update(&mut self) -> WatermarkChange {
         let mut change = WatermarkChange::default();
-        let open: Vec<usize> = (0..self.wm.len()).filter(|&c| !self.ended[c]).collect();
+        let open: Vec<usize> = (0..self.wm.len()).collect();
         let active: Vec<usize> = open.iter().copied().filter(|&c| !self.idle[c]).collect();
         let all_idle = !open.is_empty() && active.is_empty();
         if all_idle != self.all_idle {
@@ -171,7 +169,9 @@ impl InputWatermarks {
         let combined = if open.is_empty() {
             MAX_WATERMARK
         } else if active.is_empty() {
-            return change;
+            // Every channel is idle: what each delivered before it went idle stands, so the
+            // largest of them (Flink's StatusWatermarkValve does the same).
+            open.iter().map(|&c| self.wm[c]).max().unwrap_or(i64::MIN)
         } else {
             active.iter().map(|&c| self.wm[c]).min().unwrap_or(i64::MIN)
         };
@@ -313,10 +313,16 @@ mod tests {
         assert_eq!(w.watermark(1, 6).advanced, None);
         assert_eq!(w.watermark(1, 20).advanced, None);
         assert_eq!(w.watermark(2, 30).advanced, Some(10));
-        // All open channels idle: the task is idle, its watermark stays.
-        w.status(0, true);
-        w.status(1, true);
+        // Idle channels drop out one by one; when all are idle, the task is idle.
+        assert_eq!(w.status(0, true).advanced, Some(20));
+        assert_eq!(w.status(1, true).advanced, Some(30));
         assert_eq!(w.status(2, true), WatermarkChange { advanced: None, idle: Some(true) });
+        // When all went idle while one held time back, the largest watermark stands.
+        let mut v = InputWatermarks::new(2);
+        v.watermark(0, 499);
+        assert_eq!(v.status(0, true).advanced, None, "channel 1 is still at the start");
+        assert_eq!(v.status(1, true), WatermarkChange { advanced: Some(499), idle: Some(true) });
+        let mut w = v;
         // A source at its end sends the end of time: with the others idle, it decides.
         assert_eq!(
             w.watermark(0, MAX_WATERMARK),

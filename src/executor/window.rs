@@ -163,7 +163,11 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
 
     fn register(&mut self, kb: &[u8], w: &Window) -> Result<()> {
         let store = &mut self.core.store;
-        self.core.timers.register(store, kb, TimeDomain::EventTime, w.max_timestamp())?;
+        // A window that fired already (a late update within the lateness) has fired again
+        // with the update; only its cleanup is left.
+        if w.max_timestamp() > self.core.watermark {
+            self.core.timers.register(store, kb, TimeDomain::EventTime, w.max_timestamp())?;
+        }
         if self.lateness > 0 {
             let cleanup = w.max_timestamp().saturating_add(self.lateness);
             self.core.timers.register(store, kb, TimeDomain::EventTime, cleanup)?;

@@ -1,0 +1,230 @@
+//! Proves event time in the runtime on small deterministic jobs: late records go to the
+//! side output (or update a fired window within the allowed lateness), sliding and
+//! session windows give what their definitions say, an idle source does not hold the
+//! watermark back, and processing-time timers fire without input.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use floe::checkpoint::{CheckpointStorage, StorageConfig};
+use floe::executor::{
+    AggregateFunction, CheckpointStats, Context, FileSink, FileSinkConfig, IterSource, Job, JobConfig,
+    KeyedProcessFunction, Stream, Timer, Topic, WatermarkStrategy, Windowed, Windows, published_output,
+};
+
+/// (key, event time, value)
+type Ev = (u64, i64, i64);
+
+#[derive(Clone)]
+struct Sum;
+
+impl AggregateFunction<Ev, i64, i64> for Sum {
+    fn create(&self) -> i64 {
+        0
+    }
+    fn add(&self, acc: &mut i64, e: &Ev) {
+        *acc += e.2;
+    }
+    fn merge(&self, acc: &mut i64, o: i64) {
+        *acc += o;
+    }
+    fn result(&self, acc: &i64) -> i64 {
+        *acc
+    }
+}
+
+fn storage(dir: &std::path::Path) -> Arc<CheckpointStorage> {
+    CheckpointStorage::open(dir.join("ckpt"), StorageConfig::default()).unwrap()
+}
+
+fn sink<T: floe::executor::Data>(s: &Stream<T>, dir: &std::path::Path, name: &str) {
+    let cfg = FileSinkConfig { dir: dir.join(name), exactly_once: true };
+    s.sink(name, FileSink::factory(cfg)).parallelism(1);
+}
+
+fn read<T: serde::de::DeserializeOwned + Ord>(dir: &std::path::Path) -> Vec<T> {
+    let mut v: Vec<T> =
+        published_output(dir).unwrap().iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    v.sort();
+    v
+}
+
+/// One source in order, a watermark after every record, windows of 100.
+fn windowed(events: Vec<Ev>, windows: Windows, lateness: i64, dir: &std::path::Path) {
+    let job = Job::new();
+    let events = Arc::new(events);
+    let src = job.source_with_watermarks(
+        "events",
+        1,
+        move |_, _| Box::new(IterSource::new(Arc::clone(&events))),
+        WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1),
+    );
+    let out =
+        src.key_by(|e: &Ev| e.0).window(windows).allowed_lateness(lateness).aggregate_with_late("win", Sum);
+    sink(&out.results, dir, "results");
+    sink(&out.late, dir, "late");
+    job.execute(&JobConfig::new(storage(dir))).unwrap();
+}
+
+#[test]
+fn late_records_go_to_the_side_output_and_lateness_refires_a_window() {
+    // The record at 10 comes after the watermark passed its window [0, 100).
+    let events = vec![(1, 0, 1), (1, 50, 2), (1, 1000, 4), (1, 10, 8), (1, 1050, 16)];
+    let dir = tempfile::tempdir().unwrap();
+    windowed(events.clone(), Windows::tumbling(100), 0, dir.path());
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    let got: Vec<(i64, i64)> = results.iter().map(|w| (w.window.start, w.value)).collect();
+    assert_eq!(got, [(0, 3), (1000, 20)]);
+    let late: Vec<Ev> = read(&dir.path().join("late"));
+    assert_eq!(late, [(1, 10, 8)]);
+    // With 2000 of allowed lateness it updates the fired window, which fires again.
+    let dir = tempfile::tempdir().unwrap();
+    windowed(events, Windows::tumbling(100), 2000, dir.path());
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    let got: Vec<(i64, i64)> = results.iter().map(|w| (w.window.start, w.value)).collect();
+    assert_eq!(got, [(0, 3), (0, 11), (1000, 20)]);
+    assert!(read::<Ev>(&dir.path().join("late")).is_empty());
+}
+
+#[test]
+fn sliding_and_session_windows_follow_their_definitions() {
+    let events = vec![(1, 10, 1), (1, 60, 2), (1, 120, 4), (2, 500, 8), (2, 530, 16), (2, 700, 32)];
+    let dir = tempfile::tempdir().unwrap();
+    windowed(events.clone(), Windows::sliding(100, 50), 0, dir.path());
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    let mut got: Vec<(u64, i64, i64)> = results.iter().map(|w| (w.key, w.window.start, w.value)).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (1, -50, 1),
+            (1, 0, 3),
+            (1, 50, 6),
+            (1, 100, 4),
+            (2, 450, 24),
+            (2, 500, 24),
+            (2, 650, 32),
+            (2, 700, 32)
+        ]
+    );
+    // Sessions with a gap of 100: key 1 is one session [10, 220), key 2 two.
+    let dir = tempfile::tempdir().unwrap();
+    windowed(events, Windows::session(100), 0, dir.path());
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    let mut got: Vec<(u64, i64, i64, i64)> =
+        results.iter().map(|w| (w.key, w.window.start, w.window.end, w.value)).collect();
+    got.sort();
+    assert_eq!(got, [(1, 10, 220, 7), (2, 500, 630, 24), (2, 700, 800, 32)]);
+}
+
+#[test]
+fn sessions_that_a_record_bridges_merge() {
+    // 0 and 150 are two sessions until 75 arrives (out of order, within the bound).
+    let job = Job::new();
+    let events = Arc::new(vec![(1u64, 0i64, 1i64), (1, 150, 2), (1, 75, 4), (1, 1000, 8)]);
+    let src = job.source_with_watermarks(
+        "events",
+        1,
+        move |_, _| Box::new(IterSource::new(Arc::clone(&events))),
+        WatermarkStrategy::bounded_out_of_orderness(200, |e: &Ev| e.1).emit_every(1),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = src.key_by(|e: &Ev| e.0).window(Windows::session(100)).aggregate("win", Sum);
+    sink(&out, dir.path(), "results");
+    job.execute(&JobConfig::new(storage(dir.path()))).unwrap();
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    let got: Vec<(i64, i64, i64)> = results.iter().map(|w| (w.window.start, w.window.end, w.value)).collect();
+    assert_eq!(got, [(0, 250, 7), (1000, 1100, 8)]);
+}
+
+/// Waits for checkpoint completions (up to `max`) until `done` holds after one.
+fn until(rx: &mpsc::Receiver<u64>, max: usize, mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..max {
+        if rx.recv().is_err() {
+            return done();
+        }
+        if done() {
+            return true;
+        }
+    }
+    false
+}
+
+fn logged(config: &mut JobConfig) -> mpsc::Receiver<u64> {
+    let (tx, rx) = mpsc::channel();
+    config.log = Some(Arc::new(move |c: &CheckpointStats| {
+        if c.completed() {
+            let _ = tx.send(c.id);
+        }
+    }));
+    rx
+}
+
+#[test]
+fn an_idle_source_does_not_hold_the_watermark_back() {
+    // Two partitions of one source: only partition 0 gets records. Without idleness, its
+    // window could not fire before the topic is closed.
+    let dir = tempfile::tempdir().unwrap();
+    let topic: Topic<Ev> = Topic::new(2);
+    let job = Job::new();
+    let t = topic.clone();
+    let src = job.source_with_watermarks(
+        "events",
+        2,
+        move |s, p| Box::new(t.source(s, p)),
+        WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1).with_idleness(Duration::from_millis(20)),
+    );
+    let out = src.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate("win", Sum);
+    sink(&out, dir.path(), "results");
+    let mut config = JobConfig::new(storage(dir.path()));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    let rx = logged(&mut config);
+    let handle = job.start(config).unwrap();
+    topic.push(0, (1, 10, 5));
+    topic.push(0, (1, 500, 1));
+    // Bounded by checkpoints, not by time: a few hundred 10 ms checkpoints.
+    let fired = until(&rx, 500, || !published_output(&dir.path().join("results")).unwrap().is_empty());
+    topic.close();
+    handle.join().unwrap();
+    assert!(fired, "the window [0, 100) never fired while partition 1 was idle");
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    assert_eq!(results[0].value, 5);
+}
+
+/// Emits once per key, from a processing-time timer 20 ms after its first record.
+struct Later;
+
+impl KeyedProcessFunction<u64, Ev, (u64, String)> for Later {
+    fn process(&mut self, _: Ev, ctx: &mut Context<'_, u64, (u64, String)>) -> floe::Result<()> {
+        let at = ctx.current_processing_time() + 20;
+        ctx.register_processing_time_timer(at)
+    }
+    fn on_timer(&mut self, t: Timer, ctx: &mut Context<'_, u64, (u64, String)>) -> floe::Result<()> {
+        assert_eq!(t.domain, floe::executor::TimeDomain::ProcessingTime);
+        let k = *ctx.key();
+        ctx.emit((k, "fired".to_string()));
+        Ok(())
+    }
+}
+
+#[test]
+fn processing_time_timers_fire_without_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic: Topic<Ev> = Topic::new(1);
+    let job = Job::new();
+    let t = topic.clone();
+    let src = job.source("events", 1, move |s, p| Box::new(t.source(s, p)));
+    let out = src.key_by(|e: &Ev| e.0).process("later", || Later);
+    sink(&out, dir.path(), "out");
+    let mut config = JobConfig::new(storage(dir.path()));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    let rx = logged(&mut config);
+    let handle = job.start(config).unwrap();
+    topic.push(0, (7, 0, 0));
+    let fired = until(&rx, 500, || !published_output(&dir.path().join("out")).unwrap().is_empty());
+    topic.close();
+    handle.join().unwrap();
+    assert!(fired, "the processing-time timer never fired");
+    assert_eq!(published_output(&dir.path().join("out")).unwrap(), [r#"[7,"fired"]"#]);
+}
