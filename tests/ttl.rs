@@ -303,7 +303,7 @@ fn cleanup_covers_list_items_resumes_from_a_cursor_and_refuses_a_zero_budget() {
     let mut cursor = floe::state::CleanupCursor::start();
     let mut seen = 0;
     let mut removed = 0;
-    loop {
+    for calls in 1.. {
         let p = l.cleanup_from(&mut store, 120, &cursor, 7).unwrap();
         seen += p.visited;
         removed += p.removed;
@@ -311,6 +311,7 @@ fn cleanup_covers_list_items_resumes_from_a_cursor_and_refuses_a_zero_budget() {
         if p.wrapped {
             break;
         }
+        assert!(calls < 10_000, "cleanup never wrapped");
     }
     assert_eq!(seen, 300);
     assert_eq!(removed, 300 + 100);
