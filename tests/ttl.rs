@@ -222,14 +222,14 @@ fn cleanup_with_a_small_budget_removes_every_expired_entry_and_only_those() {
     let v = store.ttl_value_state::<u32, u64>("v", create_write(500)).unwrap();
     let m = store.ttl_map_state::<u32, u32, u64>("m", create_write(500)).unwrap();
     const KEYS: u32 = 10_000;
-    let expired = |i: u32| i % 2 == 0;
+    let expired = |i: u32| i.is_multiple_of(2);
     for i in 0..KEYS {
         let t = if expired(i) { 0 } else { 1000 };
         v.put(&mut store, &i, &u64::from(i), t).unwrap();
         if i < 1000 {
-            // One entry expired per map, the other not; a map of only expired entries for i % 10 == 0.
+            // One entry expired per map, the other not; both expired when i is a multiple of 10.
             m.put(&mut store, &i, &0, &0, 0).unwrap();
-            m.put(&mut store, &i, &1, &1, if i % 10 == 0 { 0 } else { 1000 }).unwrap();
+            m.put(&mut store, &i, &1, &1, if i.is_multiple_of(10) { 0 } else { 1000 }).unwrap();
         }
     }
     checkpoint(&storage, &mut cp, &mut store, 1, FileKind::Full);
@@ -273,7 +273,9 @@ fn cleanup_with_a_small_budget_removes_every_expired_entry_and_only_those() {
     want.sort();
     assert_eq!(newest_file_records(dir.path(), &handle, "v"), want);
     let mut want_m: Vec<Rec> = (0..1000u32)
-        .map(|i| if i % 10 == 0 { Rec::Delete(enc(&i)) } else { Rec::MapDelete(enc(&i), enc(&0u32)) })
+        .map(
+            |i| if i.is_multiple_of(10) { Rec::Delete(enc(&i)) } else { Rec::MapDelete(enc(&i), enc(&0u32)) },
+        )
         .collect();
     want_m.sort();
     assert_eq!(newest_file_records(dir.path(), &handle, "m"), want_m);
@@ -298,7 +300,7 @@ fn cleanup_covers_list_items_resumes_from_a_cursor_and_refuses_a_zero_budget() {
     let l = store.ttl_list_state::<u32, u32>("l", create_write(100)).unwrap();
     for i in 0..300u32 {
         l.add(&mut store, &i, &0, 0).unwrap();
-        l.add(&mut store, &i, &1, if i % 3 == 0 { 0 } else { 50 }).unwrap();
+        l.add(&mut store, &i, &1, if i.is_multiple_of(3) { 0 } else { 50 }).unwrap();
     }
     let mut cursor = floe::state::CleanupCursor::start();
     let mut seen = 0;
@@ -326,7 +328,7 @@ fn cleanup_covers_list_items_resumes_from_a_cursor_and_refuses_a_zero_budget() {
             Some(items) => items.map(<[u8]>::to_vec).collect(),
             None => Vec::new(),
         };
-        assert_eq!(items.len(), if i % 3 == 0 { 0 } else { 1 }, "key {i}");
+        assert_eq!(items.len(), if i.is_multiple_of(3) { 0 } else { 1 }, "key {i}");
     }
     assert!(matches!(l.cleanup(&mut store, 0, 0), Err(Error::InvalidConfig(_))));
 }
