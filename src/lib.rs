@@ -47,5 +47,5 @@ pub mod state;
 pub use error::{Error, Result};
 pub use state::{
     KeyGroupRange, ListState, MapState, Record, Snapshot, StateDescriptor, StateId, StateKind, Store,
-    StoreConfig, ValueState,
+    StoreConfig, TtlConfig, TtlListState, TtlMapState, TtlUpdate, TtlValueState, ValueState,
 };

@@ -27,7 +27,7 @@ use floe::executor::{
     InjectedFailure, Job, JobConfig, JobResult, KeyedCoProcessFunction, KeyedProcessFunction, Mode, Poll,
     RestartStrategy, Source, Timer, WatermarkStrategy, Windowed, Windows, published_output,
 };
-use floe::state::{ListState, Store, StoreConfig, ValueState};
+use floe::state::{ListState, Store, StoreConfig, TtlConfig, TtlUpdate, TtlValueState, ValueState};
 use serde::{Deserialize, Serialize};
 
 const AUCTIONS: u64 = 60;
@@ -218,24 +218,26 @@ impl KeyedCoProcessFunction<u64, Auction, Bid, Out> for Join {
 }
 
 /// Per bidder: the time of the last bid, kept for `SESSION_TTL` of event time (a TTL
-/// state): a bid after a longer gap starts a new session.
+/// state read at the bid's own time: a bidder's bids come from one source instance, in
+/// time order): a bid after a longer gap finds it expired and starts a new session.
 #[derive(Default)]
 struct Sessions {
-    last: Option<ValueState<u64, i64>>,
+    last: Option<TtlValueState<u64, i64>>,
 }
 
 impl KeyedProcessFunction<u64, Bid, Out> for Sessions {
     fn open(&mut self, store: &mut Store) -> floe::Result<()> {
-        self.last = Some(store.value_state("last-bid")?);
+        let ttl = TtlConfig::new(SESSION_TTL as u64, TtlUpdate::OnCreateAndWrite);
+        self.last = Some(store.ttl_value_state("last-bid", ttl)?);
         Ok(())
     }
     fn process(&mut self, b: Bid, ctx: &mut Context<'_, u64, Out>) -> floe::Result<()> {
         let Some(last) = &self.last else { return Err(floe::Error::UnknownState("last-bid".into())) };
-        let gap = match last.get(ctx.store(), &b.bidder)? {
-            Some(t) if b.ts - t < SESSION_TTL => b.ts - t,
-            _ => -1,
+        let gap = match last.get(ctx.store(), &b.bidder, b.ts)? {
+            Some(t) => b.ts - t,
+            None => -1,
         };
-        last.put(ctx.store(), &b.bidder, &b.ts)?;
+        last.put(ctx.store(), &b.bidder, &b.ts, b.ts)?;
         ctx.emit(Out::Session(b.bidder, b.ts, gap));
         Ok(())
     }
@@ -344,9 +346,12 @@ fn final_state(storage: &CheckpointStorage, last: u64) -> State {
     let timers = r.store.state_id("__floe_timers").map_or(0, |id| r.store.len(id));
     s.leftovers += timers as usize;
     let mut r = restore_from_path(&path, "sessions", StoreConfig::default()).unwrap();
-    let last_bid: ValueState<u64, i64> = r.store.value_state("last-bid").unwrap();
+    let ttl = TtlConfig::new(SESSION_TTL as u64, TtlUpdate::OnCreateAndWrite);
+    let last_bid: TtlValueState<u64, i64> = r.store.ttl_value_state("last-bid", ttl).unwrap();
+    let snap = r.store.snapshot();
     for b in 0..BIDDERS {
-        if let Some(t) = last_bid.get(&r.store, &b).unwrap() {
+        // Read at the start of time: every entry, expired or not, as stored.
+        if let Some(t) = last_bid.get_at(&snap, &b, i64::MIN).unwrap() {
             s.last_bid.insert(b, t);
         }
     }

@@ -798,6 +798,34 @@ fn limits_table_matches_the_code() {
     assert_eq!(limits, want);
 }
 
+#[test]
+fn ttl_value_layout_matches_the_code() {
+    let t = one("ttl-value");
+    assert_eq!(t[0], ["Bytes", "Field", "Meaning"]);
+    let fields: Vec<(&str, &str)> = t[1..].iter().map(|r| (r[0].as_str(), r[1].as_str())).collect();
+    let ts = floe::state::TTL_TIMESTAMP_LEN;
+    assert_eq!(
+        fields,
+        vec![(format!("0..{ts}").as_str(), "last_update"), (format!("{ts}..end").as_str(), "value")]
+    );
+
+    // The example is what a TTL value state stores for the u64 7 written at 1000.
+    let text = std::fs::read_to_string(spec_dir().join("data-file.md")).unwrap();
+    let section = text.split("### TTL states").nth(1).unwrap();
+    let example = section.split("```text\n").nth(1).unwrap().lines().next().unwrap();
+    let mut store = Store::new();
+    let cfg = floe::state::TtlConfig::new(1, floe::state::TtlUpdate::OnCreateAndWrite);
+    let s = store.ttl_value_state::<String, u64>("s", cfg).unwrap();
+    s.put(&mut store, &"k".to_string(), &7, 1000).unwrap();
+    let key = postcard::to_allocvec("k").unwrap();
+    assert_eq!(store.get(s.id(), &key).unwrap().unwrap(), hex_bytes(example));
+
+    // The descriptor's value type is the one the spec names.
+    let want = format!("floe::ttl<{}>", std::any::type_name::<u64>());
+    assert_eq!(store.descriptor("s").unwrap().value_type, want);
+    assert!(section.contains("`value_type` is `floe::ttl<T>`"));
+}
+
 // ---- Errors: every failure the spec defines, at the offset it gives ----------------------
 
 /// The rows of an errors table: failure -> (error kind, offset expression).

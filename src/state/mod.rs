@@ -7,6 +7,7 @@ mod record;
 mod snapshot;
 mod store;
 mod trie;
+mod ttl;
 mod typed;
 
 pub use descriptor::{Codec, StateDescriptor, StateKind};
@@ -14,4 +15,8 @@ pub use keygroup::{KeyGroupRange, key_group, key_hash};
 pub use record::{MAX_RECORD_LEN, MIN_RECORD_LEN, Record};
 pub use snapshot::{EntryRef, Snapshot, ValueRef};
 pub use store::{MAX_STATE_NAME_LEN, MAX_STATES, MapIter, StateId, Store, StoreConfig};
+pub use ttl::{
+    CleanupCursor, CleanupProgress, TTL_TIMESTAMP_LEN, TtlConfig, TtlListState, TtlMapState, TtlUpdate,
+    TtlValueState, ttl_value_type,
+};
 pub use typed::{ListState, MapState, ValueState};

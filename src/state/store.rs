@@ -562,6 +562,27 @@ impl Store {
         Ok(true)
     }
 
+    /// Visits the entries of key group `key_group` of `state`, tombstones included, in
+    /// `(hash, key)` order after the position `after` (from the start when `None`), until
+    /// `f` returns false; returns whether the end of the group was reached. The walk of
+    /// TTL cleanup ([`crate::state::TtlValueState::cleanup`]), which resumes from a cursor
+    /// and collects what to delete before deleting (nothing may change during the walk).
+    pub(crate) fn visit_group_after(
+        &self,
+        state: StateId,
+        key_group: u32,
+        after: Option<(u64, &[u8])>,
+        f: &mut impl FnMut(u64, &Entry) -> bool,
+    ) -> Result<bool> {
+        let table =
+            self.states.get(state.index()).ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
+        let range = self.config.key_groups;
+        if !range.contains(key_group) {
+            return Err(Error::KeyGroupOutOfRange { key_group, start: range.start, end: range.end });
+        }
+        Ok(table.groups[(key_group - range.start) as usize].visit_after(after, f))
+    }
+
     // ---- Snapshots and increments -----------------------------------------------------
 
     /// An immutable view of every state as of now. O(states x key groups) pointer copies,

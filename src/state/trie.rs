@@ -463,6 +463,14 @@ impl Trie {
         }
     }
 
+    /// Visits in `(hash, key)` order the entries (tombstones included) that come after
+    /// `after` (all of them when `None`), until `f` returns false. Subtrees wholly before
+    /// `after` are skipped from the hash bits without being loaded, so resuming a walk
+    /// costs one path, not the entries before it. Returns whether the walk reached the end.
+    pub fn visit_after(&self, after: Option<(u64, &[u8])>, f: &mut impl FnMut(u64, &Entry) -> bool) -> bool {
+        self.root.as_ref().is_none_or(|root| visit_after_in(root, 0, after, f))
+    }
+
     /// An iterator over all entries, tombstones included, in `(hash, key)` order.
     pub fn iter(&self) -> TrieIter<'_> {
         let mut stack = Vec::with_capacity(MAX_DEPTH as usize + 1);
@@ -673,6 +681,50 @@ fn visit<'a>(node: &'a Node, f: &mut impl FnMut(&'a Arc<Entry>)) {
     }
 }
 
+/// See [`Trie::visit_after`]. Below `depth < MAX_DEPTH` the slots are the set bits of the
+/// bitmap in ascending order (the hash's index at that depth); buckets hold sorted leaves.
+fn visit_after_in(
+    node: &Node,
+    depth: u32,
+    after: Option<(u64, &[u8])>,
+    f: &mut impl FnMut(u64, &Entry) -> bool,
+) -> bool {
+    let indexed = depth < MAX_DEPTH;
+    let target = after.filter(|_| indexed).map(|(h, _)| index(h, depth));
+    let mut bits = node.bitmap;
+    for s in node.slots.iter() {
+        let idx = indexed.then(|| {
+            let i = bits.trailing_zeros();
+            bits &= bits.wrapping_sub(1);
+            i
+        });
+        match s {
+            Slot::Leaf(h, _, e) => {
+                // The hash decides without loading the entry, unless it equals `after`'s.
+                if let Some((ah, ak)) = after
+                    && (*h < ah || (*h == ah && *e.key <= *ak))
+                {
+                    continue;
+                }
+                if !f(*h, e) {
+                    return false;
+                }
+            }
+            Slot::Branch(c) => {
+                let sub = match (idx, target) {
+                    (Some(i), Some(t)) if i < t => continue,
+                    (Some(i), Some(t)) if i > t => None,
+                    _ => after,
+                };
+                if !visit_after_in(c, depth + 1, sub, f) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
 /// Visits every leaf whose stamp bound is above `since`, below the nodes with
 /// `max_stamp > since`, without reading the entries (the caller checks their stamps).
 fn visit_nodes_since<'a>(node: &'a Node, since: u64, f: &mut impl FnMut(&'a Arc<Entry>)) {
@@ -879,6 +931,53 @@ mod tests {
         assert_eq!(keys(&t), vec![(1, b"z".to_vec())]);
         assert!(t.remove(1, b"z").is_some());
         assert!(t.root.is_none());
+    }
+
+    /// A walk resumed after any entry (or after a position between entries) visits exactly
+    /// the entries after it, in order, through collisions down to the buckets.
+    #[test]
+    fn visit_after_resumes_exactly_after_a_position() {
+        let mut t = Trie::default();
+        let mut hashes: Vec<u64> = (0..3000u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+        hashes.extend([0xABCD_EF01_2345_6780, 0xABCD_EF01_2345_6781, 0xABCD_EF01_2345_6000, 0, 7, u64::MAX]);
+        for (i, &h) in hashes.iter().enumerate() {
+            put(&mut t, h, &(i as u64).to_le_bytes(), 1);
+        }
+        // Keys of equal hash: a bucket of one full hash, ordered by key.
+        for k in [&b"b"[..], b"a", b"ab"] {
+            put(&mut t, 0xABCD_EF01_2345_6780, k, 1);
+        }
+        let all = keys(&t);
+        let walk = |after: Option<(u64, &[u8])>, limit: usize| {
+            let mut out = Vec::new();
+            let done = t.visit_after(after, &mut |h, e| {
+                if out.len() == limit {
+                    return false;
+                }
+                out.push((h, e.key.to_vec()));
+                true
+            });
+            (out, done)
+        };
+        assert_eq!(walk(None, usize::MAX), (all.clone(), true));
+        let after = |h: u64, k: &[u8]| -> Vec<(u64, Vec<u8>)> {
+            all.iter().filter(|(h2, k2)| (*h2, &k2[..]) > (h, k)).cloned().collect()
+        };
+        for (i, (h, k)) in all.iter().enumerate() {
+            assert_eq!(walk(Some((*h, k)), usize::MAX), (all[i + 1..].to_vec(), true), "after entry {i}");
+            // A position between entries: the empty key sorts before every key of its hash.
+            assert_eq!(walk(Some((*h, &[])), usize::MAX), (after(*h, &[]), true), "before entry {i}");
+            // A hash no entry has.
+            let h1 = h.wrapping_add(1);
+            assert_eq!(walk(Some((h1, &[])), usize::MAX), (after(h1, &[]), true), "past entry {i}");
+        }
+        // Stopping early reports that the end was not reached; resuming continues.
+        let (first, done) = walk(None, 100);
+        assert!(!done);
+        let last = first.last().unwrap();
+        let (rest, done) = walk(Some((last.0, &last.1)), usize::MAX);
+        assert!(done);
+        assert_eq!([first, rest].concat(), all);
     }
 
     #[test]

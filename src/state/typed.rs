@@ -12,15 +12,15 @@ use super::snapshot::{Snapshot, ValueRef};
 use super::store::{StateId, Store};
 use crate::error::{Error, Result};
 
-fn encode<T: Serialize + ?Sized>(name: &str, v: &T) -> Result<Vec<u8>> {
+pub(super) fn encode<T: Serialize + ?Sized>(name: &str, v: &T) -> Result<Vec<u8>> {
     postcard::to_allocvec(v).map_err(|source| Error::Codec { state: name.to_string(), source })
 }
 
-fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
+pub(super) fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
     postcard::from_bytes(bytes).map_err(|source| Error::Codec { state: name.to_string(), source })
 }
 
-fn descriptor<K, UK, V>(name: &str, kind: StateKind) -> StateDescriptor {
+pub(super) fn descriptor<K, UK, V>(name: &str, kind: StateKind) -> StateDescriptor {
     StateDescriptor {
         name: name.to_string(),
         kind,
@@ -32,7 +32,7 @@ fn descriptor<K, UK, V>(name: &str, kind: StateKind) -> StateDescriptor {
 }
 
 /// Marks the types of a three-parameter state handle.
-type Types3<K, UK, V> = PhantomData<fn() -> (K, UK, V)>;
+pub(super) type Types3<K, UK, V> = PhantomData<fn() -> (K, UK, V)>;
 
 /// One value of type `V` per key of type `K`.
 #[derive(Debug)]
