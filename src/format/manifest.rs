@@ -264,11 +264,6 @@ impl Manifest {
         self.channel_state.iter().filter(move |c| c.operator == operator)
     }
 
-    /// Whether `path` is one of the manifest's channel-state files.
-    pub fn is_channel_state_file(&self, path: &str) -> bool {
-        self.channel_state.iter().any(|c| c.path == path)
-    }
-
     /// For each operator whose entries do not hold every key group of `range` exactly once
     /// (manifest.md, "Validity": a gap or an overlap is corruption), the operator and the
     /// first problem. One pass over the entries, then a sort per operator.
