@@ -649,30 +649,43 @@ fn fix_block_header(b: &mut [u8], at: usize) {
     put32(b, at + 20, crc);
 }
 
-/// Goal: crafted lengths with valid checksums (a block of ~4 GiB in a small file, a raw
-/// length over the limit or beyond what LZ4 can expand to, a record count or a record length
-/// the block cannot hold, a footer claiming 2^64 blocks) are corruption naming the file and
-/// the offset, and nothing near the claimed size is ever allocated.
+/// Goal: crafted lengths with valid checksums are corruption naming the file and the
+/// offset, and nothing near the claimed size is ever allocated: a stored block of 64 MiB in
+/// a file of a few KiB, a raw length over 64 MiB (in a block whose LZ4 bound would allow
+/// it), an LZ4 raw length beyond 255x its stored bytes, a record count or a record length
+/// the block cannot hold, a footer claiming 2^64 - 1 blocks. Each case is built so that
+/// only the check it names can catch it.
 #[test]
 fn hostile_lengths_are_errors_without_huge_allocations() {
     let dir = tempfile::tempdir().unwrap();
-    let (root, rel, _) = two_checkpoints(dir.path());
-    let path = root.join(&rel);
-    let good = std::fs::read(&path).unwrap();
-    let foot = good.len() - 32;
-    assert_eq!(good[40 + 12], 0, "the first block is stored (random bytes)");
+    let (root, small, _) = two_checkpoints(dir.path());
+    // A file whose first block is one record of 300 KB: large enough that LZ4's 255x bound
+    // alone would let it claim more than 64 MiB.
+    let big = {
+        let storage = open_with(&root, config(), None);
+        let mut store = new_store();
+        let mut cp = Checkpointer::new(Arc::clone(&storage), OP, 0);
+        let mut rng = Rng::new(3);
+        let record: Vec<u8> = (0..300_000).map(|_| rng.next_u64() as u8).collect();
+        let m = checkpoint(&storage, &mut cp, &mut store, 3, &[(0, 1, 2, record)]).unwrap();
+        m.channel_state.iter().find(|c| c.subtask == 0).unwrap().path.clone()
+    };
     type Craft = Box<dyn Fn(&mut Vec<u8>) -> usize>;
-    let cases: Vec<(&str, Craft)> = vec![
+    let foot = |b: &Vec<u8>| b.len() - 32;
+    let cases: Vec<(&str, &str, Craft)> = vec![
         (
-            "stored length ~4 GiB",
+            "a stored block of 64 MiB in a small file",
+            &small,
             Box::new(|b| {
-                put32(b, 40, u32::MAX - 7);
+                put32(b, 40, 64 << 20);
+                put32(b, 44, 64 << 20);
                 fix_block_header(b, 40);
                 40
             }),
         ),
         (
             "raw length over 64 MiB",
+            &big,
             Box::new(|b| {
                 put32(b, 44, (64 << 20) + 1);
                 b[52] = 1;
@@ -682,9 +695,9 @@ fn hostile_lengths_are_errors_without_huge_allocations() {
         ),
         (
             "LZ4 raw length beyond 255x the stored bytes",
+            &small,
             Box::new(|b| {
-                let stored = le32(b, 40);
-                put32(b, 44, (stored * 255 + 17).min(64 << 20));
+                put32(b, 44, 64 << 20);
                 b[52] = 1;
                 fix_block_header(b, 40);
                 40
@@ -692,6 +705,7 @@ fn hostile_lengths_are_errors_without_huge_allocations() {
         ),
         (
             "record count of u32::MAX",
+            &small,
             Box::new(|b| {
                 put32(b, 48, u32::MAX);
                 fix_block_header(b, 40);
@@ -700,6 +714,7 @@ fn hostile_lengths_are_errors_without_huge_allocations() {
         ),
         (
             "a record's length of ~4 GiB inside the block",
+            &small,
             Box::new(|b| {
                 // The first record's length field (block data at 64: input, channel, len).
                 put32(b, 64 + 8, u32::MAX - 3);
@@ -712,23 +727,27 @@ fn hostile_lengths_are_errors_without_huge_allocations() {
         ),
         (
             "footer claiming 2^64 - 1 blocks",
+            &small,
             Box::new(move |b| {
-                b[foot..foot + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-                let crc = crc32fast::hash(&b[foot..foot + 16]);
-                put32(b, foot + 16, crc);
-                foot
+                let f = foot(b);
+                b[f..f + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+                let crc = crc32fast::hash(&b[f..f + 16]);
+                put32(b, f + 16, crc);
+                f
             }),
         ),
     ];
-    let m2 = manifest_of(&root, 2);
-    for (name, craft) in &cases {
+    for (name, rel, craft) in &cases {
+        let id = if *rel == big { 3 } else { 2 };
+        let path = root.join(rel);
+        let good = std::fs::read(&path).unwrap();
+        assert_eq!(good[40 + 12], 0, "{name}: the first block is stored (random bytes)");
         let mut b = good.clone();
         let want_offset = craft(&mut b) as u64;
         std::fs::write(&path, &b).unwrap();
         // The manifest is fixed up to the crafted file, so only the lengths can tell.
-        let mut m = m2.clone();
-        let f = m.files.iter_mut().find(|f| f.path == rel).unwrap();
-        f.crc32 = crc32fast::hash(&b);
+        let mut m = manifest_of(&root, id);
+        m.files.iter_mut().find(|f| &f.path == rel).unwrap().crc32 = crc32fast::hash(&b);
         let (r, largest) = largest_allocation(|| read_all(&root, &m));
         match r {
             Err(Error::Corrupt { path: p, offset, what }) => {
@@ -737,9 +756,9 @@ fn hostile_lengths_are_errors_without_huge_allocations() {
             other => panic!("{name}: {other:?}"),
         }
         assert!(largest < 1 << 20, "{name}: an allocation of {largest} bytes");
-        let (r, largest) = largest_allocation(|| floe::inspect::verify(&root, Some(2)));
+        let (r, largest) = largest_allocation(|| floe::inspect::verify(&root, Some(id)));
         assert!(!r.unwrap().ok, "{name}");
         assert!(largest < 4 << 20, "{name}: verify allocated {largest} bytes");
+        std::fs::write(&path, &good).unwrap();
     }
-    std::fs::write(&path, &good).unwrap();
 }
