@@ -458,7 +458,7 @@ fn gen_unknown_version(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 "kind": "unsupported_version",
                 "file": rel,
                 "found": 99,
-                "supported": floe::format::FORMAT_VERSION,
+                "supported": floe::format::NEWEST_MANIFEST_VERSION,
             }),
         ),
     )?;
