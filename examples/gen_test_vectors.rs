@@ -48,6 +48,9 @@ enum Op<'a> {
     MapRemove(&'a str, &'a [u8], &'a [u8]),
 }
 
+/// One in-flight record: (subtask, input, channel, bytes).
+type InFlight<'a> = (u32, u32, u32, &'a [u8]);
+
 /// A job of `parallelism` instances of one operator, writing into one checkpoint directory.
 struct Job {
     storage: std::sync::Arc<CheckpointStorage>,
@@ -182,7 +185,7 @@ impl Job {
         id: u64,
         sources: &[(&str, &[u8])],
         extra: &[(&str, &[u8])],
-        channel: Option<&[(u32, u32, u32, &[u8])]>,
+        channel: Option<&[InFlight<'_>]>,
     ) -> floe::Result<()> {
         let mut handles = Vec::new();
         for (cp, store) in self.checkpointers.iter_mut().zip(&mut self.stores) {
@@ -507,7 +510,7 @@ fn gen_channel_state(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
     ])?;
     // 200 bytes of a repeating pattern: compressible, so its block is stored as LZ4.
     let pattern: Vec<u8> = b"floe".iter().copied().cycle().take(200).collect();
-    let records: Vec<(u32, u32, u32, &[u8])> = vec![
+    let records: Vec<InFlight<'_>> = vec![
         (0, 0, 0, b"click:alice"),
         (0, 0, 1, b""),
         (0, 1, 0, b"order:17"),

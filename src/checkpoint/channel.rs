@@ -55,7 +55,8 @@ impl ChannelStateHandle {
 /// temp file is removed and nothing is published.
 ///
 /// After a failed write (an I/O error, a torn write, a full disk) every later call fails
-/// with an error naming the first failure; nothing of the file is ever published.
+/// with an error naming the first failure; nothing of the file is ever published. It holds
+/// the storage (so the directory's lock) until it is finished or dropped.
 pub struct ChannelStateWriter {
     storage: Arc<CheckpointStorage>,
     checkpoint_id: u64,
@@ -252,10 +253,7 @@ impl ChannelStateWriter {
         let w =
             self.w.take().ok_or_else(|| Error::Background("channel-state writer already finished".into()))?;
         self.high_water = self.high_water.max(w.buffered_high_water());
-        let (scan, file) = w.finish().map_err(|e| {
-            self.failed = Some(e.to_string());
-            e
-        })?;
+        let (scan, file) = w.finish().inspect_err(|e| self.failed = Some(e.to_string()))?;
         self.dest.complete(self.storage.io(), file)?;
         Ok(ChannelStateHandle {
             operator: self.operator.clone(),

@@ -25,6 +25,9 @@ use crate::error::{Error, Result};
 /// one record and at most `MAX_BLOCK_LEN` bytes of them.
 pub const MAX_CHANNEL_RECORD_LEN: usize = MAX_BLOCK_LEN as usize - CHANNEL_RECORD_HEADER_LEN;
 
+/// What receives a file's records: `(input, channel, bytes)`.
+pub type OnRecord<'a> = dyn FnMut(u32, u32, &[u8]) -> Result<()> + 'a;
+
 /// Buffer of the sequential reads of a channel-state file.
 const READ_BUFFER: usize = 64 << 10;
 
@@ -380,10 +383,7 @@ impl<R: Read + Seek> ChannelFile<R> {
     /// records are all parsed before the first is handed to `f`. Memory: one block's stored
     /// and uncompressed bytes, each bounded by the file's bytes before anything is
     /// allocated. Returns what the file is, with the CRC-32 of all its bytes.
-    pub fn for_each_record(
-        &mut self,
-        f: &mut dyn FnMut(u32, u32, &[u8]) -> Result<()>,
-    ) -> Result<ChannelScan> {
+    pub fn for_each_record(&mut self, f: &mut OnRecord<'_>) -> Result<ChannelScan> {
         let path = self.path.clone();
         let io = |e| Error::io("read", &path, e);
         let end = self.footer_offset();
@@ -456,11 +456,11 @@ impl<R: Read + Seek> ChannelFile<R> {
                 &raw
             };
             // All records parse before the first is handed over.
-            let parsed = records_of(body, &mut |_, _, _| Ok(())).map_err(|e| e.into_error(&bad))?;
+            let parsed = records_of(body, &mut |_, _, _| Ok(())).map_err(|e| e.into_error(bad))?;
             if parsed != n {
                 return Err(bad(format!("block holds {parsed} records, its header says {n}")));
             }
-            records_of(body, &mut |i, c, b| f(i, c, b)).map_err(|e| e.into_error(&bad))?;
+            records_of(body, &mut |i, c, b| f(i, c, b)).map_err(|e| e.into_error(bad))?;
             pos += CHANNEL_BLOCK_HEADER_LEN as u64 + u64::from(stored_len);
             blocks += 1;
             records += u64::from(n);
@@ -498,10 +498,7 @@ impl RecordsError {
 
 /// Parses the records of a block's uncompressed bytes, calling `f` for each; returns how
 /// many there are. Errors: a description of what is malformed, or `f`'s error.
-fn records_of(
-    body: &[u8],
-    f: &mut dyn FnMut(u32, u32, &[u8]) -> Result<()>,
-) -> std::result::Result<u32, RecordsError> {
+fn records_of(body: &[u8], f: &mut OnRecord<'_>) -> std::result::Result<u32, RecordsError> {
     let mut at = 0usize;
     let mut n = 0u32;
     while at < body.len() {
@@ -581,7 +578,9 @@ mod tests {
         (bytes, scan)
     }
 
-    fn read(bytes: &[u8]) -> Result<(Vec<(u32, u32, Vec<u8>)>, ChannelScan)> {
+    type Records = Vec<(u32, u32, Vec<u8>)>;
+
+    fn read(bytes: &[u8]) -> Result<(Records, ChannelScan)> {
         let mut f = ChannelFile::open(std::io::Cursor::new(bytes), Path::new("t"))?;
         let mut out = Vec::new();
         let scan = f.for_each_record(&mut |i, c, b| {
