@@ -1,8 +1,10 @@
 //! Writes the test vectors of `format-spec/test-vectors/`: small checkpoint directories made
 //! through floe's public API, corrupt copies of them, and for each an `expected.json`.
 //!
-//! `cargo run --example gen_test_vectors -- OUTDIR` (OUTDIR is normally
-//! `format-spec/test-vectors`; the directories it creates must not exist yet).
+//! `cargo run --example gen_test_vectors -- OUTDIR [NAME...]` (OUTDIR is normally
+//! `format-spec/test-vectors`; the directories it creates must not exist yet). With names,
+//! only those vectors are written (a damaged vector needs the one it is copied from), so
+//! that adding a vector leaves the committed ones as they are.
 //!
 //! The expected contents come from a `BTreeMap` model that this program updates alongside
 //! the store, never from decoding the files with floe, so the vectors check floe's reader
@@ -13,7 +15,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, Compression, StorageConfig, Target};
+use floe::checkpoint::{
+    ChainPolicy, CheckpointStorage, Checkpointer, CommitMeta, Compression, StorageConfig, Target,
+};
 use floe::format::DataFile;
 use floe::state::{KeyGroupRange, StateDescriptor, StateId, StateKind, Store, StoreConfig, key_group};
 use serde_json::{Value as Json, json};
@@ -44,6 +48,9 @@ enum Op<'a> {
     MapRemove(&'a str, &'a [u8], &'a [u8]),
 }
 
+/// One in-flight record: (subtask, input, channel, bytes).
+type InFlight<'a> = (u32, u32, u32, &'a [u8]);
+
 /// A job of `parallelism` instances of one operator, writing into one checkpoint directory.
 struct Job {
     storage: std::sync::Arc<CheckpointStorage>,
@@ -61,11 +68,15 @@ fn state_id(name: &str) -> StateId {
 
 impl Job {
     fn new(root: &Path, parallelism: u32) -> floe::Result<Job> {
+        Self::with_block_target(root, parallelism, 64 << 10)
+    }
+
+    fn with_block_target(root: &Path, parallelism: u32, block_target: usize) -> floe::Result<Job> {
         let config = StorageConfig {
             num_retained: 3,
             // Tiny files: without a large ratio the policy would force full snapshots.
             policy: ChainPolicy { max_increments: 10, max_chain_ratio: 100.0 },
-            block_target: 64 << 10,
+            block_target,
             threads: 1,
             // Fixed choices, so the vectors' bytes do not depend on the disk's speed.
             compression: Compression::Lz4,
@@ -163,21 +174,56 @@ impl Job {
         sources: &[(&str, &[u8])],
         extra: &[(&str, &[u8])],
     ) -> floe::Result<()> {
+        self.checkpoint_with_channel_state(id, sources, extra, None)
+    }
+
+    /// [`Job::checkpoint`] of an unaligned checkpoint when `channel` is given: every
+    /// instance writes a channel-state file with its in-flight records `(subtask, input,
+    /// channel, bytes)` (an instance without records writes an empty one).
+    fn checkpoint_with_channel_state(
+        &mut self,
+        id: u64,
+        sources: &[(&str, &[u8])],
+        extra: &[(&str, &[u8])],
+        channel: Option<&[InFlight<'_>]>,
+    ) -> floe::Result<()> {
         let mut handles = Vec::new();
         for (cp, store) in self.checkpointers.iter_mut().zip(&mut self.stores) {
             handles.push(cp.snapshot(store, id, Target::Checkpoint)?.wait()?.0);
         }
+        let mut channel_handles = Vec::new();
+        let mut channel_json = BTreeMap::new();
+        if let Some(records) = channel {
+            for subtask in 0..u32::try_from(self.stores.len()).expect("a few instances") {
+                let mut w = self.storage.channel_state_writer(id, OPERATOR, subtask)?;
+                let mut listed = Vec::new();
+                for &(s, input, ch, bytes) in records.iter().filter(|r| r.0 == subtask) {
+                    w.append(input, ch, bytes)?;
+                    listed.push(json!([s, input, ch, hex(bytes)]));
+                }
+                channel_handles.push(w.finish()?);
+                channel_json.insert(subtask.to_string(), Json::Array(listed));
+            }
+        }
         let to_map = |kv: &[(&str, &[u8])]| kv.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
-        let m =
-            self.storage.commit(id, Target::Checkpoint, handles.clone(), to_map(sources), to_map(extra))?;
+        let m = self.storage.commit_with_channel_state(
+            id,
+            Target::Checkpoint,
+            handles.clone(),
+            channel_handles,
+            to_map(sources),
+            to_map(extra),
+            CommitMeta::default(),
+        )?;
         for ((cp, store), h) in self.checkpointers.iter_mut().zip(&mut self.stores).zip(&handles) {
             cp.notify_complete(id, h, store);
         }
         let chains: BTreeMap<String, Json> =
             m.operators.iter().map(|o| (o.subtask.to_string(), json!(o.chain))).collect();
-        self.checkpoints.push(json!({
+        let mut cp = json!({
             "checkpoint_id": id,
             "manifest": format!("chk-{id:020}.manifest"),
+            "manifest_version": m.format_version,
             "kind": m.kind.as_str(),
             "parent": m.parent,
             "base": m.base,
@@ -185,7 +231,13 @@ impl Job {
             "sources": hex_map(sources),
             "extra": hex_map(extra),
             "state": self.model_json(),
-        }));
+        });
+        if channel.is_some() {
+            let files: BTreeMap<String, Json> =
+                m.channel_state.iter().map(|c| (c.subtask.to_string(), json!(c.path))).collect();
+            cp["channel_state"] = json!({ "files": files, "records": channel_json });
+        }
+        self.checkpoints.push(cp);
         Ok(())
     }
 
@@ -237,9 +289,11 @@ fn write_json(path: &Path, v: &Json) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Git keeps no empty folders: drop `savepoints/` so the output equals what is committed.
+/// Git keeps no empty folders: drop `savepoints/` so the output equals what is committed;
+/// and the writer's `LOCK`, which is part of no checkpoint (layout.md).
 fn drop_empty_savepoints(root: &Path) {
     let _ = std::fs::remove_dir(root.join("savepoints"));
+    let _ = std::fs::remove_file(root.join("LOCK"));
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -407,7 +461,7 @@ fn gen_unknown_version(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 "kind": "unsupported_version",
                 "file": rel,
                 "found": 99,
-                "supported": floe::format::FORMAT_VERSION,
+                "supported": floe::format::NEWEST_MANIFEST_VERSION,
             }),
         ),
     )?;
@@ -444,20 +498,93 @@ fn gen_swapped_files(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+fn gen_channel_state(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("channel-state");
+    // 64-byte blocks: a few records make several blocks, in data files and channel state.
+    let mut job = Job::with_block_target(&root, 2, 64)?;
+    job.apply(&[
+        Op::Put("counts", b"alice", &3u64.to_le_bytes()),
+        Op::Put("counts", b"bob", &7u64.to_le_bytes()),
+        Op::Append("events", b"carol", b"login"),
+        Op::MapPut("attrs", b"alice", b"city", b"Oslo"),
+    ])?;
+    // 200 bytes of a repeating pattern: compressible, so its block is stored as LZ4.
+    let pattern: Vec<u8> = b"floe".iter().copied().cycle().take(200).collect();
+    let records: Vec<InFlight<'_>> = vec![
+        (0, 0, 0, b"click:alice"),
+        (0, 0, 1, b""),
+        (0, 1, 0, b"order:17"),
+        (0, 1, 2, &pattern),
+        (0, 0, 3, b"click:bob, a record long enough to close a 64-byte block on its own"),
+        (0, 1, 1, b"order:18"),
+    ];
+    // Subtask 1 had nothing in flight: its file holds no block.
+    job.checkpoint_with_channel_state(1, &[("clicks-0", &5u64.to_le_bytes())], &[], Some(&records))?;
+    drop_empty_savepoints(&root);
+    write_json(
+        &root.join("expected.json"),
+        &job.expected(
+            "an unaligned full checkpoint of 2 instances with in-flight records: subtask 0's channel-state \
+             file holds 6 records in several blocks (one LZ4), subtask 1's none",
+        ),
+    )?;
+    Ok(())
+}
+
+fn gen_corrupt_channel_state(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("corrupt-channel-state");
+    copy_dir(&out.join("channel-state"), &root)?;
+    let rel = floe::checkpoint::layout::channel_state_file_name(1, OPERATOR, 0);
+    let path = root.join(&rel);
+    let mut bytes = std::fs::read(&path)?;
+    // The first block starts after the 40-byte header; its stored bytes after its 24-byte
+    // block header. Flip a bit in the middle of them.
+    let stored = u32::from_le_bytes(bytes[40..44].try_into()?);
+    let at = 40 + 24 + usize::try_from(stored / 2)?;
+    bytes[at] ^= 0x01;
+    std::fs::write(&path, bytes)?;
+    let mut expected = bad_expected(
+        &format!("`channel-state` with bit 0 of byte {at} (inside the first block of {rel}) flipped"),
+        json!({ "kind": "corrupt", "file": rel, "offset": 40, "reason": "block checksum mismatch" }),
+    );
+    expected["description"] = json!(format!(
+        "{} (the state's data files are intact: only reading the in-flight records fails)",
+        expected["description"].as_str().unwrap_or_default()
+    ));
+    write_json(&root.join("expected.json"), &expected)?;
+    Ok(())
+}
+
+type Generator = fn(&Path) -> Result<(), Box<dyn std::error::Error>>;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out: PathBuf = std::env::args_os().nth(1).ok_or("usage: gen_test_vectors OUTDIR")?.into();
+    let mut args = std::env::args_os().skip(1);
+    let out: PathBuf = args.next().ok_or("usage: gen_test_vectors OUTDIR [NAME...]")?.into();
+    let wanted: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let all: [(&str, Generator); 8] = [
+        ("full", gen_full),
+        ("chain", gen_chain),
+        ("corrupt-block", gen_corrupt_block),
+        ("truncated", gen_truncated),
+        ("unknown-version", gen_unknown_version),
+        ("swapped-files", gen_swapped_files),
+        ("channel-state", gen_channel_state),
+        ("corrupt-channel-state", gen_corrupt_channel_state),
+    ];
+    if let Some(w) = wanted.iter().find(|w| all.iter().all(|(n, _)| n != w)) {
+        return Err(format!("unknown vector {w}").into());
+    }
+    let chosen: Vec<_> =
+        all.iter().filter(|(n, _)| wanted.is_empty() || wanted.iter().any(|w| w == n)).collect();
     std::fs::create_dir_all(&out)?;
-    for name in ["full", "chain", "corrupt-block", "truncated", "unknown-version", "swapped-files"] {
+    for (name, _) in &chosen {
         if out.join(name).exists() {
             return Err(format!("{} exists; remove it first", out.join(name).display()).into());
         }
     }
-    gen_full(&out)?;
-    gen_chain(&out)?;
-    gen_corrupt_block(&out)?;
-    gen_truncated(&out)?;
-    gen_unknown_version(&out)?;
-    gen_swapped_files(&out)?;
+    for (_, generate) in chosen {
+        generate(&out)?;
+    }
     println!("test vectors written to {}", out.display());
     Ok(())
 }

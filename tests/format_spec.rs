@@ -1,4 +1,5 @@
-//! Proves that `format-spec/` describes the bytes floe writes.
+//! Proves that `format-spec/` describes the bytes floe writes (data files, manifests and
+//! channel-state files).
 //!
 //! Its tables match floe's constants and are contiguous; the committed test vectors decode,
 //! with floe and with an independent reader written from the spec alone, to their
@@ -15,7 +16,7 @@ use floe::format::{self, compression, tag};
 use floe::state::{KeyGroupRange, StateKind, Store, StoreConfig, ValueRef, key_group, key_hash};
 use serde_json::{Value as Json, json};
 
-const SPEC_FILES: [&str; 4] = ["README.md", "layout.md", "data-file.md", "manifest.md"];
+const SPEC_FILES: [&str; 5] = ["README.md", "layout.md", "data-file.md", "manifest.md", "channel-state.md"];
 
 fn spec_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("format-spec")
@@ -100,6 +101,10 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
         ("block-entry", (format::INDEX_ENTRY_LEN, None)),
         ("block-entry-v1", (format::INDEX_ENTRY_LEN_V1, None)),
         ("manifest-header", (format::MANIFEST_HEADER_LEN, Some(&format::MANIFEST_MAGIC[..]))),
+        ("channel-header", (format::CHANNEL_HEADER_LEN, Some(&format::CHANNEL_MAGIC[..]))),
+        ("channel-block-header", (format::CHANNEL_BLOCK_HEADER_LEN, None)),
+        ("channel-record", (format::CHANNEL_RECORD_HEADER_LEN, None)),
+        ("channel-footer", (format::CHANNEL_FOOTER_LEN, Some(&format::CHANNEL_FOOTER_MAGIC[..]))),
     ]);
     let mut seen = BTreeSet::new();
     for (name, t) in all_tables() {
@@ -129,7 +134,13 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
                 assert_eq!(bytes.len() as u64, size);
             }
             if field == "version" {
-                let v = if name.ends_with("-v1") { 1 } else { format::FORMAT_VERSION };
+                let v = if name.ends_with("-v1") {
+                    1
+                } else if name.starts_with("channel") {
+                    format::CHANNEL_STATE_VERSION
+                } else {
+                    format::FORMAT_VERSION
+                };
                 assert!(row[4].contains(&format!("version: {v}")), "{name}: {}", row[4]);
             }
             at += size;
@@ -156,6 +167,12 @@ fn constants_tables_match_the_code() {
         ("MANIFEST_HEADER_LEN", format::MANIFEST_HEADER_LEN as u64),
         ("MAX_MANIFEST_LEN", u64::from(format::MAX_MANIFEST_LEN)),
         ("MAX_STATES_PER_OPERATOR", format::MAX_STATES_PER_OPERATOR as u64),
+        ("CHANNEL_STATE_VERSION", u64::from(format::CHANNEL_STATE_VERSION)),
+        ("NEWEST_MANIFEST_VERSION", u64::from(format::NEWEST_MANIFEST_VERSION)),
+        ("CHANNEL_HEADER_LEN", format::CHANNEL_HEADER_LEN as u64),
+        ("CHANNEL_BLOCK_HEADER_LEN", format::CHANNEL_BLOCK_HEADER_LEN as u64),
+        ("CHANNEL_RECORD_HEADER_LEN", format::CHANNEL_RECORD_HEADER_LEN as u64),
+        ("CHANNEL_FOOTER_LEN", format::CHANNEL_FOOTER_LEN as u64),
     ]);
     let mut spec = BTreeMap::new();
     for t in named("constants") {
@@ -310,13 +327,17 @@ fn hex_map(m: &BTreeMap<String, String>) -> Json {
 
 #[test]
 fn good_vectors_decode_to_their_expected_state() {
-    for name in ["full", "chain", "v1-full", "v1-chain"] {
+    for name in ["full", "chain", "v1-full", "v1-chain", "channel-state"] {
         let (_tmp, root, expected) = vector(name);
         // Each data file has the vector's format version (v1-*: written before version 2).
         let want_version = u32::try_from(expected["version"].as_u64().unwrap()).unwrap();
         assert_eq!(name.starts_with("v1-"), want_version == 1, "{name}");
         for e in std::fs::read_dir(root.join("data")).unwrap() {
-            let f = format::DataFile::open(&e.unwrap().path()).unwrap();
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "chan") {
+                continue;
+            }
+            let f = format::DataFile::open(&path).unwrap();
             assert_eq!(f.version(), want_version, "{name}: {}", f.path().display());
         }
         let operator = expected["operator"].as_str().unwrap();
@@ -333,6 +354,9 @@ fn good_vectors_decode_to_their_expected_state() {
             assert_eq!(json!(m.base), cp["base"]);
             assert_eq!(hex_map(&m.sources), cp["sources"]);
             assert_eq!(hex_map(&m.extra), cp["extra"]);
+            if let Some(v) = cp.get("manifest_version") {
+                assert_eq!(&json!(m.format_version), v, "{name}/{manifest}");
+            }
             let chains: BTreeMap<String, Json> = m
                 .operators
                 .iter()
@@ -682,7 +706,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
     }
     let mut h = Rd(&mb, 8);
     let version = h.u32().unwrap();
-    if !(1..=2).contains(&version) {
+    if !(1..=3).contains(&version) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let (body_len, body_crc, reserved) = (h.u32().unwrap(), h.u32().unwrap(), h.u32().unwrap());
@@ -691,7 +715,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
         return Err(bad(manifest_rel));
     }
     let m: Json = serde_json::from_slice(body).map_err(|_| bad(manifest_rel))?;
-    if m["format_version"] != json!(1) && m["format_version"] != json!(2) {
+    if ![json!(1), json!(2), json!(3)].contains(&m["format_version"]) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let max_parallelism = m["max_parallelism"].as_u64().ok_or_else(|| bad(manifest_rel))?;
@@ -790,6 +814,7 @@ fn limits_table_matches_the_code() {
         ("states per operator entry", format::MAX_STATES_PER_OPERATOR as u64),
         ("`max_parallelism`", u64::from(floe::state::keygroup::MAX_MAX_PARALLELISM)),
         ("manifest body", u64::from(format::MAX_MANIFEST_LEN)),
+        ("one in-flight record's bytes", floe::format::channel::MAX_CHANNEL_RECORD_LEN as u64),
         ("counts and lengths of fields", u64::from(u32::MAX)),
     ]
     .iter()
@@ -1020,7 +1045,7 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             b[1] ^= 1;
             b
         }),
-        ("version not 1 or 2 (0 included)", manifest_bytes(0, &good[24..])),
+        ("version not 1, 2 or 3 (0 included)", manifest_bytes(0, &good[24..])),
         ("reserved bytes not zero", {
             let mut b = good.clone();
             b[21] = 1;
@@ -1037,11 +1062,21 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             b
         }),
         ("body is not a manifest object", manifest_bytes(2, b"[]")),
-        ("format_version not 1 or 2", with(&|j| j["format_version"] = json!(0))),
+        ("format_version not 1, 2 or 3", with(&|j| j["format_version"] = json!(0))),
         ("max_parallelism out of range", with(&|j| j["max_parallelism"] = json!(0))),
         ("unsafe or repeated path", with(&|j| j["files"][0]["path"] = json!("../x"))),
         ("bad operator entry", with(&|j| j["operators"][0]["chain"] = json!([]))),
         ("checkpoint_id differs from the file name", with(&|j| j["checkpoint_id"] = json!(7))),
+        (
+            "bad channel-state entry",
+            with(&|j| {
+                // Listed in files, but in a version-2 manifest (which a version-2 reader
+                // would restore without the records).
+                let path = j["files"][0]["path"].clone();
+                j["channel_state"] =
+                    json!([{ "operator": "word count", "subtask": 0, "path": path, "records": 0 }]);
+            }),
+        ),
     ];
     let rows = error_rows("manifest-errors");
     assert_eq!(rows.len(), cases.len(), "one case per row");
@@ -1059,10 +1094,13 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             assert_eq!(p, &path, "{failure}");
         }
     }
+    // Version 3 (channel state) is read; the next one is not.
     std::fs::write(&path, manifest_bytes(3, &good[24..])).unwrap();
+    floe::checkpoint::read_manifest_file(&path).unwrap();
+    std::fs::write(&path, manifest_bytes(4, &good[24..])).unwrap();
     assert!(matches!(
         floe::checkpoint::read_manifest_file(&path),
-        Err(Error::UnsupportedVersion { found: 3, .. })
+        Err(Error::UnsupportedVersion { found: 4, .. })
     ));
 }
 
@@ -1155,5 +1193,270 @@ fn every_chain_error_of_the_spec_has_its_kind_and_offset() {
         if let (Error::Corrupt { path: p, .. }, Some(want)) = (&err, want_path) {
             assert_eq!(p, &want, "{failure}: {err}");
         }
+    }
+}
+
+// ---- Channel-state files ----------------------------------------------------------------
+
+/// An independent reader of channel-state files, written from channel-state.md alone: the
+/// records `(input, channel, bytes)` in file order, or `None` when the file is not valid.
+fn spec_read_channel(b: &[u8]) -> Option<Vec<(u32, u32, Vec<u8>)>> {
+    if b.len() < 72 || b[0..8] != *b"\x89\x46\x4C\x4F\x45\x43\x48\x53" || le32(b, 8) != 3 {
+        return None;
+    }
+    if crc32fast::hash(&b[0..36]) != le32(b, 36) || b[32..36] != [0; 4] {
+        return None;
+    }
+    let f = b.len() - 32;
+    if b[f + 24..] != *b"FLOECHS\n"
+        || crc32fast::hash(&b[f..f + 16]) != le32(b, f + 16)
+        || b[f + 20..f + 24] != [0; 4]
+    {
+        return None;
+    }
+    let mut at = 40;
+    let mut blocks = 0u64;
+    let mut out = Vec::new();
+    while at < f {
+        if f - at < 24 {
+            return None;
+        }
+        let h = &b[at..at + 24];
+        if crc32fast::hash(&h[0..20]) != le32(h, 20) || h[13..16] != [0; 3] {
+            return None;
+        }
+        let (stored, raw, n, code, crc) =
+            (le32(h, 0) as usize, le32(h, 4) as usize, le32(h, 8) as usize, h[12], le32(h, 16));
+        if stored > f - at - 24 || raw > 64 << 20 || n == 0 || n > raw / 12 {
+            return None;
+        }
+        match code {
+            0 if raw == stored => {}
+            1 if stored < raw && raw <= 255 * stored + 16 => {}
+            _ => return None,
+        }
+        let data = &b[at + 24..at + 24 + stored];
+        if crc32fast::hash(data) != crc {
+            return None;
+        }
+        let body = if code == 0 {
+            data.to_vec()
+        } else {
+            LZ4_BLOCKS.fetch_add(1, Ordering::SeqCst);
+            let v = lz4_flex::block::decompress(data, raw).ok()?;
+            (v.len() == raw).then_some(v)?
+        };
+        let mut r = Rd(&body, 0);
+        let mut k = 0;
+        while !r.done() {
+            let (input, channel) = (r.u32()?, r.u32()?);
+            out.push((input, channel, r.field()?.to_vec()));
+            k += 1;
+        }
+        if k != n {
+            return None;
+        }
+        at += 24 + stored;
+        blocks += 1;
+    }
+    (blocks == le64(b, f) && out.len() as u64 == le64(b, f + 8)).then_some(out)
+}
+
+/// The in-flight records of the `channel-state` vector's checkpoint 1 as its expected.json
+/// states them: `(subtask, input, channel, hex)` in reading order.
+fn expected_channel_records(expected: &Json) -> Vec<(u32, u32, u32, String)> {
+    let records = &expected["checkpoints"][0]["channel_state"]["records"];
+    let mut out = Vec::new();
+    for sub in ["0", "1"] {
+        for r in records[sub].as_array().unwrap() {
+            let n = |i: usize| u32::try_from(r[i].as_u64().unwrap()).unwrap();
+            out.push((n(0), n(1), n(2), r[3].as_str().unwrap().to_string()));
+        }
+    }
+    out
+}
+
+/// Goal: the `channel-state` vector's in-flight records decode, with floe and with the
+/// spec-only reader, to its expected.json (several blocks, one LZ4, an empty record, a file
+/// without blocks); its manifest is version 3 and its data files version 2; recovery picks
+/// it and `floe verify` finds nothing wrong.
+#[test]
+fn the_channel_state_vector_decodes_to_its_expected_records() {
+    let (_tmp, root, expected) = vector("channel-state");
+    let want = expected_channel_records(&expected);
+    assert!(want.len() > 3 && want.iter().any(|r| r.3.is_empty()), "{want:?}");
+    let manifest =
+        floe::checkpoint::read_manifest_file(&root.join("chk-00000000000000000001.manifest")).unwrap();
+    assert_eq!(manifest.format_version, format::CHANNEL_STATE_VERSION);
+    let mut got = Vec::new();
+    floe::checkpoint::read_channel_state(&root, &manifest, "word count", |sub, input, channel, bytes| {
+        got.push((sub, input, channel, hex(bytes)));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(got, want, "floe's decode");
+    let lz4_before = LZ4_BLOCKS.load(Ordering::SeqCst);
+    let files = &expected["checkpoints"][0]["channel_state"]["files"];
+    let mut independent = Vec::new();
+    for sub in ["0", "1"] {
+        let bytes = std::fs::read(root.join(files[sub].as_str().unwrap())).unwrap();
+        let records = spec_read_channel(&bytes).expect("the spec reader reads it");
+        if sub == "1" {
+            assert_eq!(bytes.len(), 72, "subtask 1 had nothing in flight: no block");
+        }
+        let s: u32 = sub.parse().unwrap();
+        independent.extend(records.into_iter().map(|(i, c, b)| (s, i, c, hex(&b))));
+    }
+    assert_eq!(independent, want, "the spec reader's decode");
+    assert!(LZ4_BLOCKS.load(Ordering::SeqCst) > lz4_before, "no LZ4 block in the channel-state vector");
+    let storage = CheckpointStorage::open_existing(&root, StorageConfig::default()).unwrap();
+    let sel = storage.select_checkpoint(&|_| true).unwrap().unwrap();
+    assert_eq!((sel.manifest.checkpoint_id, sel.skipped.len()), (1, 0));
+}
+
+/// Goal: the `corrupt-channel-state` vector fails reading its in-flight records with the
+/// stated error (file, offset), with floe and with the spec-only reader, while its state
+/// still restores; recovery finds no usable checkpoint and names the file.
+#[test]
+fn the_corrupt_channel_state_vector_fails_with_the_expected_error() {
+    let (_tmp, root, expected) = vector("corrupt-channel-state");
+    let want = &expected["error"];
+    let rel = want["file"].as_str().unwrap();
+    let manifest_path = root.join(expected["manifest"].as_str().unwrap());
+    let manifest = floe::checkpoint::read_manifest_file(&manifest_path).unwrap();
+    let err = floe::checkpoint::read_channel_state(&root, &manifest, "word count", |_, _, _, _| Ok(()))
+        .unwrap_err();
+    match &err {
+        Error::Corrupt { path, offset, what } => {
+            assert_eq!(path, &root.join(rel), "{err}");
+            assert_eq!(&json!(offset), &want["offset"], "{err}");
+            assert!(what.contains(want["reason"].as_str().unwrap()), "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(spec_read_channel(&std::fs::read(root.join(rel)).unwrap()).is_none());
+    restore_from_path(&manifest_path, "word count", config_of(&expected)).unwrap();
+    let storage = CheckpointStorage::open(&root, StorageConfig::default()).unwrap();
+    let err = storage.recover("word count", config_of(&expected)).unwrap_err();
+    assert!(err.to_string().contains(rel), "{err}");
+}
+
+/// Goal: channel-state.md, both errors tables. Each failure, made in the `channel-state`
+/// vector's file of subtask 0 (checksums fixed where the failure is not a checksum, the
+/// manifest's size and CRC-32 fixed where the failure is not theirs), gives floe's error of
+/// the table's kind at the table's offset when the records are read; every row has a case.
+#[test]
+fn every_channel_state_error_of_the_spec_has_its_kind_and_offset() {
+    let (_tmp, root, expected) = vector("channel-state");
+    let rel = expected["checkpoints"][0]["channel_state"]["files"]["0"].as_str().unwrap().to_string();
+    let path = root.join(&rel);
+    let manifest_path = root.join("chk-00000000000000000001.manifest");
+    let good_manifest = floe::checkpoint::read_manifest_file(&manifest_path).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let f = good.len() - 32;
+    let fix_header = |b: &mut Vec<u8>| {
+        let crc = crc32fast::hash(&b[0..36]);
+        b[36..40].copy_from_slice(&crc.to_le_bytes());
+    };
+    let fix_footer = |b: &mut Vec<u8>| {
+        let f = b.len() - 32;
+        let crc = crc32fast::hash(&b[f..f + 16]);
+        b[f + 16..f + 20].copy_from_slice(&crc.to_le_bytes());
+    };
+    let fix_block = |b: &mut Vec<u8>| {
+        let crc = crc32fast::hash(&b[40..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+    };
+    // Each case edits the file's bytes and the manifest, and says whether the manifest's
+    // size and CRC-32 are then fixed up to the bytes (only the failure itself is left).
+    type Case = Box<dyn Fn(&mut Vec<u8>, &mut format::Manifest) -> bool>;
+    let cases: Vec<(&str, Case)> = vec![
+        ("shorter than 72 bytes", Box::new(|b, _| (b.truncate(71), true).1)),
+        ("bad magic", Box::new(|b, _| (b[1] ^= 1, true).1)),
+        ("version not 3", Box::new(|b, _| (b[8..12].copy_from_slice(&2u32.to_le_bytes()), true).1)),
+        ("header checksum mismatch", Box::new(|b, _| (b[20] ^= 1, true).1)),
+        ("reserved bytes 32..36 not zero", Box::new(move |b, _| (b[33] = 1, fix_header(b), true).2)),
+        ("bad footer magic", Box::new(move |b, _| (b[f + 25] ^= 1, true).1)),
+        ("footer checksum mismatch", Box::new(move |b, _| (b[f + 3] ^= 1, true).1)),
+        ("footer reserved bytes not zero", Box::new(move |b, _| (b[f + 21] = 1, fix_footer(b), true).2)),
+        (
+            "block header runs past the footer",
+            Box::new(move |b, _| {
+                // 10 stray bytes where a block would start: too short for a block header.
+                let tail = b.split_off(f);
+                b.truncate(40);
+                b.extend_from_slice(&[0; 10]);
+                b.extend_from_slice(&tail);
+                true
+            }),
+        ),
+        ("bad block header", Box::new(move |b, _| (b[53] = 1, fix_block(b), true).2)),
+        ("bad block", Box::new(|b, _| (b[64] ^= 1, true).1)),
+        (
+            "totals differ from the footer",
+            Box::new(move |b, _| {
+                let n = le64(b, f) + 1;
+                b[f..f + 8].copy_from_slice(&n.to_le_bytes());
+                fix_footer(b);
+                true
+            }),
+        ),
+        ("file missing", Box::new(|b, _| (b.clear(), true).1)),
+        ("size differs from `files[].size`", Box::new(|b, _| (b.push(0), false).1)),
+        ("`subtask` differs from the entry's", Box::new(move |b, _| (b[12] = 1, fix_header(b), true).2)),
+        ("`checkpoint_id != created_by`", Box::new(move |b, _| (b[16] = 9, fix_header(b), true).2)),
+        (
+            "`operator_hash` differs from XXH64 of the entry's `operator`",
+            Box::new(move |b, _| (b[24] ^= 1, fix_header(b), true).2),
+        ),
+        (
+            "footer's `records` differs from the entry's `records`",
+            Box::new(|_, m| {
+                m.channel_state[0].records += 1;
+                true
+            }),
+        ),
+        ("whole-file CRC-32 differs from `files[].crc32`", Box::new(|_, _| false)),
+    ];
+    let mut rows = error_rows("channel-state-errors");
+    rows.extend(error_rows("channel-state-manifest-errors"));
+    assert_eq!(rows.len(), cases.len(), "one case per row");
+    for (failure, kind, offset) in &rows {
+        let (_, make) =
+            cases.iter().find(|(c, _)| c == failure).unwrap_or_else(|| panic!("no case for {failure:?}"));
+        let mut b = good.clone();
+        let mut m = good_manifest.clone();
+        assert_eq!(m.channel_state[0].path, rel);
+        let fix_manifest = make(&mut b, &mut m);
+        if failure == "file missing" {
+            std::fs::remove_file(&path).unwrap();
+        } else {
+            std::fs::write(&path, &b).unwrap();
+        }
+        let fref = m.files.iter_mut().find(|x| x.path == rel).unwrap();
+        if fix_manifest {
+            fref.size = b.len() as u64;
+            fref.crc32 = crc32fast::hash(&b);
+        } else if failure.starts_with("whole-file") {
+            fref.crc32 ^= 1;
+        }
+        let err = floe::checkpoint::read_channel_state(&root, &m, "word count", |_, _, _, _| Ok(()))
+            .expect_err(failure);
+        let want_offset = match offset.as_str() {
+            "none" => None,
+            "F" => Some(f as u64),
+            "F+8" => Some(f as u64 + 8),
+            "F+16" => Some(f as u64 + 16),
+            "F+20" => Some(f as u64 + 20),
+            "F+24" => Some(f as u64 + 24),
+            "B" => Some(40),
+            "the smaller of the two sizes" => Some(good.len() as u64),
+            n => Some(n.parse::<u64>().unwrap_or_else(|_| panic!("offset {n:?} unknown to the test"))),
+        };
+        assert_eq!(kind_and_offset(&err), (kind.as_str(), want_offset), "{failure}: {err}");
+        if let Error::Corrupt { path: p, .. } | Error::UnsupportedVersion { path: p, .. } = &err {
+            assert_eq!(p, &path, "{failure}");
+        }
+        std::fs::write(&path, &good).unwrap();
     }
 }

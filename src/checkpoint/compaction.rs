@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use super::channel::ChannelStateHandle;
 use super::layout;
 use super::publish::{WriteOptions, publish};
 use super::recovery::{load_chain, open_chain_with};
@@ -40,6 +41,34 @@ impl CheckpointStorage {
                  into a savepoint instead (floe compact --savepoint)"
             )));
         }
+        if target == Target::Savepoint && !source.channel_state.is_empty() {
+            return Err(Error::InvalidConfig(format!(
+                "checkpoint {checkpoint_id} holds in-flight records (an unaligned checkpoint), which a \
+                 savepoint cannot hold: a savepoint of it would lose them; compact it into a checkpoint, or \
+                 take the savepoint from an aligned checkpoint"
+            )));
+        }
+        // The in-flight records stay as they are: the new checkpoint names the source's
+        // channel-state files (retention keeps them while any manifest names them).
+        let channel_state = source
+            .channel_state
+            .iter()
+            .map(|c| {
+                let file = source.file(&c.path).cloned().ok_or_else(|| {
+                    Error::corrupt(
+                        self.manifest_path(checkpoint_id),
+                        crate::format::MANIFEST_HEADER_LEN as u64,
+                        format!("channel-state file {} is not listed in files", c.path),
+                    )
+                })?;
+                Ok(ChannelStateHandle {
+                    operator: c.operator.clone(),
+                    subtask: c.subtask,
+                    file,
+                    records: c.records,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let new_id = self.next_id()?;
         let result = self.compact_into(&source, new_id, target, progress);
         match result {
@@ -48,10 +77,11 @@ impl CheckpointStorage {
                     m.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
                 };
                 let meta = CommitMeta { job: source.job.clone(), compacted_from: Some(checkpoint_id) };
-                self.commit_with(
+                self.commit_with_channel_state(
                     new_id,
                     target,
                     handles,
+                    channel_state,
                     decode(&source.sources),
                     decode(&source.extra),
                     meta,

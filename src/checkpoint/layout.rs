@@ -4,6 +4,7 @@
 //! ROOT/FLOE                                  marker: this directory belongs to floe
 //! ROOT/chk-<id:020>.manifest                 one per completed checkpoint
 //! ROOT/data/<id:020>-<operator>-<hash>-<subtask>.full|.incr   data files, shared by checkpoints
+//! ROOT/data/<id:020>-<operator>-<hash>-<subtask>.chan        in-flight records (channel state)
 //! ROOT/savepoints/sp-<id:020>/MANIFEST       a savepoint: self-contained
 //! ROOT/savepoints/sp-<id:020>/data/...       its data files
 //! tmp-<id:020>-<name>                        a file being written (any of these folders)
@@ -56,9 +57,17 @@ pub fn data_file_name(id: u64, operator: &str, subtask: u32, full: bool) -> Stri
     format!("{DATA_DIR}/{id:020}-{}-{hash:08x}-{subtask}.{ext}", sanitize(operator))
 }
 
-/// The creating checkpoint id of a data file name (`<id>-...full|incr`), if it is ours.
+/// `data/<id>-<operator>-<hash>-<subtask>.chan`: the channel-state file (in-flight records)
+/// of one operator instance, named like its data files.
+pub fn channel_state_file_name(id: u64, operator: &str, subtask: u32) -> String {
+    let hash = crate::state::key_hash(operator.as_bytes()) >> 32;
+    format!("{DATA_DIR}/{id:020}-{}-{hash:08x}-{subtask}.chan", sanitize(operator))
+}
+
+/// The creating checkpoint id of a data or channel-state file name
+/// (`<id>-...full|incr|chan`), if it is ours.
 pub fn parse_data_file_name(name: &str) -> Option<u64> {
-    if !(name.ends_with(".full") || name.ends_with(".incr")) {
+    if !(name.ends_with(".full") || name.ends_with(".incr") || name.ends_with(".chan")) {
         return None;
     }
     let (digits, rest) = name.split_at_checked(20)?;
@@ -86,6 +95,9 @@ mod tests {
         assert_ne!(data_file_name(7, "sum op 1", 3, false), d, "sanitized names must not collide");
         assert_eq!(parse_data_file_name(d.strip_prefix("data/").unwrap()), Some(7));
         assert_eq!(parse_data_file_name("notes.txt"), None);
+        let c = channel_state_file_name(7, "sum/op 1", 3);
+        assert_eq!(c, format!("data/00000000000000000007-sum_op_1-{h:08x}-3.chan"));
+        assert_eq!(parse_data_file_name(c.strip_prefix("data/").unwrap()), Some(7));
         assert_eq!(parse_tmp_name("tmp-00000000000000000009-x"), Some(9));
     }
 }

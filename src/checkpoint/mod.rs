@@ -1,6 +1,7 @@
 //! Checkpoint storage: durable, recoverable snapshots (see ARCHITECTURE.md, "Checkpoint
 //! layer", and format-spec/ for the bytes).
 
+mod channel;
 mod checkpointer;
 mod compaction;
 mod config;
@@ -17,6 +18,7 @@ mod storage;
 pub mod testing;
 mod writer;
 
+pub use channel::{ChannelStateHandle, ChannelStateWriter, read_channel_state};
 pub use checkpointer::{Checkpointer, PendingWrite};
 pub use config::{ChainPolicy, Compression, DEFAULT_SYNC_EVERY, StorageConfig};
 pub use recovery::{

@@ -16,7 +16,7 @@
 //!   thread fdatasyncs what was written so far (write-behind).
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -48,7 +48,7 @@ impl DiskModel {
     const MIN_SAMPLE: u64 = 1 << 20;
 
     /// Whether the last file showed a disk slower than the producer (`None`: no file yet).
-    fn disk_slower(&self) -> Option<bool> {
+    pub(crate) fn disk_slower(&self) -> Option<bool> {
         let disk = f64::from_bits(self.disk_rate.load(Ordering::Relaxed));
         let write = f64::from_bits(self.write_rate.load(Ordering::Relaxed));
         (disk > 0.0 && write > 0.0).then_some(disk < write)
@@ -356,6 +356,74 @@ impl WriteOptions<'_> {
     }
 }
 
+/// Where a published file goes: its temp name, its final name and their folder. The steps
+/// of [`publish`], for a file produced over time instead of by one closure (channel
+/// state, `checkpoint/channel.rs`): [`Destination::create`], write, then
+/// [`Destination::complete`], and [`Destination::discard`] after any failure.
+#[derive(Debug, Clone)]
+pub(crate) struct Destination {
+    pub tmp: PathBuf,
+    pub final_path: PathBuf,
+    pub parent: PathBuf,
+}
+
+impl Destination {
+    /// `dir/rel`, written as `tmp-<checkpoint_id>-<name>` in the same folder.
+    pub fn new(dir: &Path, rel: &str, checkpoint_id: u64) -> Destination {
+        let final_path = dir.join(rel);
+        let parent = final_path.parent().unwrap_or(dir).to_path_buf();
+        let file_name = final_path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+        let tmp = parent.join(format!("{TMP_PREFIX}{checkpoint_id:020}-{file_name}"));
+        Destination { tmp, final_path, parent }
+    }
+
+    /// Refuses a final name that is taken (cheaply, early: the rename never replaces a file
+    /// either). Nothing to discard after this fails.
+    pub fn check_free(&self, io: &dyn Io) -> Result<()> {
+        if io.stat(&self.final_path).is_ok() {
+            return Err(exists(&self.final_path));
+        }
+        Ok(())
+    }
+
+    /// Creates the temp file (never over an existing one).
+    pub fn create(&self, io: &dyn Io) -> Result<Box<dyn IoFile>> {
+        io.create_new(&self.tmp).map_err(|e| Error::io("create", &self.tmp, e))
+    }
+
+    /// Makes the written file durable and publishes it: fsync, rename to the final name
+    /// without replacing a file, fsync the folder (taking the file back if that fails).
+    /// Returns how long the fsync took.
+    pub fn complete(&self, io: &dyn Io, mut file: Box<dyn IoFile>) -> Result<std::time::Duration> {
+        let final_sync = Instant::now();
+        file.sync_all().map_err(|e| Error::io("fsync", &self.tmp, e))?;
+        let synced = final_sync.elapsed();
+        drop(file);
+        io.rename(&self.tmp, &self.final_path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                exists(&self.final_path)
+            } else {
+                Error::io("rename", &self.tmp, e)
+            }
+        })?;
+        if let Err(e) = io.sync_dir(&self.parent) {
+            // Published but not durable, and the caller is told it failed: take it back, so
+            // that a failed manifest never names files its failed checkpoint then removes.
+            // (If even this fails, the file is complete and consistent: a power cut may keep
+            // or drop it, and either is a valid state of the directory.)
+            let _ = io.remove_file(&self.final_path);
+            return Err(Error::io("fsync dir", &self.parent, e));
+        }
+        Ok(synced)
+    }
+
+    /// Removes the temp file after a failure (best effort: the temp file is ours, and a
+    /// leftover is removed by cleanup later).
+    pub fn discard(&self, io: &dyn Io) {
+        let _ = io.remove_file(&self.tmp);
+    }
+}
+
 /// Writes `dir/rel` atomically through `io`, with `f` producing the contents, which can
 /// watch the disk through the [`SyncProgress`] (see the module documentation and
 /// [`WriteOptions`]).
@@ -367,52 +435,29 @@ pub fn publish<T>(
     options: WriteOptions<'_>,
     f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
 ) -> Result<T> {
-    let final_path = dir.join(rel);
-    let parent = final_path.parent().unwrap_or(dir).to_path_buf();
-    let file_name = final_path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = parent.join(format!("{TMP_PREFIX}{checkpoint_id:020}-{file_name}"));
-    // Cheap early refusal; the rename itself never replaces a file either.
-    if io.stat(&final_path).is_ok() {
-        return Err(exists(&final_path));
-    }
+    let dest = Destination::new(dir, rel, checkpoint_id);
+    dest.check_free(io)?;
+    let tmp = dest.tmp.as_path();
     let result = (|| {
-        let file = io.create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        let file = dest.create(io)?;
         let earlier = options.model.and_then(DiskModel::disk_slower);
         let progress = SyncProgress::new(options.direct || options.sync_every > 0, earlier);
-        let (value, mut file, produce_nanos) = if options.direct {
-            produce_direct(file, options.chunk_len(), &progress, &tmp, f)?
+        let (value, file, produce_nanos) = if options.direct {
+            produce_direct(file, options.chunk_len(), &progress, tmp, f)?
         } else {
-            produce_buffered(file, options.sync_every, &progress, &tmp, f)?
+            produce_buffered(file, options.sync_every, &progress, tmp, f)?
         };
-        let final_sync = Instant::now();
-        file.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        let final_sync = dest.complete(io, file)?;
         if let Some(model) = options.model {
             // Every byte was made durable by the background work or the final sync.
-            let final_nanos = u64::try_from(final_sync.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let final_nanos = u64::try_from(final_sync.as_nanos()).unwrap_or(u64::MAX);
             let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
             model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
-        }
-        drop(file);
-        io.rename(&tmp, &final_path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                exists(&final_path)
-            } else {
-                Error::io("rename", &tmp, e)
-            }
-        })?;
-        if let Err(e) = io.sync_dir(&parent) {
-            // Published but not durable, and the caller is told it failed: take it back, so
-            // that a failed manifest never names files its failed checkpoint then removes.
-            // (If even this fails, the file is complete and consistent: a power cut may keep
-            // or drop it, and either is a valid state of the directory.)
-            let _ = io.remove_file(&final_path);
-            return Err(Error::io("fsync dir", &parent, e));
         }
         Ok(value)
     })();
     if result.is_err() {
-        // Best effort: the temp file is ours; a leftover is removed by cleanup later.
-        let _ = io.remove_file(&tmp);
+        dest.discard(io);
     }
     result
 }

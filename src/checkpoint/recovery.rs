@@ -404,7 +404,7 @@ impl CheckpointStorage {
     /// in which every operator instance's chain reads: the manifest is valid, every
     /// operator's instances cover its key groups exactly once, every chain file is a regular
     /// file of the listed size whose header fits its place in the chain and whose whole
-    /// CRC-32 matches the manifest. Used by [`CheckpointStorage::recover`], the executor's
+    /// CRC-32 matches the manifest, and so is every channel-state file (in-flight records). Used by [`CheckpointStorage::recover`], the executor's
     /// restarts and the tool's default id, so all operators always come from one
     /// checkpoint. It falls back only over permanent damage
     /// ([`Error::is_permanent_damage`]), naming each skipped checkpoint; any other error
@@ -453,6 +453,11 @@ impl CheckpointStorage {
                     ));
                 }
             }
+        }
+        // The in-flight records are part of the checkpoint: without them it does not
+        // restore (header, footer, owner, size and whole-file CRC-32; blocks when read).
+        for c in &m.channel_state {
+            super::channel::check_channel_file(self.io(), self.root(), m, c)?;
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::channel::ChannelStateHandle;
 use super::config::StorageConfig;
 use super::deleter::Deleter;
 use super::io::{EntryKind, Io, StdIo};
@@ -18,7 +19,10 @@ use super::publish::{DiskModel, WriteOptions, publish};
 use super::writer::write_snapshot_file;
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
-use crate::format::{DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind, OperatorState};
+use crate::format::{
+    CHANNEL_STATE_VERSION, DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind,
+    OperatorState,
+};
 use crate::state::Snapshot;
 
 /// The chain of files that a completed checkpoint holds for one operator instance: the
@@ -91,7 +95,7 @@ pub struct CheckpointStorage {
     /// Unlinks the files that retention after a commit no longer needs.
     pub(crate) deleter: Deleter,
     /// What the data files written so far showed of the disk (`Compression::Adaptive`).
-    disk: DiskModel,
+    pub(crate) disk: DiskModel,
     /// Cleanup (retention, unlinks, removal of aborted files) that failed since the last
     /// [`CheckpointStorage::take_cleanup_errors`].
     pub(crate) cleanup_errors: Arc<Mutex<Vec<String>>>,
@@ -469,11 +473,35 @@ impl CheckpointStorage {
         extra: BTreeMap<String, Vec<u8>>,
         meta: CommitMeta,
     ) -> Result<Manifest> {
+        self.commit_with_channel_state(checkpoint_id, target, handles, Vec::new(), sources, extra, meta)
+    }
+
+    /// [`CheckpointStorage::commit_with`] of an unaligned checkpoint: also records each
+    /// operator instance's in-flight records (`channel_state`, written by
+    /// [`CheckpointStorage::channel_state_writer`]). The files are listed in the manifest's
+    /// `files` (retention keeps and deletes them with the checkpoint) and `channel_state`;
+    /// a manifest with channel state has format version 3. Refused
+    /// ([`Error::InvalidConfig`], the id aborted) for a savepoint (savepoints are aligned),
+    /// for two handles of one operator instance, or for a file that is not there with the
+    /// size its handle says; a handle written for another checkpoint is
+    /// [`Error::CheckpointId`] (a compaction may name the files of the checkpoint it
+    /// rewrites).
+    #[allow(clippy::too_many_arguments, reason = "commit_with's arguments and the channel state")]
+    pub fn commit_with_channel_state(
+        &self,
+        checkpoint_id: u64,
+        target: Target,
+        handles: Vec<StateHandle>,
+        channel_state: Vec<ChannelStateHandle>,
+        sources: BTreeMap<String, Vec<u8>>,
+        extra: BTreeMap<String, Vec<u8>>,
+        meta: CommitMeta,
+    ) -> Result<Manifest> {
         let w = self.writer("commit")?;
         let _serial = w.commit.lock();
         w.book.lock().check_commit(checkpoint_id)?;
         let result = self
-            .build_manifest(checkpoint_id, target, handles, sources, extra, meta)
+            .build_manifest(checkpoint_id, target, handles, channel_state, sources, extra, meta)
             .and_then(|m| self.write_manifest(&m, target).map(|()| m));
         match &result {
             Ok(_) => w.book.lock().committed(checkpoint_id),
@@ -490,11 +518,13 @@ impl CheckpointStorage {
         result
     }
 
+    #[allow(clippy::too_many_arguments, reason = "the parts of a manifest")]
     fn build_manifest(
         &self,
         checkpoint_id: u64,
         target: Target,
         handles: Vec<StateHandle>,
+        mut channel_state: Vec<ChannelStateHandle>,
         sources: BTreeMap<String, Vec<u8>>,
         extra: BTreeMap<String, Vec<u8>>,
         meta: CommitMeta,
@@ -530,6 +560,44 @@ impl CheckpointStorage {
                 }
             }
             operators.push(h.operator);
+        }
+        if target == Target::Savepoint && !channel_state.is_empty() {
+            return Err(Error::InvalidConfig(format!(
+                "savepoint {checkpoint_id}: savepoints are taken aligned and hold no in-flight records, \
+                 but {} channel-state files were given",
+                channel_state.len()
+            )));
+        }
+        // One file per operator instance, written for this checkpoint (a compaction names
+        // the files of the checkpoint it rewrites, which are older).
+        channel_state.sort_by(|a, b| (&a.operator, a.subtask).cmp(&(&b.operator, b.subtask)));
+        for pair in channel_state.windows(2) {
+            if (&pair[0].operator, pair[0].subtask) == (&pair[1].operator, pair[1].subtask) {
+                return Err(Error::InvalidConfig(format!(
+                    "checkpoint {checkpoint_id}: two channel-state files for {}[{}]",
+                    pair[0].operator, pair[0].subtask
+                )));
+            }
+        }
+        for c in &channel_state {
+            let by = c.file.created_by;
+            let ours = by == checkpoint_id || (meta.compacted_from.is_some() && by < checkpoint_id);
+            if !ours {
+                return Err(Error::CheckpointId {
+                    id: checkpoint_id,
+                    why: format!(
+                        "the channel state of {}[{}] was written for checkpoint {by}",
+                        c.operator, c.subtask
+                    ),
+                });
+            }
+            if !seen.insert(c.file.path.clone()) {
+                return Err(Error::InvalidConfig(format!(
+                    "checkpoint {checkpoint_id}: channel-state file {} is also named by another handle",
+                    c.file.path
+                )));
+            }
+            files.push(c.file.clone());
         }
         let dir = self.target_dir(checkpoint_id, target);
         // Every file must still be there. A chain's older files can have been freed by
@@ -575,7 +643,10 @@ impl CheckpointStorage {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Ok(Manifest {
-            format_version: FORMAT_VERSION,
+            // Version 3 only with channel state: a version-2 reader would ignore it and
+            // restore without the in-flight records; every other manifest stays readable
+            // by version-2 readers.
+            format_version: if channel_state.is_empty() { FORMAT_VERSION } else { CHANNEL_STATE_VERSION },
             checkpoint_id,
             kind,
             parent,
@@ -588,6 +659,7 @@ impl CheckpointStorage {
             extra: extra.into_iter().map(|(k, v)| (k, hex_encode(&v))).collect(),
             job: meta.job,
             compacted_from: meta.compacted_from,
+            channel_state: channel_state.iter().map(ChannelStateHandle::to_ref).collect(),
         })
     }
 

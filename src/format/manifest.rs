@@ -11,7 +11,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::cursor::Cursor;
-use super::{FORMAT_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN, OLDEST_READ_VERSION};
+use super::{
+    CHANNEL_STATE_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN, NEWEST_MANIFEST_VERSION,
+    OLDEST_READ_VERSION,
+};
 use crate::error::{Error, Result};
 use crate::state::{KeyGroupRange, StateDescriptor};
 
@@ -68,6 +71,22 @@ pub struct OperatorState {
     pub bytes_written: u64,
 }
 
+/// The in-flight records of one operator instance in an unaligned checkpoint: records that
+/// had arrived on its input channels before the barrier and were not processed yet, kept in
+/// their own channel-state file (format-spec/channel-state.md), which is also listed in the
+/// manifest's `files` (so retention keeps and deletes it with the checkpoint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStateRef {
+    /// Operator id.
+    pub operator: String,
+    /// Parallel instance index (of the parallelism the checkpoint was taken with).
+    pub subtask: u32,
+    /// The channel-state file, as in `files`.
+    pub path: String,
+    /// Number of records in it.
+    pub records: u64,
+}
+
 /// The body of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -101,10 +120,14 @@ pub struct Manifest {
     /// The checkpoint that `floe compact` rewrote into this one (absent: not a compaction).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacted_from: Option<u64>,
+    /// In-flight records per operator instance (unaligned checkpoints; absent: none). A
+    /// manifest that lists any has format version 3 (`CHANNEL_STATE_VERSION`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channel_state: Vec<ChannelStateRef>,
 }
 
 impl Manifest {
-    /// Encodes header + JSON body.
+    /// Encodes header + JSON body; the header carries the body's `format_version`.
     pub fn encode(&self) -> Result<Vec<u8>> {
         let body = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::InvalidConfig(format!("manifest does not serialize: {e}")))?;
@@ -114,7 +137,7 @@ impl Manifest {
             .ok_or_else(|| Error::InvalidConfig("manifest too large".into()))?;
         let mut out = Vec::with_capacity(MANIFEST_HEADER_LEN + body.len());
         out.extend_from_slice(&MANIFEST_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.format_version.to_le_bytes());
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
         out.extend_from_slice(&[0u8; 4]);
@@ -132,11 +155,11 @@ impl Manifest {
             return Err(Error::corrupt(path, 0, "not a floe manifest (bad magic)"));
         }
         let version = c.u32("version")?;
-        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
+        if !(OLDEST_READ_VERSION..=NEWEST_MANIFEST_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: version,
-                supported: FORMAT_VERSION,
+                supported: NEWEST_MANIFEST_VERSION,
             });
         }
         let len = c.u32("body length")?;
@@ -161,14 +184,14 @@ impl Manifest {
     }
 
     /// Structural checks beyond the JSON schema: safe relative paths, chains that name
-    /// listed files, sane key-group ranges.
+    /// listed files, sane key-group ranges, channel state listed in files (version 3).
     pub fn validate(&self, path: &Path) -> Result<()> {
         let bad = |what: String| Error::corrupt(path, MANIFEST_HEADER_LEN as u64, what);
-        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
+        if !(OLDEST_READ_VERSION..=NEWEST_MANIFEST_VERSION).contains(&self.format_version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: self.format_version,
-                supported: FORMAT_VERSION,
+                supported: NEWEST_MANIFEST_VERSION,
             });
         }
         if self.max_parallelism == 0 || self.max_parallelism > crate::state::keygroup::MAX_MAX_PARALLELISM {
@@ -206,7 +229,39 @@ impl Manifest {
                 }
             }
         }
+        // Channel state: each file listed (so retention keeps it), once, and at most one per
+        // operator instance (two would replay its records twice). A version-2 reader would
+        // ignore the field and restore the checkpoint without its in-flight records, so a
+        // manifest that has it must say version 3, which that reader refuses.
+        if !self.channel_state.is_empty() && self.format_version < CHANNEL_STATE_VERSION {
+            return Err(bad(format!(
+                "channel_state in a version-{} manifest (it needs version {CHANNEL_STATE_VERSION})",
+                self.format_version
+            )));
+        }
+        let mut instances = HashSet::with_capacity(self.channel_state.len());
+        let mut paths = HashSet::with_capacity(self.channel_state.len());
+        for c in &self.channel_state {
+            if !is_safe_relative(&c.path) || !listed.contains(c.path.as_str()) {
+                return Err(bad(format!("channel-state file {:?} is not listed in files", c.path)));
+            }
+            if !paths.insert(c.path.as_str()) || !instances.insert((c.operator.as_str(), c.subtask)) {
+                return Err(bad(format!(
+                    "channel state of {}[{}] ({:?}) is listed twice",
+                    c.operator, c.subtask, c.path
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// The channel-state entries of `operator`, in manifest order (by subtask as floe
+    /// writes them).
+    pub fn channel_state_of<'a>(
+        &'a self,
+        operator: &'a str,
+    ) -> impl Iterator<Item = &'a ChannelStateRef> + 'a {
+        self.channel_state.iter().filter(move |c| c.operator == operator)
     }
 
     /// For each operator whose entries do not hold every key group of `range` exactly once

@@ -2,6 +2,7 @@
 //! is listed in `format-spec/` and checked against it by `tests/format_spec.rs`.
 
 pub mod chain;
+pub mod channel;
 mod cursor;
 pub mod datafile;
 pub mod manifest;
@@ -10,17 +11,26 @@ pub mod sink_state;
 pub mod time;
 pub mod timers;
 
+pub use channel::{ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
 pub use datafile::{
     BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner, FileState,
     FileSummary, encode_block,
 };
-pub use manifest::{FileRef, Manifest, ManifestKind, OperatorState};
+pub use manifest::{ChannelStateRef, FileRef, Manifest, ManifestKind, OperatorState};
 
-/// Version of the data-file and manifest formats written by this build. Version 2 added
-/// the owner (operator, subtask, key groups) to data file headers and each block's last
-/// key hash to the index; manifests did not change but carry the version too, so that a
-/// version-1 reader refuses a version-2 checkpoint before opening its files.
+/// Version of the data-file format written by this build, and of manifests that list no
+/// channel state. Version 2 added the owner (operator, subtask, key groups) to data file
+/// headers and each block's last key hash to the index; manifests did not change but carry
+/// the version too, so that a version-1 reader refuses a version-2 checkpoint before
+/// opening its files.
 pub const FORMAT_VERSION: u32 = 2;
+/// Version of channel-state files, and of manifests that list them (format-spec,
+/// changelog 3). A manifest says 3 only when it lists channel state, so that a version-2
+/// reader, which would restore the checkpoint without its in-flight records, refuses it at
+/// the manifest; every other manifest stays version 2, readable by version-2 readers.
+pub const CHANNEL_STATE_VERSION: u32 = 3;
+/// Newest manifest version this build reads.
+pub const NEWEST_MANIFEST_VERSION: u32 = CHANNEL_STATE_VERSION;
 /// Oldest format version this build reads (data files and manifests).
 pub const OLDEST_READ_VERSION: u32 = 1;
 /// Data file magic: the bytes `89 46 4C 4F 45 44 41 54` ("\x89FLOEDAT").
@@ -41,6 +51,18 @@ pub const INDEX_ENTRY_LEN: usize = 56;
 pub const INDEX_ENTRY_LEN_V1: usize = 48;
 /// Size of a manifest header.
 pub const MANIFEST_HEADER_LEN: usize = 24;
+/// Channel-state file magic: the bytes `89 46 4C 4F 45 43 48 53` ("\x89FLOECHS").
+pub const CHANNEL_MAGIC: [u8; 8] = *b"\x89FLOECHS";
+/// Channel-state file footer magic: "FLOECHS\n".
+pub const CHANNEL_FOOTER_MAGIC: [u8; 8] = *b"FLOECHS\n";
+/// Size of a channel-state file header.
+pub const CHANNEL_HEADER_LEN: usize = 40;
+/// Size of the header in front of each block of a channel-state file.
+pub const CHANNEL_BLOCK_HEADER_LEN: usize = 24;
+/// Size of a channel-state file footer.
+pub const CHANNEL_FOOTER_LEN: usize = 32;
+/// Size of the fixed part of an in-flight record (input, channel, length).
+pub const CHANNEL_RECORD_HEADER_LEN: usize = 12;
 /// Largest uncompressed block a reader accepts (a block holds at least one record, so this
 /// also bounds a record).
 pub const MAX_BLOCK_LEN: u32 = 64 << 20;

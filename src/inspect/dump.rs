@@ -264,6 +264,9 @@ pub struct DumpReport {
     pub kind: String,
     /// The operators.
     pub operators: Vec<DumpOperator>,
+    /// In-flight records per operator instance, summarized (an unaligned checkpoint's
+    /// channel state; empty otherwise). The records themselves are the executor's encoding.
+    pub channel_state: Vec<super::show::ChannelStateInfo>,
 }
 
 /// What to dump.
@@ -360,7 +363,11 @@ pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpRepo
         }
         operators.push(DumpOperator { operator: name, key_groups: op.key_groups, states });
     }
-    Ok(DumpReport { id: m.checkpoint_id, kind: m.kind.as_str().to_string(), operators })
+    let mut channel_state = super::show::ChannelStateInfo::of(&m);
+    if let Some(op) = &filter.operator {
+        channel_state.retain(|c| &c.operator == op);
+    }
+    Ok(DumpReport { id: m.checkpoint_id, kind: m.kind.as_str().to_string(), operators, channel_state })
 }
 
 impl Report for DumpReport {
@@ -381,6 +388,10 @@ impl Report for DumpReport {
                     let _ = writeln!(s, "    {} => {}", e.key.line(), e.value.line());
                 }
             }
+        }
+        // The in-flight records themselves are opaque (the executor's encoding): a line each.
+        for c in &self.channel_state {
+            let _ = writeln!(s, "{}", c.line());
         }
         s
     }

@@ -91,6 +91,50 @@ pub struct OperatorInfo {
     pub states: BTreeMap<String, Sizes>,
 }
 
+/// One operator instance's in-flight records (an unaligned checkpoint's channel state).
+#[derive(Debug, Clone, Serialize)]
+pub struct ChannelStateInfo {
+    /// Operator id.
+    pub operator: String,
+    /// Subtask index.
+    pub subtask: u32,
+    /// The channel-state file, relative to the checkpoint's folder.
+    pub path: String,
+    /// Records in it (as the manifest lists them).
+    pub records: u64,
+    /// Its size in bytes (as listed in the manifest).
+    pub bytes: u64,
+}
+
+impl ChannelStateInfo {
+    /// The channel state `m` lists, one entry per operator instance.
+    pub fn of(m: &crate::format::Manifest) -> Vec<ChannelStateInfo> {
+        let sizes: BTreeMap<&str, u64> = m.files.iter().map(|f| (f.path.as_str(), f.size)).collect();
+        m.channel_state
+            .iter()
+            .map(|c| ChannelStateInfo {
+                operator: c.operator.clone(),
+                subtask: c.subtask,
+                path: c.path.clone(),
+                records: c.records,
+                bytes: sizes.get(c.path.as_str()).copied().unwrap_or(0),
+            })
+            .collect()
+    }
+
+    /// One line of text: `channel state OP[SUB]: N records, SIZE (PATH)`.
+    pub fn line(&self) -> String {
+        format!(
+            "channel state {}[{}]: {} records, {} ({})",
+            self.operator,
+            self.subtask,
+            self.records,
+            human_bytes(self.bytes),
+            self.path
+        )
+    }
+}
+
 /// The report of `floe show`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShowReport {
@@ -116,6 +160,8 @@ pub struct ShowReport {
     pub operators: Vec<OperatorInfo>,
     /// Per operator instance.
     pub instances: Vec<InstanceInfo>,
+    /// In-flight records per operator instance (empty unless the checkpoint is unaligned).
+    pub channel_state: Vec<ChannelStateInfo>,
 }
 
 /// Describes checkpoint `id` of `dir`.
@@ -208,6 +254,7 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
         extra: m.extra.keys().cloned().collect(),
         operators,
         instances,
+        channel_state: ChannelStateInfo::of(&m),
     })
 }
 
@@ -289,6 +336,9 @@ impl Report for ShowReport {
                     sizes_text(&st.sizes)
                 );
             }
+        }
+        for c in &self.channel_state {
+            let _ = writeln!(s, "{}", c.line());
         }
         s
     }

@@ -127,10 +127,13 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
         let mut own_stored = 0u64;
         let mut own_raw = 0u64;
         let mut ratio_known = true;
+        // The ratio is of the state's data files (channel-state files have no index).
+        let channel: std::collections::BTreeSet<&str> =
+            m.channel_state.iter().map(|c| c.path.as_str()).collect();
         for f in &m.files {
             let path = l.dir.join(&f.path);
             referenced.insert(path.clone(), f.size);
-            if f.created_by == m.checkpoint_id {
+            if f.created_by == m.checkpoint_id && !channel.contains(f.path.as_str()) {
                 match block_bytes(&mut cache, &path) {
                     Some((s, r)) => {
                         own_stored += s;

@@ -1,7 +1,8 @@
 //! `floe verify DIR [ID]`: checks every manifest, every file it references (exists, is a
 //! regular file, size and whole-file CRC-32 as listed), every chain (kinds, parents,
-//! writers), and every block (checksum and record structure). Reports each problem with
-//! the file and offset, and keeps going.
+//! writers), every block (checksum and record structure), and every channel-state file
+//! (header, block and footer checksums, records, owner). Reports each problem with the file
+//! and offset, and keeps going.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -13,7 +14,8 @@ use serde::Serialize;
 use super::{Located, Report, list_all, locate, open_read_only, rel};
 use crate::error::{Error, Result};
 use crate::format::chain::{ChainPlace, chain_problems, created_by_problem};
-use crate::format::{DataFile, DataHeader, FileRef, Manifest};
+use crate::format::channel::{ChannelPlace, channel_problems};
+use crate::format::{ChannelFile, ChannelHeader, ChannelStateRef, DataFile, DataHeader, FileRef, Manifest};
 
 /// One thing found wrong.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -70,6 +72,9 @@ struct FileFacts {
     states: Vec<crate::format::FileState>,
     /// Offsets of their entries in the index.
     state_offsets: Vec<u64>,
+    /// A channel-state file's header, its footer's offset and record count, when it
+    /// opened as one.
+    channel: Option<(ChannelHeader, u64, u64)>,
 }
 
 struct Checker {
@@ -102,9 +107,9 @@ impl Checker {
     /// Checks `path` once: regular file, whole CRC, frame, every block. Problems found
     /// here are intrinsic to the file and attributed to `id` (and later to every other
     /// checkpoint that references it).
-    fn file_facts(&mut self, id: u64, path: &Path) -> Option<&FileFacts> {
+    fn file_facts(&mut self, id: u64, path: &Path, channel: bool) -> Option<&FileFacts> {
         if !self.facts.contains_key(path) {
-            let facts = self.examine(id, path);
+            let facts = if channel { self.examine_channel(id, path) } else { self.examine(id, path) };
             self.facts.insert(path.to_path_buf(), facts);
         } else {
             // Attribute the file's intrinsic problems to this checkpoint too.
@@ -118,31 +123,76 @@ impl Checker {
         self.facts.get(path)
     }
 
-    fn examine(&mut self, id: u64, path: &Path) -> FileFacts {
-        let mut facts =
-            FileFacts { size_crc: None, header: None, states: Vec::new(), state_offsets: Vec::new() };
+    /// What every file gets: a regular file, read whole for its size and CRC-32. `None`
+    /// (reported) when it is not there or does not read.
+    fn examine_common(&mut self, id: u64, path: &Path) -> Option<FileFacts> {
+        let mut facts = FileFacts {
+            size_crc: None,
+            header: None,
+            states: Vec::new(),
+            state_offsets: Vec::new(),
+            channel: None,
+        };
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_file() => {}
             Ok(_) => {
                 self.report(id, path, None, "is not a regular file (not followed)".into());
-                return facts;
+                return None;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.report(id, path, None, "file is missing".into());
-                return facts;
+                return None;
             }
             Err(e) => {
                 self.report(id, path, None, format!("stat failed: {e}"));
-                return facts;
+                return None;
             }
         }
         match whole_file_crc(path) {
             Ok(sc) => facts.size_crc = Some(sc),
             Err(e) => {
                 self.report(id, path, None, format!("read failed: {e}"));
-                return facts;
+                return None;
             }
         }
+        Some(facts)
+    }
+
+    fn empty_facts() -> FileFacts {
+        FileFacts {
+            size_crc: None,
+            header: None,
+            states: Vec::new(),
+            state_offsets: Vec::new(),
+            channel: None,
+        }
+    }
+
+    /// A channel-state file: header and footer, then every block (header checksum, stored
+    /// bytes' checksum, decompression, records) and the footer's totals.
+    fn examine_channel(&mut self, id: u64, path: &Path) -> FileFacts {
+        let Some(mut facts) = self.examine_common(id, path) else { return Self::empty_facts() };
+        let opened = crate::fsutil::open_regular(path).and_then(|f| ChannelFile::open(f, path));
+        let mut f = match opened {
+            Ok(f) => f,
+            Err(e) => {
+                self.report_error(id, path, &e);
+                return facts;
+            }
+        };
+        facts.channel = Some((f.header(), f.footer_offset(), f.footer().records));
+        match f.for_each_record(&mut |_, _, _| Ok(())) {
+            Ok(scan) => {
+                self.blocks += scan.blocks;
+                self.records += scan.records;
+            }
+            Err(e) => self.report_error(id, path, &e),
+        }
+        facts
+    }
+
+    fn examine(&mut self, id: u64, path: &Path) -> FileFacts {
+        let Some(mut facts) = self.examine_common(id, path) else { return Self::empty_facts() };
         let f = match DataFile::open(path) {
             Ok(f) => f,
             Err(e) => {
@@ -185,9 +235,14 @@ impl Checker {
                 format!("manifest names checkpoint {}, its file name says {}", m.checkpoint_id, l.id),
             );
         }
+        let channel: BTreeMap<&str, &ChannelStateRef> =
+            m.channel_state.iter().map(|c| (c.path.as_str(), c)).collect();
         for f in &m.files {
             let path = l.dir.join(&f.path);
-            self.check_listed(l.id, &path, f);
+            match channel.get(f.path.as_str()).copied() {
+                Some(c) => self.check_channel(l.id, &path, f, c),
+                None => self.check_listed(l.id, &path, f),
+            }
         }
         self.check_chains(l, &m);
         self.check_coverage(l, &m);
@@ -196,8 +251,36 @@ impl Checker {
 
     /// The manifest-relative checks of one listed file: size, CRC, writer.
     fn check_listed(&mut self, id: u64, path: &Path, f: &FileRef) {
-        let Some(facts) = self.file_facts(id, path) else { return };
+        let Some(facts) = self.file_facts(id, path, false) else { return };
         let (size_crc, header) = (facts.size_crc, facts.header);
+        self.check_size_crc(id, path, f, size_crc);
+        if let Some(p) = header.and_then(|h| created_by_problem(&h, f.created_by)) {
+            self.report(id, path, Some(p.offset), p.what);
+        }
+    }
+
+    /// The manifest-relative checks of a channel-state file: size, CRC, owner, writer and
+    /// record count (`format::channel`, the checks restore makes, at the same offsets).
+    fn check_channel(&mut self, id: u64, path: &Path, f: &FileRef, c: &ChannelStateRef) {
+        let Some(facts) = self.file_facts(id, path, true) else { return };
+        let (size_crc, channel) = (facts.size_crc, facts.channel);
+        self.check_size_crc(id, path, f, size_crc);
+        let Some((header, footer_at, records)) = channel else { return };
+        let place = ChannelPlace { operator: &c.operator, subtask: c.subtask, created_by: f.created_by };
+        for p in channel_problems(&header, &place) {
+            self.report(id, path, Some(p.offset), p.what);
+        }
+        if records != c.records {
+            self.report(
+                id,
+                path,
+                Some(footer_at + 8),
+                format!("file holds {records} records, the manifest says {}", c.records),
+            );
+        }
+    }
+
+    fn check_size_crc(&mut self, id: u64, path: &Path, f: &FileRef, size_crc: Option<(u64, u32)>) {
         if let Some((size, crc)) = size_crc {
             if size != f.size {
                 self.report(
@@ -214,9 +297,6 @@ impl Checker {
                     format!("whole-file CRC-32 is {crc:08x}, the manifest says {:08x}", f.crc32),
                 );
             }
-        }
-        if let Some(p) = header.and_then(|h| created_by_problem(&h, f.created_by)) {
-            self.report(id, path, Some(p.offset), p.what);
         }
     }
 
