@@ -1,47 +1,44 @@
-//! In-flight records of an unaligned checkpoint: what one task logs for one checkpoint,
-//! and reading them back on restore.
+//! In-flight records of an unaligned checkpoint: what one task captures for one
+//! checkpoint, streamed to the checkpoint's channel-state file (format-spec/
+//! channel-state.md) so memory stays bounded whatever their size, and reading them back
+//! on restore. Each record is stored as postcard of `(timestamp, record)`.
 //!
-//! INTERIM: until the channel-state files land in the checkpoint layer, the log is kept in
-//! memory and stored in the manifest's `extra` map (as before this rewrite). The interface
-//! is the one the channel-state files serve.
+//! Checkpoints written before channel-state files kept in-flight records in the manifest's
+//! `extra` map (`inflight/<operator>/<subtask>`); those still read.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use crate::checkpoint::CheckpointStorage;
+use crate::checkpoint::{ChannelStateHandle, ChannelStateWriter, CheckpointStorage, read_channel_state};
 use crate::error::{Error, Result};
 use crate::format::Manifest;
 use crate::format::manifest::hex_decode;
 
 /// A task's in-flight log for one checkpoint.
 pub(crate) struct InflightWriter {
-    key: String,
-    records: Vec<(u32, u32, Vec<u8>)>,
+    w: ChannelStateWriter,
     bytes: u64,
 }
 
 /// A finished log, ready for the commit.
 #[derive(Debug, Clone)]
 pub(crate) struct InflightHandle {
-    pub key: String,
-    pub payload: Vec<u8>,
+    pub handle: ChannelStateHandle,
     pub bytes: u64,
 }
 
 impl InflightWriter {
-    pub fn create(_storage: &CheckpointStorage, _id: u64, operator: &str, subtask: u32) -> Result<Self> {
-        Ok(InflightWriter { key: format!("inflight/{operator}/{subtask}"), records: Vec::new(), bytes: 0 })
+    pub fn create(storage: &Arc<CheckpointStorage>, id: u64, operator: &str, subtask: u32) -> Result<Self> {
+        Ok(InflightWriter { w: storage.channel_state_writer(id, operator, subtask)?, bytes: 0 })
     }
 
     pub fn append(&mut self, input: u32, channel: u32, record: &[u8]) -> Result<()> {
         self.bytes += record.len() as u64;
-        self.records.push((input, channel, record.to_vec()));
-        Ok(())
+        self.w.append(input, channel, record)
     }
 
     pub fn finish(self) -> Result<InflightHandle> {
-        let payload = postcard::to_allocvec(&self.records)
-            .map_err(|e| Error::Codec { state: "in-flight records".into(), source: e })?;
-        Ok(InflightHandle { key: self.key, payload, bytes: self.bytes })
+        Ok(InflightHandle { handle: self.w.finish()?, bytes: self.bytes })
     }
 }
 
@@ -54,13 +51,19 @@ pub(crate) enum RecordForm {
     Bare,
 }
 
-/// Calls `f(old_subtask, input, form, bytes)` for every in-flight record of `operator`.
+/// Calls `f(old_subtask, input, form, bytes)` for every in-flight record of `operator`:
+/// from its channel-state files, then from `extra` entries of older checkpoints.
 pub(crate) fn read_inflight(
-    _dir: &Path,
+    dir: &Path,
     m: &Manifest,
     operator: &str,
     mut f: impl FnMut(u32, u32, RecordForm, &[u8]) -> Result<()>,
 ) -> Result<()> {
+    if m.channel_state.iter().any(|c| c.operator == operator) {
+        read_channel_state(dir, m, operator, |sub, input, _channel, rec| {
+            f(sub, input, RecordForm::Timestamped, rec)
+        })?;
+    }
     for (k, v) in &m.extra {
         let Some(rest) = k.strip_prefix("inflight/") else { continue };
         let Some((op, sub)) = rest.rsplit_once('/') else { continue };
@@ -87,7 +90,6 @@ pub(crate) fn read_inflight(
     }
     Ok(())
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

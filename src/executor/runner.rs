@@ -729,6 +729,7 @@ impl Run<'_> {
         let mut handles: Vec<StateHandle> = Vec::new();
         let mut sources = BTreeMap::new();
         let mut extra = BTreeMap::new();
+        let mut channel_state = Vec::new();
         let mut stats = empty_stats(p.barrier, "completed".into(), Duration::ZERO);
         for (_, ack) in p.acks {
             let ack = *ack;
@@ -736,7 +737,7 @@ impl Run<'_> {
                 sources.insert(k, v);
             }
             if let Some(h) = ack.channel_state {
-                extra.insert(h.key, h.payload);
+                channel_state.push(h.handle);
             }
             extra.extend(ack.extra);
             match ack.stats.file_kind {
@@ -755,7 +756,9 @@ impl Run<'_> {
         if p.barrier.kind != BarrierKind::Drain {
             let target = if p.barrier.kind.is_savepoint() { Target::Savepoint } else { Target::Checkpoint };
             let meta = CommitMeta { job: Some(self.job.clone()), compacted_from: None };
-            if let Err(e) = storage.commit_with(id, target, handles, sources, extra, meta) {
+            if let Err(e) =
+                storage.commit_with_channel_state(id, target, handles, channel_state, sources, extra, meta)
+            {
                 stats.cleanup_errors = storage.take_cleanup_errors();
                 tasks.broadcast(Control::Abort(id));
                 stats.status = format!("aborted: manifest not written: {e}");

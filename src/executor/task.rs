@@ -456,13 +456,16 @@ impl<L: Logic> Loop<L> {
         self.t.out.barrier(b, overtake)?;
         self.t.side.barrier(b, overtake)?;
         if overtake {
-            let w = InflightWriter::create(
-                &self.t.common.storage,
-                b.id,
-                &self.t.common.operator,
-                self.t.common.subtask,
-            )?;
-            self.capture = Some((b.id, w));
+            let (storage, op, sub) = (&self.t.common.storage, &self.t.common.operator, self.t.common.subtask);
+            match InflightWriter::create(storage, b.id, op, sub) {
+                Ok(w) => self.capture = Some((b.id, w)),
+                // Aborted meanwhile (the barrier came late): nothing to capture.
+                Err(e @ Error::CheckpointId { .. }) => {
+                    self.decline(b.id, e);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
         }
         self.acks.insert(
             b.id,
