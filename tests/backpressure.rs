@@ -15,7 +15,7 @@ use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{Job, JobConfig, Mode, Poll, Source};
 
 const PAYLOAD: usize = 64 << 10;
-const CAPACITY: usize = 1100;
+const CAPACITY: usize = 1400;
 const RECORDS: u64 = 3 * CAPACITY as u64;
 
 /// Records of 64 KiB of incompressible bytes, made from their index (nothing kept).
