@@ -52,6 +52,17 @@ enum Ctl {
     Stop,
 }
 
+// docs/runtime.md: a tokio task that held the store or a function's context across an await
+// would need them `Send`. They are; this fails to compile if one stops being so.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<floe::state::Store>();
+    send::<&floe::state::Store>();
+    send::<floe::executor::Context<'static, u64, Rec>>();
+    send::<floe::state::MapIter<'static>>();
+    send::<floe::state::ValueState<u64, u64>>();
+};
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
