@@ -410,12 +410,10 @@ impl<L: Logic> Loop<L> {
             );
         }
         if let Some(b) = o.snapshot {
-            self.snapshot(b, o.overtake)?;
-        }
-        if let Some((id, d)) = o.aligned
-            && let Some(p) = self.acks.get_mut(&id)
-        {
-            p.stats.alignment = d;
+            // The alignment ends with the snapshot: its time goes into the ack, which a
+            // task without background work sends at once.
+            let aligned = o.aligned.filter(|(id, _)| *id == b.id).map_or(Duration::ZERO, |(_, d)| d);
+            self.snapshot(b, o.overtake, aligned)?;
         }
         if let Some((id, n)) = o.captured {
             self.capture_done(id, n)?;
@@ -432,7 +430,7 @@ impl<L: Logic> Loop<L> {
         self.t.logic.aborted(id);
     }
 
-    fn snapshot(&mut self, b: Barrier, overtake: bool) -> Result<()> {
+    fn snapshot(&mut self, b: Barrier, overtake: bool, alignment: Duration) -> Result<()> {
         let started = Instant::now();
         let parts = match self.t.logic.snapshot(b) {
             Ok(p) => p,
@@ -445,7 +443,7 @@ impl<L: Logic> Loop<L> {
             }
             Err(e) => return Err(e),
         };
-        let mut stats = TaskCheckpointStats { task: self.t.common.name(), ..Default::default() };
+        let mut stats = TaskCheckpointStats { task: self.t.common.name(), alignment, ..Default::default() };
         stats.sync = started.elapsed();
         let write = parts.write.is_some();
         if let Some(w) = parts.write {
