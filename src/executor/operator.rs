@@ -209,6 +209,41 @@ impl<K: Key> KeyedCore<K> {
     }
 }
 
+/// The checkpoint part of the `Logic` of a logic with a `core: KeyedCore`.
+macro_rules! keyed_checkpointing {
+    () => {
+        fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
+            self.core.snapshot(b)
+        }
+        fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
+            self.core.complete(b, handle);
+            Ok(())
+        }
+        fn aborted(&mut self, id: u64) {
+            self.core.checkpointer.notify_aborted(id);
+        }
+    };
+}
+pub(crate) use keyed_checkpointing;
+
+/// The timer part of the `Logic` of a keyed function (`core`, and `f` with `on_timer`).
+macro_rules! keyed_timers {
+    ($o:ty) => {
+        fn watermark(&mut self, wm: Timestamp, out: &mut Collector<$o, ()>) -> Result<()> {
+            self.core.watermark = wm;
+            let f = &mut self.f;
+            self.core.fire(TimeDomain::EventTime, wm, &mut out.main, |ctx, t| f.on_timer(t, ctx))
+        }
+        fn processing_time(&mut self, now: Timestamp, out: &mut Collector<$o, ()>) -> Result<()> {
+            let f = &mut self.f;
+            self.core.fire(TimeDomain::ProcessingTime, now, &mut out.main, |ctx, t| f.on_timer(t, ctx))
+        }
+        fn next_processing_timer(&self) -> Option<Timestamp> {
+            self.core.timers.next_processing()
+        }
+    };
+}
+
 /// A keyed function of one input.
 pub(crate) struct Keyed<K, I, O, F> {
     pub core: KeyedCore<K>,
@@ -232,28 +267,8 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> Logic for Keyed
     fn record2(&mut self, _: (), _: Option<Timestamp>, _: &mut Collector<O, ()>) -> Result<()> {
         Ok(())
     }
-    fn watermark(&mut self, wm: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
-        self.core.watermark = wm;
-        let f = &mut self.f;
-        self.core.fire(TimeDomain::EventTime, wm, &mut out.main, |ctx, t| f.on_timer(t, ctx))
-    }
-    fn processing_time(&mut self, now: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
-        let f = &mut self.f;
-        self.core.fire(TimeDomain::ProcessingTime, now, &mut out.main, |ctx, t| f.on_timer(t, ctx))
-    }
-    fn next_processing_timer(&self) -> Option<Timestamp> {
-        self.core.timers.next_processing()
-    }
-    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
-        self.core.snapshot(b)
-    }
-    fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
-        self.core.complete(b, handle);
-        Ok(())
-    }
-    fn aborted(&mut self, id: u64) {
-        self.core.checkpointer.notify_aborted(id);
-    }
+    keyed_timers!(O);
+    keyed_checkpointing!();
     fn owns1(&self, r: &I) -> Result<Option<bool>> {
         self.core.owns(&(self.key)(r)).map(Some)
     }
@@ -288,28 +303,8 @@ impl<K: Key, A: Data, B: Data, O: Data, F: KeyedCoProcessFunction<K, A, B, O>> L
         let f = &mut self.f;
         self.core.with_context(&key, &kb, ts, &mut out.main, |ctx| f.process2(r, ctx))
     }
-    fn watermark(&mut self, wm: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
-        self.core.watermark = wm;
-        let f = &mut self.f;
-        self.core.fire(TimeDomain::EventTime, wm, &mut out.main, |ctx, t| f.on_timer(t, ctx))
-    }
-    fn processing_time(&mut self, now: Timestamp, out: &mut Collector<O, ()>) -> Result<()> {
-        let f = &mut self.f;
-        self.core.fire(TimeDomain::ProcessingTime, now, &mut out.main, |ctx, t| f.on_timer(t, ctx))
-    }
-    fn next_processing_timer(&self) -> Option<Timestamp> {
-        self.core.timers.next_processing()
-    }
-    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
-        self.core.snapshot(b)
-    }
-    fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
-        self.core.complete(b, handle);
-        Ok(())
-    }
-    fn aborted(&mut self, id: u64) {
-        self.core.checkpointer.notify_aborted(id);
-    }
+    keyed_timers!(O);
+    keyed_checkpointing!();
     fn owns1(&self, r: &A) -> Result<Option<bool>> {
         self.core.owns(&(self.key1)(r)).map(Some)
     }

@@ -14,7 +14,7 @@ use super::Data;
 use super::function::Key;
 use super::messages::Barrier;
 use super::messages::Timestamp;
-use super::operator::{Collector, KeyedCore, Logic, SnapshotParts};
+use super::operator::{Collector, KeyedCore, Logic, SnapshotParts, keyed_checkpointing};
 use super::time::TimeDomain;
 use crate::checkpoint::StateHandle;
 use crate::error::{Error, Result};
@@ -281,16 +281,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
         Ok(())
     }
 
-    fn snapshot(&mut self, b: Barrier) -> Result<SnapshotParts> {
-        self.core.snapshot(b)
-    }
-    fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
-        self.core.complete(b, handle);
-        Ok(())
-    }
-    fn aborted(&mut self, id: u64) {
-        self.core.checkpointer.notify_aborted(id);
-    }
+    keyed_checkpointing!();
     fn owns1(&self, r: &I) -> Result<Option<bool>> {
         self.core.owns(&(self.key)(r)).map(Some)
     }
