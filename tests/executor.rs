@@ -604,6 +604,36 @@ fn stop_with_savepoint_then_resume_with_another_parallelism() {
 }
 
 #[test]
+fn a_savepoint_then_cancel_then_resume_from_it_publishes_everything_once() {
+    // Found by the outsider's attack: a savepoint must hold every record before it (its
+    // sinks pre-commit), though its completion commits nothing.
+    let seed = 21;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let sink = dir.path().join("out");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut cfg = config(&storage, Mode::ExactlyOnce);
+    cfg.log = Some(Arc::new(move |c: &CheckpointStats| {
+        if c.completed() {
+            let _ = tx.send(());
+        }
+    }));
+    let handle = job(seed, &sink, true, 2).start(cfg).unwrap();
+    rx.iter().nth(1).unwrap();
+    let sp = handle.savepoint().unwrap();
+    let first = handle.cancel().unwrap();
+    assert!(first.cancelled);
+    // Nothing of the savepoint's transactions is published by the cancelled job.
+    let published = output_of(&sink).len();
+    let mut cfg = config(&storage, Mode::ExactlyOnce);
+    cfg.restore_from = Some(sp.manifest.clone());
+    job(seed, &sink, true, 3).execute(&cfg).unwrap();
+    let out = output_of(&sink);
+    assert!(out.len() > published, "the resumed job published nothing");
+    assert_same_output(&out, &expected(seed), "savepoint, cancel, resume");
+}
+
+#[test]
 fn checkpoints_that_time_out_are_aborted_and_fail_the_job_past_the_tolerance() {
     let dir = tempfile::tempdir().unwrap();
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();

@@ -26,4 +26,6 @@ pub use recovery::{
     restore_from_path, restore_operator,
 };
 pub use retention::{CleanupReport, Orphans};
-pub use storage::{CheckpointStorage, CommitMeta, ParentChain, StateHandle, Target, read_manifest_file};
+pub use storage::{
+    CheckpointStorage, CommitMeta, JobClaim, ParentChain, StateHandle, Target, read_manifest_file,
+};

@@ -99,6 +99,18 @@ pub struct CheckpointStorage {
     /// Cleanup (retention, unlinks, removal of aborted files) that failed since the last
     /// [`CheckpointStorage::take_cleanup_errors`].
     pub(crate) cleanup_errors: Arc<Mutex<Vec<String>>>,
+    /// A job runs on this handle ([`CheckpointStorage::claim_for_job`]).
+    job: std::sync::atomic::AtomicBool,
+}
+
+/// A job's claim on a storage handle; released when dropped.
+#[derive(Debug)]
+pub struct JobClaim(Arc<CheckpointStorage>);
+
+impl Drop for JobClaim {
+    fn drop(&mut self) {
+        self.0.job.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -221,6 +233,7 @@ impl CheckpointStorage {
         let cleanup_errors = Arc::new(Mutex::new(Vec::new()));
         let deleter = Deleter::new(Arc::clone(&io), Arc::clone(&cleanup_errors));
         CheckpointStorage {
+            job: std::sync::atomic::AtomicBool::new(false),
             root,
             io,
             config,
@@ -310,6 +323,20 @@ impl CheckpointStorage {
             Target::Checkpoint => self.root.clone(),
             Target::Savepoint => self.root.join(layout::savepoint_dir(checkpoint_id)),
         }
+    }
+
+    /// Claims the handle for one running job. The lock keeps other processes and other
+    /// handles out of the directory; this keeps a second job off the same handle, whose
+    /// commits and retention would abort and delete the first one's checkpoints.
+    pub fn claim_for_job(self: &Arc<Self>) -> Result<JobClaim> {
+        self.writer("run a job")?;
+        if self.job.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Locked {
+                path: self.root.clone(),
+                holder: "another job running on the same CheckpointStorage handle".into(),
+            });
+        }
+        Ok(JobClaim(Arc::clone(self)))
     }
 
     /// Hands out the next checkpoint id (above every id this directory ever used), begun.

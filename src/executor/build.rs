@@ -177,7 +177,12 @@ pub(crate) fn keyed_body<L: Logic + 'static>(
     Ok(Box::new(move || {
         let range = KeyGroupRange::for_instance(w.max_parallelism, w.parallelism, w.subtask)?;
         let cfg = StoreConfig { max_parallelism: w.max_parallelism, key_groups: range };
-        let store = match &w.restore {
+        // An operator the checkpoint does not know (added since) starts empty.
+        let restore = w
+            .restore
+            .as_ref()
+            .filter(|r| r.manifest.operators.iter().any(|o| o.operator == w.common.operator));
+        let store = match restore {
             Some(r) => {
                 let t = Instant::now();
                 match restore_operator(&r.dir, &r.manifest, &w.common.operator, cfg) {
@@ -225,7 +230,11 @@ pub(crate) fn source_body<T: Data>(
     let factory = Arc::clone(factory);
     Ok(Box::new(move || {
         let key = format!("{}/{}", w.common.operator, w.subtask);
-        let position = match &w.restore {
+        let prefix = format!("{}/", w.common.operator);
+        // A source the checkpoint does not know (added since) starts at its beginning.
+        let restore =
+            w.restore.as_ref().filter(|r| r.manifest.sources.keys().any(|k| k.starts_with(&prefix)));
+        let position = match restore {
             Some(r) => match r.manifest.source_positions().remove(&key) {
                 Some(p) => Some(p),
                 None => {

@@ -66,7 +66,8 @@ pub struct JobPlan {
 #[derive(Clone, Default)]
 pub struct Job {
     g: Rc<RefCell<Vec<Node>>>,
-    error: Rc<RefCell<Option<Error>>>,
+    /// The first mistake made while building (reported by every `plan`).
+    error: Rc<RefCell<Option<String>>>,
 }
 
 /// A stream of records of type `T`.
@@ -165,12 +166,10 @@ impl Job {
     ) -> usize {
         let mut g = self.g.borrow_mut();
         if g.iter().any(|n| n.name == name) {
-            self.error
-                .borrow_mut()
-                .get_or_insert(Error::InvalidConfig(format!("two operators are called {name:?}")));
+            self.fault(format!("two operators are called {name:?}"));
         }
         if parallelism == 0 {
-            self.error.borrow_mut().get_or_insert(Error::InvalidConfig(format!("{name}: parallelism 0")));
+            self.fault(format!("{name}: parallelism 0"));
         }
         g.push(Node {
             name: name.to_string(),
@@ -181,6 +180,16 @@ impl Job {
             build,
         });
         g.len() - 1
+    }
+
+    /// Records a mistake in the graph; the first one is the error of every `plan`.
+    fn fault(&self, what: String) {
+        self.error.borrow_mut().get_or_insert(what);
+    }
+
+    /// Whether `other` is this job (a stream of another job cannot be an input here).
+    fn same(&self, other: &Job) -> bool {
+        Rc::ptr_eq(&self.g, &other.g)
     }
 
     fn stream<T>(&self, node: usize, port: usize) -> Stream<T> {
@@ -226,8 +235,8 @@ impl Job {
 
     /// The graph, checked: names unique, parallelisms positive.
     pub fn plan(&self) -> Result<JobPlan> {
-        if let Some(e) = self.error.borrow_mut().take() {
-            return Err(e);
+        if let Some(e) = self.error.borrow().as_ref() {
+            return Err(Error::InvalidConfig(e.clone()));
         }
         Ok(JobPlan { nodes: self.g.borrow().clone() })
     }
@@ -246,7 +255,7 @@ impl<T: Data> Stream<T> {
     pub fn parallelism(self, parallelism: u32) -> Self {
         if parallelism == 0 {
             let name = self.job.g.borrow()[self.node].name.clone();
-            self.job.error.borrow_mut().get_or_insert(Error::InvalidConfig(format!("{name}: parallelism 0")));
+            self.job.fault(format!("{name}: parallelism 0"));
         }
         self.job.g.borrow_mut()[self.node].parallelism = parallelism.max(1);
         self
@@ -296,6 +305,9 @@ impl<T: Data> Stream<T> {
 
     /// Merges this stream with others of the same type.
     pub fn union(&self, name: &str, others: &[Stream<T>]) -> Stream<T> {
+        if others.iter().any(|o| !self.job.same(&o.job)) {
+            self.job.fault(format!("{name}: a stream of another job cannot be an input"));
+        }
         let mut edges = vec![self.edge(0, Partitioner::Rebalance, true)];
         edges.extend(others.iter().map(|o| o.edge(0, Partitioner::Rebalance, true)));
         self.stateless(name, edges, |r, out, ts| out.push((r, ts)))
@@ -356,6 +368,9 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
     /// Connects another keyed stream (of another record type, the same key type) into a
     /// two-input keyed function: a join.
     pub fn connect<B: Data>(&self, other: &KeyedStream<K, B>) -> ConnectedStreams<K, T, B> {
+        if !self.stream.job.same(&other.stream.job) {
+            self.stream.job.fault("connect: a stream of another job cannot be an input".into());
+        }
         ConnectedStreams { a: self.clone(), b: other.clone() }
     }
 
@@ -407,7 +422,7 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
         let key = Arc::clone(&self.keyed.key);
         let (windows, lateness) = (self.windows, self.lateness);
         if let Err(e) = windows.validate() {
-            self.keyed.stream.job.error.borrow_mut().get_or_insert(e);
+            self.keyed.stream.job.fault(format!("{name}: {e}"));
         }
         let build: Build = Arc::new(move |w: Wiring| {
             let key = Arc::clone(&key);

@@ -13,9 +13,11 @@ pub enum BarrierKind {
     /// A regular checkpoint: sinks pre-commit at it and commit when it completes.
     Checkpoint,
     /// A savepoint: full, self-contained, kept until deleted. It commits no side effects
-    /// (sinks neither pre-commit nor commit for it; FLINK-25191), and restarts after a
-    /// failure never restore it: a restart goes back to the latest checkpoint, whose
-    /// sink transactions are the ones published.
+    /// (FLINK-25191): sinks pre-commit at it, so its state holds every record before it,
+    /// but its completion commits nothing; the next completed checkpoint commits those
+    /// transactions, and a job started from the savepoint commits them on restore.
+    /// Restarts after a failure never restore a savepoint: a restart goes back to the
+    /// latest checkpoint, which discards the savepoint's uncommitted transactions.
     Savepoint,
     /// Stop with a savepoint: sources stop after injecting it, and its completion ends the
     /// job. Terminal, so it commits like a checkpoint.
@@ -25,7 +27,8 @@ pub enum BarrierKind {
 }
 
 impl BarrierKind {
-    /// Whether sinks pre-commit at this barrier and commit when it completes.
+    /// Whether sinks commit when a checkpoint of this kind completes (every kind pre-commits
+    /// at its barrier).
     pub fn commits(self) -> bool {
         !matches!(self, BarrierKind::Savepoint)
     }

@@ -313,9 +313,9 @@ impl<K: Key, A: Data, B: Data, O: Data, F: KeyedCoProcessFunction<K, A, B, O>> L
     }
 }
 
-/// A sink: records into the current transaction, pre-commit at checkpoint barriers,
-/// commit of every pending transaction up to a completed checkpoint (the rules are
-/// `SinkDriver`'s); savepoints commit nothing.
+/// A sink: records into the current transaction, pre-commit at every barrier, commit of
+/// every pending transaction up to a completed checkpoint (the rules are `SinkDriver`'s);
+/// a completed savepoint commits nothing.
 pub(crate) struct SinkLogic<T> {
     pub operator: String,
     pub subtask: u32,
@@ -341,7 +341,9 @@ impl<T: Data> Logic for SinkLogic<T> {
                 self.driver.on_end_of_input(b.id)?;
                 return Ok(SnapshotParts::default());
             }
-            BarrierKind::Savepoint => self.driver.on_savepoint_barrier(),
+            // A savepoint pre-commits too (its state must hold every record before it, for
+            // a job started from it); its completion commits nothing (`complete`).
+            BarrierKind::Savepoint => self.driver.on_savepoint_barrier(b.id)?,
             BarrierKind::Checkpoint | BarrierKind::StopSavepoint => {
                 self.driver.on_checkpoint_barrier(b.id)?
             }

@@ -271,9 +271,15 @@ impl Job {
         let checkpoints = Arc::new(Mutex::new(Vec::new()));
         let shared = Arc::clone(&checkpoints);
         let storage = Arc::clone(&config.storage);
+        // Claimed before the job's thread starts: a second job is refused here, whichever
+        // thread gets going first.
+        let claim = config.storage.claim_for_job()?;
         let thread = std::thread::Builder::new()
             .name("floe-job".into())
-            .spawn(move || run(&plan, &config, &rx, &shared))
+            .spawn(move || {
+                let _claim = claim;
+                run(&plan, &config, &rx, &shared)
+            })
             .map_err(|e| Error::io("spawn job thread", "", e))?;
         Ok(JobHandle { commands: tx, thread: Some(thread), storage, checkpoints })
     }
@@ -282,6 +288,8 @@ impl Job {
 impl JobPlan {
     /// [`Job::execute`] of a planned job (a plan can move to another thread).
     pub fn execute(&self, config: &JobConfig) -> Result<JobResult> {
+        // One job per storage handle (the directory lock covers other handles and processes).
+        let _claim = config.storage.claim_for_job()?;
         let (_tx, rx) = crossbeam_channel::unbounded();
         run(self, config, &rx, &Arc::new(Mutex::new(Vec::new())))
     }
@@ -336,6 +344,9 @@ fn run(
         })),
         None => None,
     };
+    if let Some(r) = &restore {
+        check_restore_shape(plan, &r.manifest)?;
+    }
     let same_dir = |dir: &Path| {
         let canon = |p: &Path| std::fs::canonicalize(p).ok();
         canon(dir).is_some() && canon(dir) == canon(config.storage.root())
@@ -796,6 +807,57 @@ impl Run<'_> {
         self.shared.lock().push(stats.clone());
         self.result.checkpoints.push(stats);
     }
+}
+
+/// A job started from a checkpoint or savepoint (`restore_from`) must have an operator for
+/// every state the checkpoint holds (a renamed or removed operator would silently drop
+/// its state or its sink's transactions), and its sources the parallelism whose positions
+/// the checkpoint recorded (a position dropped would replay its input twice). Operators
+/// the checkpoint does not know start empty, as new operators do in Flink.
+fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest) -> Result<()> {
+    let names: BTreeSet<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
+    let mut unknown = BTreeSet::new();
+    for o in &m.operators {
+        unknown.insert(o.operator.clone());
+    }
+    for c in &m.channel_state {
+        unknown.insert(c.operator.clone());
+    }
+    for k in m.extra.keys() {
+        if let Some((op, _)) = crate::format::sink_state::parse_extra_key(k) {
+            unknown.insert(op.to_string());
+        }
+    }
+    let mut positions: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for k in m.sources.keys() {
+        if let Some((op, sub)) = k.rsplit_once('/')
+            && let Ok(sub) = sub.parse::<u32>()
+        {
+            unknown.insert(op.to_string());
+            positions.entry(op).or_default().insert(sub);
+        }
+    }
+    unknown.retain(|op| !names.contains(op.as_str()));
+    if !unknown.is_empty() {
+        return Err(Error::InvalidConfig(format!(
+            "checkpoint {} holds state of operators this job does not have: {} (renamed or removed?)",
+            m.checkpoint_id,
+            unknown.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    for n in plan.nodes.iter().filter(|n| n.is_source) {
+        let Some(subs) = positions.get(n.name.as_str()) else { continue };
+        if subs.len() != n.parallelism as usize || subs.iter().any(|&s| s >= n.parallelism) {
+            return Err(Error::InvalidConfig(format!(
+                "source {} ran with {} instances in checkpoint {}, not {}: a source's parallelism cannot change",
+                n.name,
+                subs.len(),
+                m.checkpoint_id,
+                n.parallelism
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn failed(task: String, error: Error) -> Error {

@@ -25,10 +25,12 @@
 //!    every pending committable of id `<= c`, in id order, and drops it from the pending
 //!    list. An **aborted** checkpoint's committable stays pending and is committed with the
 //!    next completed checkpoint: its records are part of every later checkpoint's state.
-//! 5. At a **savepoint** barrier calls nothing: the savepoint's sink state is the pending
-//!    list, and its completion commits nothing (savepoints commit no side effects, as in
-//!    Flink 1.15, FLINK-25191). A terminal **stop-with-savepoint** is treated as a
-//!    checkpoint (pre-commit, then commit on completion).
+//! 5. At a **savepoint** barrier pre-commits like at a checkpoint (the savepoint's state
+//!    must hold every record before it, for a job started from it), but its completion
+//!    commits nothing (savepoints commit no side effects, as in Flink 1.15, FLINK-25191):
+//!    its transaction stays pending until the next completed checkpoint commits it, or a
+//!    restart from an older checkpoint discards it. A terminal **stop-with-savepoint** is
+//!    treated as a checkpoint (pre-commit, then commit on completion).
 //! 6. At the **end of input with checkpointing off** calls
 //!    [`finish(id)`](TwoPhaseCommitSink::finish) with the id of the final (drain) barrier:
 //!    flush and publish directly.
@@ -177,9 +179,10 @@ impl<T> SinkDriver<T> {
         Ok(self.state())
     }
 
-    /// The barrier of a savepoint: no pre-commit; the state is the pending committables.
-    pub fn on_savepoint_barrier(&self) -> SinkState {
-        self.state()
+    /// The barrier of savepoint `id`: pre-commits like a checkpoint barrier; its
+    /// completion is not announced to the driver (it commits nothing).
+    pub fn on_savepoint_barrier(&mut self, id: u64) -> Result<SinkState> {
+        self.on_checkpoint_barrier(id)
     }
 
     /// Checkpoint `id` completed: commits every pending committable of id `<= id`, in id
@@ -759,8 +762,8 @@ mod tests {
     }
 
     /// Goal: records of two checkpoints are published, in order, only when the second
-    /// completes; a savepoint between them pre-commits nothing, stores the pending list,
-    /// and publishes nothing when it completes.
+    /// completes; a savepoint between them pre-commits (its state holds every record
+    /// before it) and publishes nothing when it completes.
     #[test]
     fn sinks_driver_publishes_completed_checkpoints_in_order_and_savepoints_publish_nothing() {
         let tmp = tempfile::tempdir().unwrap();
@@ -771,24 +774,24 @@ mod tests {
         assert_eq!(s1.pending.len(), 1);
         assert_eq!(listing(&dir), [pending(1, 0)], "pre-commit makes the transaction pending");
         d.write(3).unwrap();
-        // Savepoint 2: no pre-commit, the pending list is its state; completing it (the
-        // runtime calls nothing) publishes nothing.
-        let sp = d.on_savepoint_barrier();
-        assert_eq!(sp, s1);
+        // Savepoint 2: pre-commits record 3, the pending list is its state; completing it
+        // (the runtime calls nothing) publishes nothing.
+        let sp = d.on_savepoint_barrier(2).unwrap();
+        assert_eq!(sp.pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(published(&dir), Vec::<u64>::new());
         d.write(4).unwrap();
         let s3 = d.on_checkpoint_barrier(3).unwrap();
-        assert_eq!(s3.pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(s3.pending.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(published(&dir), Vec::<u64>::new(), "nothing before the completion");
         d.on_checkpoint_complete(3).unwrap();
         assert_eq!(published(&dir), [1, 2, 3, 4]);
-        assert_eq!(listing(&dir), [part(1, 0), part(3, 0)]);
+        assert_eq!(listing(&dir), [part(1, 0), part(2, 0), part(3, 0)]);
         assert!(d.pending().is_empty());
         // A checkpoint with no record publishes no file.
         let s4 = d.on_checkpoint_barrier(4).unwrap();
         d.on_checkpoint_complete(4).unwrap();
         assert_eq!(s4.pending.len(), 1);
-        assert_eq!(listing(&dir), [part(1, 0), part(3, 0)]);
+        assert_eq!(listing(&dir), [part(1, 0), part(2, 0), part(3, 0)]);
         assert!(d.on_checkpoint_barrier(4).is_err(), "barrier ids increase");
     }
 

@@ -100,17 +100,21 @@ impl Windows {
 
     fn assign(&self, ts: Timestamp) -> Vec<Window> {
         match *self {
+            // Saturating: a window at the ends of time is cut there, never wrapped around.
             Windows::Tumbling { size } => {
-                let start = ts - ts.rem_euclid(size);
+                let start = ts.saturating_sub(ts.rem_euclid(size));
                 vec![Window { start, end: start.saturating_add(size) }]
             }
             Windows::Sliding { size, slide } => {
-                let last = ts - ts.rem_euclid(slide);
                 let mut out = Vec::new();
-                let mut start = last;
-                while start > ts - size {
+                let mut start = ts.saturating_sub(ts.rem_euclid(slide));
+                let first = ts.saturating_sub(size);
+                while start > first || (start == i64::MIN && out.is_empty()) {
                     out.push(Window { start, end: start.saturating_add(size) });
-                    start -= slide;
+                    if start == i64::MIN {
+                        break;
+                    }
+                    start = start.saturating_sub(slide);
                 }
                 out
             }
@@ -300,6 +304,12 @@ mod tests {
         assert_eq!(s, [Window { start: 5, end: 15 }, Window { start: 10, end: 20 }]);
         assert_eq!(Windows::session(7).assign(3), [Window { start: 3, end: 10 }]);
         assert!(Windows::sliding(10, 20).validate().is_err());
+        // At the ends of time windows are cut, never wrapped around.
+        for ts in [i64::MIN, i64::MIN + 1, i64::MAX] {
+            for w in Windows::tumbling(10).assign(ts).into_iter().chain(Windows::sliding(10, 5).assign(ts)) {
+                assert!(w.start <= ts && (ts < w.end || w.end == i64::MAX), "{ts} in {w:?}");
+            }
+        }
         assert!(Windows::tumbling(0).validate().is_err());
     }
 }
