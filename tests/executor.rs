@@ -398,6 +398,18 @@ fn config(storage: &Arc<CheckpointStorage>, mode: Mode) -> JobConfig {
     config
 }
 
+/// The ids of completed checkpoints, as the job's log reports them: the events tests wait
+/// for.
+fn completions(config: &mut JobConfig) -> std::sync::mpsc::Receiver<u64> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    config.log = Some(Arc::new(move |c: &CheckpointStats| {
+        if c.completed() {
+            let _ = tx.send(c.id);
+        }
+    }));
+    rx
+}
+
 struct Run {
     output: Vec<Out>,
     state: State,
@@ -411,12 +423,7 @@ fn run(seed: u64, mode: Mode, failure: Option<InjectedFailure>, savepoint_after:
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
     let mut config = config(&storage, mode);
     config.failures = failure.into_iter().collect();
-    let (tx, rx) = std::sync::mpsc::channel();
-    config.log = Some(Arc::new(move |c: &CheckpointStats| {
-        if c.completed() {
-            let _ = tx.send(c.id);
-        }
-    }));
+    let rx = completions(&mut config);
     let sink = dir.path().join("out");
     let handle = job(seed, &sink, mode != Mode::AtLeastOnce, 2).start(config).unwrap();
     if let Some(n) = savepoint_after {
@@ -574,13 +581,8 @@ fn stop_with_savepoint_then_resume_with_another_parallelism() {
     let dir = tempfile::tempdir().unwrap();
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
     let sink = dir.path().join("out");
-    let (tx, rx) = std::sync::mpsc::channel();
     let mut cfg = config(&storage, Mode::ExactlyOnce);
-    cfg.log = Some(Arc::new(move |c: &CheckpointStats| {
-        if c.completed() {
-            let _ = tx.send(());
-        }
-    }));
+    let rx = completions(&mut cfg);
     let handle = job(seed, &sink, true, 2).start(cfg).unwrap();
     // Stop when the 2nd checkpoint completed: the paced sources are in mid-stream.
     rx.iter().nth(1).unwrap();
@@ -611,13 +613,8 @@ fn a_savepoint_then_cancel_then_resume_from_it_publishes_everything_once() {
     let dir = tempfile::tempdir().unwrap();
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
     let sink = dir.path().join("out");
-    let (tx, rx) = std::sync::mpsc::channel();
     let mut cfg = config(&storage, Mode::ExactlyOnce);
-    cfg.log = Some(Arc::new(move |c: &CheckpointStats| {
-        if c.completed() {
-            let _ = tx.send(());
-        }
-    }));
+    let rx = completions(&mut cfg);
     let handle = job(seed, &sink, true, 2).start(cfg).unwrap();
     rx.iter().nth(1).unwrap();
     let sp = handle.savepoint().unwrap();
