@@ -10,46 +10,30 @@ pub const TIMER_STATE: &str = "__floe_timers";
 
 /// The map key of a timer: postcard of `(domain: u8, time: i64)`, domain 0 for event
 /// time, 1 for processing time (a postcard `u8` is the byte itself; the `i64` is a zigzag
-/// varint). The typed map state encodes it, so this is the single definition of both.
+/// varint). The typed map state encodes its map keys the same way (postcard).
 pub fn encode_timer(domain: TimeDomain, time: i64) -> Vec<u8> {
     let code: u8 = match domain {
         TimeDomain::EventTime => 0,
         TimeDomain::ProcessingTime => 1,
     };
-    let mut out = vec![code];
-    let mut z = ((time << 1) ^ (time >> 63)) as u64;
-    loop {
-        let b = (z & 0x7f) as u8;
-        z >>= 7;
-        if z == 0 {
-            out.push(b);
-            return out;
-        }
-        out.push(b | 0x80);
-    }
+    // Writing a u8 and an i64 to a vector cannot fail; the fallback is never taken.
+    postcard::to_allocvec(&(code, time)).unwrap_or_default()
 }
 
-/// Decodes a timer map key; anything else is an error naming what was wrong.
+/// Decodes a timer map key; anything else (an unknown domain, a malformed varint,
+/// trailing bytes) is an error naming the bytes.
 pub fn decode_timer(bytes: &[u8]) -> Result<(TimeDomain, i64)> {
     let bad = |what: &str| Error::InvalidRecord(format!("timer key {bytes:02x?}: {what}"));
-    let (&code, rest) = bytes.split_first().ok_or_else(|| bad("empty"))?;
+    let ((code, time), rest) = postcard::take_from_bytes::<(u8, i64)>(bytes)
+        .map_err(|e| bad(&format!("not postcard of (u8, i64): {e}")))?;
+    if !rest.is_empty() {
+        return Err(bad("bytes after the time"));
+    }
     let domain = match code {
         0 => TimeDomain::EventTime,
         1 => TimeDomain::ProcessingTime,
         _ => return Err(bad("unknown time domain")),
     };
-    if rest.is_empty() || rest.len() > 10 {
-        return Err(bad("bad time length"));
-    }
-    let mut z: u64 = 0;
-    for (i, &b) in rest.iter().enumerate() {
-        let last = i + 1 == rest.len();
-        if (b & 0x80 == 0) != last || (i == 9 && b > 1) {
-            return Err(bad("bad varint"));
-        }
-        z |= u64::from(b & 0x7f) << (7 * i);
-    }
-    let time = ((z >> 1) as i64) ^ -((z & 1) as i64);
     Ok((domain, time))
 }
 
@@ -71,5 +55,6 @@ mod tests {
         assert!(decode_timer(&[2, 0]).is_err());
         assert!(decode_timer(&[0, 0x80]).is_err());
         assert!(decode_timer(&[0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02]).is_err());
+        assert!(decode_timer(&[0, 2, 0]).is_err(), "trailing bytes");
     }
 }
