@@ -334,15 +334,7 @@ fn open_channel_file<'m>(
         Error::corrupt(dir, 0, format!("channel-state file {} not listed in the manifest", c.path))
     })?;
     let path = dir.join(&c.path);
-    let file = io.open_read(&path)?;
-    let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
-    if len != fref.size {
-        return Err(Error::corrupt(
-            &path,
-            len.min(fref.size),
-            format!("file is {len} bytes, the manifest says {}", fref.size),
-        ));
-    }
+    let file = super::recovery::open_listed(io, &path, fref)?;
     let cf = ChannelFile::open(file, &path)?;
     let place = ChannelPlace { operator: &c.operator, subtask: c.subtask, created_by: fref.created_by };
     if let Some(p) = channel_problems(&cf.header(), &place).into_iter().next() {

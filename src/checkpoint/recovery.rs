@@ -63,6 +63,21 @@ pub struct Recovered {
     pub report: RecoveryReport,
 }
 
+/// Opens a file a manifest lists (through `io`, so never a link or a FIFO) and checks that
+/// its size is the listed one: a file of another size is corruption at the shorter length.
+pub(crate) fn open_listed(io: &dyn Io, path: &Path, fref: &crate::format::FileRef) -> Result<std::fs::File> {
+    let file = io.open_read(path)?;
+    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    if len != fref.size {
+        return Err(Error::corrupt(
+            path,
+            len.min(fref.size),
+            format!("file is {len} bytes, the manifest says {}", fref.size),
+        ));
+    }
+    Ok(file)
+}
+
 /// Opens and cross-checks the files of one operator instance's chain: sizes as listed,
 /// a full file first, then increments each naming the previous file's checkpoint as its
 /// parent, all with the manifest's `max_parallelism`, each (from format version 2) owned by
@@ -93,15 +108,7 @@ pub(crate) fn open_chain_with(
             .copied()
             .ok_or_else(|| Error::corrupt(dir, 0, format!("chain file {rel} not listed in the manifest")))?;
         let path = dir.join(rel);
-        let file = io.open_read(&path)?;
-        let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
-        if len != fref.size {
-            return Err(Error::corrupt(
-                &path,
-                len.min(fref.size),
-                format!("file is {len} bytes, the manifest says {}", fref.size),
-            ));
-        }
+        let file = open_listed(io, &path, fref)?;
         let f = DataFile::from_file(file, &path)?;
         let place = crate::format::chain::ChainPlace {
             op,
