@@ -149,7 +149,7 @@ impl Coordinator {
                 continue;
             }
             if let Some(p) = self.pending.remove(&k) {
-                self.failed(&mut out, k, format!("checkpoint {k} timed out"));
+                self.failed(k, format!("checkpoint {k} timed out"));
                 out.push(Action::Abort { pending: p, reason: "timed out".into() });
             }
         }
@@ -190,8 +190,7 @@ impl Coordinator {
         out
     }
 
-    fn failed(&mut self, out: &mut Vec<Action>, id: u64, why: String) {
-        let _ = out;
+    fn failed(&mut self, id: u64, why: String) {
         self.failed_in_row += 1;
         self.last_failure = why;
         if self.terminal == Some(id) {
@@ -221,7 +220,7 @@ impl Coordinator {
         if let Some(e) = &ack.error {
             let reason = format!("{} declined: {e}", ack.stats.task);
             if let Some(p) = self.pending.remove(&id) {
-                self.failed(&mut out, id, format!("checkpoint {id}: {reason}"));
+                self.failed(id, format!("checkpoint {id}: {reason}"));
                 out.push(Action::Abort { pending: p, reason });
             }
             if let Some(f) = self.check_tolerance() {
@@ -258,7 +257,7 @@ impl Coordinator {
                 }
             }
             Err(e) => {
-                self.failed(&mut out, id, format!("checkpoint {id}: manifest not written: {e}"));
+                self.failed(id, format!("checkpoint {id}: manifest not written: {e}"));
                 if let Some(f) = self.check_tolerance() {
                     out.push(f);
                 }

@@ -127,8 +127,7 @@ pub struct SinkNode {
 impl SinkNode {
     /// Sets the sink's parallelism (by default the one of the stream it writes).
     pub fn parallelism(self, parallelism: u32) -> Self {
-        Stream::<()> { job: self.job.clone(), node: self.node, port: 0, _t: PhantomData }
-            .parallelism(parallelism);
+        self.job.set_parallelism(self.node, parallelism);
         self
     }
 }
@@ -185,6 +184,14 @@ impl Job {
     /// Records a mistake in the graph; the first one is the error of every `plan`.
     fn fault(&self, what: String) {
         self.error.borrow_mut().get_or_insert(what);
+    }
+
+    fn set_parallelism(&self, node: usize, parallelism: u32) {
+        if parallelism == 0 {
+            let name = self.g.borrow()[node].name.clone();
+            self.fault(format!("{name}: parallelism 0"));
+        }
+        self.g.borrow_mut()[node].parallelism = parallelism.max(1);
     }
 
     /// Whether `other` is this job (a stream of another job cannot be an input here).
@@ -253,11 +260,7 @@ impl<T: Data> Stream<T> {
 
     /// Sets the parallelism of the operator that produces this stream.
     pub fn parallelism(self, parallelism: u32) -> Self {
-        if parallelism == 0 {
-            let name = self.job.g.borrow()[self.node].name.clone();
-            self.job.fault(format!("{name}: parallelism 0"));
-        }
-        self.job.g.borrow_mut()[self.node].parallelism = parallelism.max(1);
+        self.job.set_parallelism(self.node, parallelism);
         self
     }
 

@@ -154,6 +154,19 @@ impl<K: Key> KeyedCore<K> {
         Ok(self.range.contains(kg))
     }
 
+    /// Runs `f` with a context for the key `key`, encoded first (a key that does not
+    /// encode fails the call).
+    pub fn with_key<O, R>(
+        &mut self,
+        key: K,
+        ts: Option<Timestamp>,
+        out: &mut Vec<(O, Option<Timestamp>)>,
+        f: impl FnOnce(&mut Context<'_, K, O>) -> Result<R>,
+    ) -> Result<R> {
+        let kb = self.encode_key(&key)?;
+        self.with_context(&key, &kb, ts, out, f)
+    }
+
     /// Runs `f` with a context for `key`.
     pub fn with_context<O, R>(
         &mut self,
@@ -260,9 +273,8 @@ impl<K: Key, I: Data, O: Data, F: KeyedProcessFunction<K, I, O>> Logic for Keyed
 
     fn record1(&mut self, r: I, ts: Option<Timestamp>, out: &mut Collector<O, ()>) -> Result<()> {
         let key = (self.key)(&r);
-        let kb = self.core.encode_key(&key)?;
         let f = &mut self.f;
-        self.core.with_context(&key, &kb, ts, &mut out.main, |ctx| f.process(r, ctx))
+        self.core.with_key(key, ts, &mut out.main, |ctx| f.process(r, ctx))
     }
     fn record2(&mut self, _: (), _: Option<Timestamp>, _: &mut Collector<O, ()>) -> Result<()> {
         Ok(())
@@ -293,15 +305,13 @@ impl<K: Key, A: Data, B: Data, O: Data, F: KeyedCoProcessFunction<K, A, B, O>> L
 
     fn record1(&mut self, r: A, ts: Option<Timestamp>, out: &mut Collector<O, ()>) -> Result<()> {
         let key = (self.key1)(&r);
-        let kb = self.core.encode_key(&key)?;
         let f = &mut self.f;
-        self.core.with_context(&key, &kb, ts, &mut out.main, |ctx| f.process1(r, ctx))
+        self.core.with_key(key, ts, &mut out.main, |ctx| f.process1(r, ctx))
     }
     fn record2(&mut self, r: B, ts: Option<Timestamp>, out: &mut Collector<O, ()>) -> Result<()> {
         let key = (self.key2)(&r);
-        let kb = self.core.encode_key(&key)?;
         let f = &mut self.f;
-        self.core.with_context(&key, &kb, ts, &mut out.main, |ctx| f.process2(r, ctx))
+        self.core.with_key(key, ts, &mut out.main, |ctx| f.process2(r, ctx))
     }
     keyed_timers!(O);
     keyed_checkpointing!();
