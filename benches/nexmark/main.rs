@@ -139,6 +139,9 @@ pub struct Row {
     pub duration_p50_ms: f64,
     pub duration_p99_ms: f64,
     pub sync_p99_us: f64,
+    /// Per checkpoint the longest alignment and the longest background write of any task.
+    pub align_p99_ms: f64,
+    pub async_p99_ms: f64,
     pub state_bytes: u64,
     pub full_bytes: f64,
     pub incr_bytes: f64,
@@ -197,6 +200,13 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
     row.duration_p99_ms = quantile(cps.iter().map(|c| c.duration.as_secs_f64() * 1e3).collect(), 0.99);
     row.sync_p99_us =
         quantile(cps.iter().flat_map(|c| c.tasks.iter().map(|t| t.sync.as_secs_f64() * 1e6)).collect(), 0.99);
+    row.align_p99_ms = quantile(cps.iter().map(|c| c.alignment_max.as_secs_f64() * 1e3).collect(), 0.99);
+    row.async_p99_ms = quantile(
+        cps.iter()
+            .map(|c| c.tasks.iter().map(|t| t.async_write.as_secs_f64() * 1e3).fold(0.0, f64::max))
+            .collect(),
+        0.99,
+    );
     let full: Vec<f64> = cps.iter().filter(|c| c.bytes_full > 0).map(|c| c.bytes_full as f64).collect();
     let incr: Vec<f64> =
         cps.iter().filter(|c| c.bytes_full == 0).map(|c| c.bytes_incremental as f64).collect();
@@ -322,9 +332,9 @@ fn table(a: &Args, rows: &[Row]) -> String {
     }
     let short = a.intervals.iter().min().map_or("-".into(), |i| format!("{i} ms"));
     s.push_str(&format!(
-        " checkpoints at {short} | duration p50 / p99 | sync pause p99 | state | largest full checkpoint | increment / checkpoint | increment / state | increment / changed | retained / state | recovery (restore) | output after failure |\n"
+        " checkpoints at {short} | duration p50 / p99 | of which alignment / write p99 | sync pause p99 | state | largest full checkpoint | increment / checkpoint | increment / state | increment / changed | retained / state | recovery (restore) | output after failure |\n"
     ));
-    s.push_str(&"|---".repeat(5 + iv.len() + 9));
+    s.push_str(&"|---".repeat(5 + iv.len() + 10));
     s.push_str("|\n");
     for r in rows {
         let off = r.throughput.get(&None).copied().unwrap_or(f64::NAN);
@@ -336,10 +346,12 @@ fn table(a: &Args, rows: &[Row]) -> String {
         let ratio =
             |n: f64, d: f64| if d > 0.0 && n.is_finite() { format!("{:.2}x", n / d) } else { "-".into() };
         s.push_str(&format!(
-            " {} | {:.1} / {:.1} ms | {:.0} µs | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            " {} | {:.1} / {:.1} ms | {:.1} / {:.1} ms | {:.0} µs | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.checkpoints,
             r.duration_p50_ms,
             r.duration_p99_ms,
+            r.align_p99_ms,
+            r.async_p99_ms,
             r.sync_p99_us,
             fmt_bytes(r.state_bytes as f64),
             fmt_bytes(r.full_bytes),

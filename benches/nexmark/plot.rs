@@ -25,6 +25,7 @@ struct Bars<'a> {
     label: &'a dyn Fn(f64) -> String,
     /// A horizontal line (a target), with its label.
     line: Option<(f64, String)>,
+    legend: SeriesLabelPosition,
 }
 
 fn draw(path: &Path, queries: &[String], b: &Bars<'_>) -> Res {
@@ -96,7 +97,7 @@ fn draw(path: &Path, queries: &[String], b: &Bars<'_>) -> Res {
             }
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
+                .position(b.legend.clone())
                 .background_style(WHITE.mix(0.9))
                 .border_style(BLACK)
                 .label_font(("sans-serif", 11))
@@ -159,6 +160,7 @@ pub fn all(dir: &Path, intervals: &[u64], rows: &[Row]) -> Vec<(String, std::io:
                 series,
                 label: &rate,
                 line: None,
+                legend: SeriesLabelPosition::UpperRight,
             },
         ),
         (
@@ -173,6 +175,7 @@ pub fn all(dir: &Path, intervals: &[u64], rows: &[Row]) -> Vec<(String, std::io:
                 ],
                 label: &ms,
                 line: Some((50.0, "target p99 50 ms".into())),
+                legend: SeriesLabelPosition::UpperRight,
             },
         ),
         (
@@ -195,6 +198,8 @@ pub fn all(dir: &Path, intervals: &[u64], rows: &[Row]) -> Vec<(String, std::io:
                 ],
                 label: &bytes,
                 line: None,
+                // The stateless queries on the left have no bars.
+                legend: SeriesLabelPosition::UpperLeft,
             },
         ),
     ];

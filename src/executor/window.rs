@@ -248,7 +248,12 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
                 continue;
             }
             late = false;
-            let mut acc = self.state.get(&self.core.store, &key, &w)?.unwrap_or_else(|| self.agg.create());
+            let existing = self.state.get(&self.core.store, &key, &w)?;
+            // A window's timers are registered when its contents are first stored, and
+            // stay until it is cleaned up with them (also across a restore: both are in
+            // the store); registering them again per record would only cost.
+            let new = existing.is_none();
+            let mut acc = existing.unwrap_or_else(|| self.agg.create());
             self.agg.add(&mut acc, &r);
             self.state.put(&mut self.core.store, &key, &w, &acc)?;
             if w.max_timestamp() <= self.core.watermark {
@@ -256,7 +261,9 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
                 let value = self.agg.result(&acc);
                 out.main.push((Windowed { key: key.clone(), window: w, value }, Some(w.max_timestamp())));
             }
-            self.register(&kb, &w)?;
+            if new {
+                self.register(&kb, &w)?;
+            }
         }
         if late && self.late_to_side {
             out.side.push((r, Some(ts)));
