@@ -31,7 +31,7 @@ pub(crate) type ChannelMaker = Arc<dyn Fn(usize) -> (Box<dyn Any + Send>, Box<dy
 
 pub(crate) fn channel_maker<T: Data>() -> ChannelMaker {
     Arc::new(|cap| {
-        let (tx, rx) = crossbeam_channel::bounded::<Element<T>>(cap);
+        let (tx, rx) = crossbeam_channel::bounded::<Element<T>>(super::channel::elements_for(cap));
         (Box::new(tx), Box::new(rx))
     })
 }
@@ -99,7 +99,7 @@ fn outputs<T: Data>(v: Vec<ErasedOutput>, max_parallelism: u32) -> Result<Output
             .into_iter()
             .map(|t| {
                 let tx = t.tx.downcast::<Sender<Element<T>>>().map_err(|_| wiring_error())?;
-                Ok(Target { tx: *tx, priority: t.priority, channel: t.channel, sent: 0 })
+                Ok(Target::new(*tx, t.priority, t.channel))
             })
             .collect::<Result<_>>()?;
         edges.push(Output::new(targets, p));

@@ -61,6 +61,8 @@ pub const MAX_WATERMARK: Timestamp = i64::MAX;
 pub(crate) enum Element<T> {
     /// A record with its event timestamp (none without event time).
     Record(T, Option<Timestamp>),
+    /// Records in order, each as a `Record` would carry it (see `channel::BATCH`).
+    Batch(Vec<(T, Option<Timestamp>)>),
     /// No record with a smaller timestamp follows on this channel.
     Watermark(Timestamp),
     /// The channel's source went idle (true) or active again (false): an idle channel does

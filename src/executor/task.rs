@@ -203,6 +203,9 @@ impl<L: Logic> Loop<L> {
             match got {
                 Some((ch, e)) => self.on_element(ch, e)?,
                 None => {
+                    // Nothing to read: what was gathered for downstream goes before waiting.
+                    self.t.out.flush()?;
+                    self.t.side.flush()?;
                     if let Next::Stop = self.block()? {
                         return Ok(());
                     }
@@ -297,30 +300,38 @@ impl<L: Logic> Loop<L> {
         Ok(())
     }
 
+    fn on_record(&mut self, ch: usize, r: In<L::In1, L::In2>, ts: Option<Timestamp>) -> Result<()> {
+        // An unaligned barrier sent before this record is in the priority channel by now:
+        // take it first, so the record lands on the right side of it.
+        self.take_priority()?;
+        if self.aligner.on_record(ch) {
+            self.capture_record(ch, &r, ts)?;
+        }
+        match r {
+            In::A(r) => self.t.logic.record1(r, ts, &mut self.col)?,
+            In::B(r) => self.t.logic.record2(r, ts, &mut self.col)?,
+        }
+        self.flush()?;
+        self.counted += 1;
+        if self.counted >= 4096 {
+            self.t.common.records_in.fetch_add(self.counted, Ordering::Relaxed);
+            self.counted = 0;
+        }
+        if self.events.any() {
+            self.events.record(&self.t.common.failures)?;
+        }
+        if let Some((id, n)) = self.aligner.check_capture() {
+            self.capture_done(id, n)?;
+        }
+        Ok(())
+    }
+
     fn on_element(&mut self, ch: usize, e: Element<In<L::In1, L::In2>>) -> Result<()> {
         match e {
-            Element::Record(r, ts) => {
-                // An unaligned barrier sent before this record is in the priority channel
-                // by now: take it first, so the record lands on the right side of it.
-                self.take_priority()?;
-                if self.aligner.on_record(ch) {
-                    self.capture_record(ch, &r, ts)?;
-                }
-                match r {
-                    In::A(r) => self.t.logic.record1(r, ts, &mut self.col)?,
-                    In::B(r) => self.t.logic.record2(r, ts, &mut self.col)?,
-                }
-                self.flush()?;
-                self.counted += 1;
-                if self.counted >= 4096 {
-                    self.t.common.records_in.fetch_add(self.counted, Ordering::Relaxed);
-                    self.counted = 0;
-                }
-                if self.events.any() {
-                    self.events.record(&self.t.common.failures)?;
-                }
-                if let Some((id, n)) = self.aligner.check_capture() {
-                    self.capture_done(id, n)?;
+            Element::Record(r, ts) => self.on_record(ch, r, ts)?,
+            Element::Batch(records) => {
+                for (r, ts) in records {
+                    self.on_record(ch, r, ts)?;
                 }
             }
             Element::Watermark(w) => {
@@ -544,9 +555,10 @@ impl<L: Logic> Loop<L> {
     }
 }
 
-fn map_element<T, U>(e: Element<T>, f: impl FnOnce(T) -> U) -> Element<U> {
+fn map_element<T, U>(e: Element<T>, f: impl Fn(T) -> U) -> Element<U> {
     match e {
         Element::Record(r, ts) => Element::Record(f(r), ts),
+        Element::Batch(v) => Element::Batch(v.into_iter().map(|(r, ts)| (f(r), ts)).collect()),
         Element::Watermark(w) => Element::Watermark(w),
         Element::Idle(i) => Element::Idle(i),
         Element::Barrier(b) => Element::Barrier(b),
@@ -600,6 +612,7 @@ impl<T: super::Data> SourceTask<T> {
                 }
             }
             if state != SourceState::Running {
+                self.out.flush()?;
                 match self.common.control.recv() {
                     Ok(m) => {
                         if !self.on_control(m, &key, &mut state, &mut events)? {
@@ -636,6 +649,8 @@ impl<T: super::Data> SourceTask<T> {
                     if let Some(wm) = self.clock.as_mut().and_then(SourceClock::flush) {
                         self.out.watermark(wm)?;
                     }
+                    // Nothing to read now: what was gathered goes before waiting.
+                    self.out.flush()?;
                     let now = Instant::now();
                     let since = *pending_since.get_or_insert(now);
                     let idle_at = self
