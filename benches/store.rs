@@ -500,8 +500,9 @@ fn pause_cycle(n: u64, churn: f64, cycles: usize) {
     let mut write = |store: &mut Store, count: u64, slowest: &mut Duration| {
         for _ in 0..count {
             let i = next();
+            let (k, v) = (key(i), value(i ^ 1));
             let t = Instant::now();
-            store.put(id, &key(i), &value(i ^ 1)).unwrap();
+            store.put(id, &k, &v).unwrap();
             *slowest = (*slowest).max(t.elapsed());
         }
     };
