@@ -1,39 +1,115 @@
-//! State-store benchmarks: `snapshot()` cost at 10^4..10^7 keys (target: flat, under 1 ms),
-//! raw get/put throughput against `HashMap<Vec<u8>, Vec<u8>>` with and without a live
-//! snapshot (targets: >= 0.5x, >= 0.25x for writes under a snapshot), and memory per entry.
+//! State-store benchmarks, each printing the figures the targets of issue 16 are judged by
+//! (medians of repeated runs):
+//! - `snapshot()` cost at 10^4..10^7 keys (flat, under 1 ms);
+//! - raw get/put throughput against `HashMap<Vec<u8>, Vec<u8>>` on the same workload, with
+//!   and without a live snapshot (>= 0.9x each; >= 0.5x for puts under a snapshot);
+//! - memory per entry at 10^6 entries for (16 B key, 100 B value), (8 B, 8 B) and
+//!   (32 B, 1 KiB), by the counting allocator below, against the raw bytes,
+//!   `HashMap<Vec<u8>, Vec<u8>>` and `BTreeMap<Vec<u8>, Vec<u8>>` (<= 1.3x raw for 100 B);
+//! - the synchronous pause inside a checkpoint cycle: a snapshot alive during writes (held,
+//!   then dropped, by another thread, as a `Checkpointer`'s writer does), more writes, the
+//!   next snapshot; at 10^6 and 10^7 keys, 1% and 20% churn (p99 <= 100 us). Besides the
+//!   `snapshot()` call it reports the slowest single `put` of each cycle, where the owner's
+//!   thread may pay for frees instead, and the drop of the old snapshot.
 //!
-//! `cargo bench --bench store` runs it; `FLOE_BENCH_MAX_KEYS=100000` limits the sizes.
+//! `cargo bench --bench store` runs it all; `FLOE_BENCH_MAX_KEYS=100000` limits the sizes,
+//! `FLOE_BENCH_ONLY=criterion,snapshot,ops,memory,pause` picks sections (default: all),
+//! `FLOE_BENCH_CYCLES=N` sets the checkpoint cycles per pause case (default 100),
+//! `FLOE_BENCH_ALLOC=system` measures with glibc's malloc instead of mimalloc.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use floe::StateId;
 use floe::state::{Record, StateDescriptor, StateKind, Store};
+use mimalloc::MiMalloc;
 
-/// Counts live heap bytes so the benchmark can report memory per entry.
+/// Counts live heap bytes (the sizes asked for, not the allocator's own overhead) so the
+/// benchmark can report memory per entry, and forwards to mimalloc (the `floe` binary's
+/// allocator) or, with `FLOE_BENCH_ALLOC=system`, to the system allocator (glibc's malloc).
 struct Counting;
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+/// 0: not decided yet; 1: system; 2: mimalloc. Decided at the first allocation, before any
+/// block exists, and never changed, so every block is freed by the allocator that made it.
+static WHICH: AtomicU8 = AtomicU8::new(0);
 
-// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
+/// Whether the process environment holds `FLOE_BENCH_ALLOC=system`, read from
+/// `/proc/self/environ` without allocating (this runs inside the first allocation).
+fn system_chosen() -> bool {
+    const WANT: &[u8] = b"FLOE_BENCH_ALLOC=system\0";
+    let Ok(fd) =
+        rustix::fs::open(c"/proc/self/environ", rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty())
+    else {
+        return false;
+    };
+    // A match may straddle two reads: keep the last WANT.len() bytes (a match and the byte
+    // before it) in front.
+    let mut buf = [0u8; 4096 + WANT.len()];
+    let mut kept = 0usize;
+    let mut at_start = true;
+    loop {
+        let Ok(n) = rustix::io::read(&fd, &mut buf[kept..]) else { return false };
+        if n == 0 {
+            return false;
+        }
+        let have = &buf[..kept + n];
+        for (i, w) in have.windows(WANT.len()).enumerate() {
+            if w == WANT && ((i == 0 && at_start) || (i > 0 && have[i - 1] == 0)) {
+                return true;
+            }
+        }
+        let keep = WANT.len().min(have.len());
+        let start = have.len() - keep;
+        buf.copy_within(start..start + keep, 0);
+        kept = keep;
+        at_start = false;
+    }
+}
+
+fn which() -> u8 {
+    match WHICH.load(Ordering::Relaxed) {
+        0 => {
+            let w = if system_chosen() { 1 } else { 2 };
+            // The first allocation happens on the main thread before any other exists.
+            WHICH.store(w, Ordering::Relaxed);
+            w
+        }
+        w => w,
+    }
+}
+
+/// The name of the allocator in use, for the report.
+fn allocator_name() -> &'static str {
+    if which() == 1 { "system (glibc malloc)" } else { "mimalloc" }
+}
+
+// SAFETY: forwards every call unchanged to one allocator, the same for every call of the
+// process (see `WHICH`); only counts sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
+        unsafe { if which() == 1 { System.alloc(layout) } else { MiMalloc.alloc(layout) } }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: same contract as the caller's; `ptr` came from the same allocator.
+        unsafe { if which() == 1 { System.dealloc(ptr, layout) } else { MiMalloc.dealloc(ptr, layout) } }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        // SAFETY: same contract as the caller's; `ptr` came from the same allocator.
+        unsafe {
+            if which() == 1 {
+                System.realloc(ptr, layout, new_size)
+            } else {
+                MiMalloc.realloc(ptr, layout, new_size)
+            }
+        }
     }
 }
 
@@ -55,6 +131,11 @@ fn value(i: u64) -> [u8; VALUE_LEN] {
         *b = (i as usize).wrapping_add(j) as u8;
     }
     v
+}
+
+/// Whether section `name` runs (`FLOE_BENCH_ONLY`, a comma-separated list; all when unset).
+fn section(name: &str) -> bool {
+    std::env::var("FLOE_BENCH_ONLY").map_or(true, |only| only.split(',').any(|s| s.trim() == name))
 }
 
 fn max_keys() -> u64 {
@@ -92,6 +173,9 @@ fn order(n: u64, len: usize) -> Vec<u64> {
 }
 
 fn snapshot_cost(c: &mut Criterion) {
+    if !section("criterion") {
+        return;
+    }
     let mut g = c.benchmark_group("snapshot");
     g.sample_size(20);
     for n in [10_000u64, 100_000, 1_000_000, 10_000_000] {
@@ -108,6 +192,9 @@ const OPS: usize = 100_000;
 const N_OPS_KEYS: u64 = 1_000_000;
 
 fn throughput(c: &mut Criterion) {
+    if !section("criterion") {
+        return;
+    }
     let n = N_OPS_KEYS.min(max_keys());
     let idx = order(n, OPS);
     let keys: Vec<[u8; 16]> = idx.iter().map(|&i| key(i)).collect();
@@ -162,7 +249,25 @@ fn median(runs: usize, mut f: impl FnMut() -> Duration) -> Duration {
 
 /// Prints the figures the targets are judged by, measured here side by side.
 fn summary(_: &mut Criterion) {
-    println!("\n=== floe state store: summary (medians of repeated runs) ===");
+    println!(
+        "\n=== floe state store: summary (medians of repeated runs; allocator: {}) ===",
+        allocator_name()
+    );
+    if section("snapshot") {
+        snapshot_summary();
+    }
+    if section("ops") {
+        ops_summary();
+    }
+    if section("memory") {
+        memory_summary();
+    }
+    if section("pause") {
+        pause_summary();
+    }
+}
+
+fn snapshot_summary() {
     let mut first = None;
     for n in [10_000u64, 100_000, 1_000_000, 10_000_000] {
         if n > max_keys() {
@@ -181,18 +286,15 @@ fn summary(_: &mut Criterion) {
             t.as_secs_f64() / base.as_secs_f64()
         );
     }
+}
 
+fn ops_summary() {
     let n = N_OPS_KEYS.min(max_keys());
     let idx = order(n, OPS);
     let keys: Vec<[u8; 16]> = idx.iter().map(|&i| key(i)).collect();
     let val = value(7);
-
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
     let (mut store, id) = build_store(n);
-    let floe_bytes = LIVE_BYTES.load(Ordering::Relaxed) - before;
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
     let mut map = build_map(n);
-    let map_bytes = LIVE_BYTES.load(Ordering::Relaxed) - before;
 
     let per_op = |d: Duration| d.as_secs_f64() * 1e9 / OPS as f64;
     let floe_get = per_op(median(9, || {
@@ -231,23 +333,16 @@ fn summary(_: &mut Criterion) {
     }));
     println!("raw ops over {n} keys (16-byte keys, {VALUE_LEN}-byte values), {OPS} random ops:");
     println!(
-        "  get:  floe {floe_get:>7.1} ns/op  HashMap {map_get:>7.1} ns/op  throughput ratio {:.2}x (target >= 0.5x)",
+        "  get:  floe {floe_get:>7.1} ns/op  HashMap {map_get:>7.1} ns/op  throughput ratio {:.2}x (target >= 0.9x)",
         map_get / floe_get
     );
     println!(
-        "  put:  floe {floe_put:>7.1} ns/op  HashMap {map_put:>7.1} ns/op  throughput ratio {:.2}x (target >= 0.5x)",
+        "  put:  floe {floe_put:>7.1} ns/op  HashMap {map_put:>7.1} ns/op  throughput ratio {:.2}x (target >= 0.9x)",
         map_put / floe_put
     );
     println!(
-        "  put with a snapshot alive: floe {floe_put_snap:>7.1} ns/op  ratio {:.2}x (target >= 0.25x)",
+        "  put with a snapshot alive: floe {floe_put_snap:>7.1} ns/op  ratio {:.2}x (target >= 0.5x)",
         map_put / floe_put_snap
-    );
-    println!(
-        "memory: floe {:.1} B/entry, HashMap {:.1} B/entry (payload {} B/entry), overhead ratio {:.2}x",
-        floe_bytes as f64 / n as f64,
-        map_bytes as f64 / n as f64,
-        16 + VALUE_LEN,
-        floe_bytes as f64 / map_bytes as f64
     );
     drop(map);
 
@@ -293,6 +388,172 @@ fn summary(_: &mut Criterion) {
     drop(groups);
     drop(snap);
     black_box(&store);
+}
+
+/// Key `i` of `len` bytes: distinct for every `i`, its low bytes vary first.
+fn sized_key(i: u64, len: usize) -> Vec<u8> {
+    let mut k = vec![b'k'; len];
+    let n = len.min(8);
+    k[..n].copy_from_slice(&i.to_le_bytes()[..n]);
+    k
+}
+
+/// Value `i` of `len` bytes.
+fn sized_value(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize).wrapping_add(j) as u8).collect()
+}
+
+/// Live bytes the counting allocator sees `build` leave behind, per entry, and what it built.
+fn bytes_per_entry<T>(n: u64, build: impl FnOnce() -> T) -> (f64, T) {
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let built = build();
+    let after = LIVE_BYTES.load(Ordering::Relaxed);
+    ((after - before) as f64 / n as f64, built)
+}
+
+/// Memory per entry at 10^6 entries of three shapes, by the counting allocator (sizes asked
+/// for; malloc's own headers, ~8-16 B per allocation, come on top for every structure).
+fn memory_summary() {
+    let n = 1_000_000u64.min(max_keys());
+    println!("memory per entry at {n} entries (bytes the allocator was asked for, live after the build):");
+    println!(
+        "  {:>14} {:>8} {:>16} {:>16} {:>16}  target",
+        "key, value", "raw", "floe", "HashMap", "BTreeMap"
+    );
+    for (klen, vlen) in [(16usize, 100usize), (8, 8), (32, 1024)] {
+        let raw = (klen + vlen) as f64;
+        let (floe, store) = bytes_per_entry(n, || {
+            let mut s = Store::new();
+            let id = s.register(StateDescriptor::raw("bench", StateKind::Value)).unwrap();
+            for i in 0..n {
+                s.put(id, &sized_key(i, klen), &sized_value(i, vlen)).unwrap();
+            }
+            (s, id)
+        });
+        assert_eq!(store.0.len(store.1), n);
+        drop(store);
+        let (hash, m) = bytes_per_entry(n, || {
+            let mut m = HashMap::new();
+            for i in 0..n {
+                m.insert(sized_key(i, klen), sized_value(i, vlen));
+            }
+            m
+        });
+        drop(m);
+        let (btree, m) = bytes_per_entry(n, || {
+            let mut m = BTreeMap::new();
+            for i in 0..n {
+                m.insert(sized_key(i, klen), sized_value(i, vlen));
+            }
+            m
+        });
+        drop(m);
+        let target = if vlen == 100 { "floe <= 1.3x raw" } else { "" };
+        println!(
+            "  {:>14} {raw:>8.1} {floe:>8.1} ({:.2}x) {hash:>8.1} ({:.2}x) {btree:>8.1} ({:.2}x)  {target}",
+            format!("{klen} B, {vlen} B"),
+            floe / raw,
+            hash / raw,
+            btree / raw,
+        );
+    }
+}
+
+/// Nearest-rank percentile `p` (0..=100) of `v`.
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// The synchronous pause inside checkpoint cycles at `n` keys, `churn` of them written per
+/// cycle: `snapshot()`; the snapshot goes to a holder thread (a checkpointer's writer);
+/// half the writes; the holder drops it; the other half; the next cycle's `snapshot()`.
+fn pause_cycle(n: u64, churn: f64, cycles: usize) {
+    let (mut store, id) = build_store(n);
+    let writes = ((n as f64 * churn) as u64).max(2);
+    let (to_holder, holder_rx) = std::sync::mpsc::channel::<Option<floe::state::Snapshot>>();
+    let (drop_tx, dropped) = std::sync::mpsc::channel::<Duration>();
+    let holder = std::thread::spawn(move || {
+        let mut held = None;
+        for msg in holder_rx {
+            match msg {
+                Some(snap) => held = Some(snap),
+                None => {
+                    let t = Instant::now();
+                    drop(held.take());
+                    if drop_tx.send(t.elapsed()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut x = 0x2545_F491_4F6C_DD1Du64 ^ n ^ writes;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let (mut snaps, mut puts, mut drops) = (Vec::new(), Vec::new(), Vec::new());
+    let mut write = |store: &mut Store, count: u64, slowest: &mut Duration| {
+        for _ in 0..count {
+            let i = next();
+            let (k, v) = (key(i), value(i ^ 1));
+            let t = Instant::now();
+            store.put(id, &k, &v).unwrap();
+            *slowest = (*slowest).max(t.elapsed());
+        }
+    };
+    // Two warm-up cycles, so that every measured one follows a dropped snapshot.
+    for cycle in 0..cycles + 2 {
+        let t = Instant::now();
+        let snap = store.snapshot();
+        let pause = t.elapsed();
+        to_holder.send(Some(snap)).unwrap();
+        let mut slowest = Duration::ZERO;
+        write(&mut store, writes / 2, &mut slowest);
+        to_holder.send(None).unwrap();
+        let dropped_in = dropped.recv().unwrap();
+        write(&mut store, writes - writes / 2, &mut slowest);
+        if cycle >= 2 {
+            snaps.push(pause);
+            puts.push(slowest);
+            drops.push(dropped_in);
+        }
+    }
+    drop(to_holder);
+    holder.join().unwrap();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (s50, s99, smax) = (
+        us(percentile(&mut snaps, 50.0)),
+        us(percentile(&mut snaps, 99.0)),
+        us(percentile(&mut snaps, 100.0)),
+    );
+    let (p50, p99) = (us(percentile(&mut puts, 50.0)), us(percentile(&mut puts, 99.0)));
+    let (d50, dmax) = (us(percentile(&mut drops, 50.0)), us(percentile(&mut drops, 100.0)));
+    println!(
+        "  {n:>9} keys {:>4.0}% churn: snapshot() p50 {s50:>8.1} us  p99 {s99:>8.1} us  max {smax:>8.1} us [p99 <= 100 us] | slowest put per cycle p50 {p50:>8.1} us  p99 {p99:>8.1} us | drop (holder) p50 {:>6.1} ms  max {:>6.1} ms",
+        churn * 100.0,
+        d50 / 1e3,
+        dmax / 1e3,
+    );
+}
+
+fn pause_summary() {
+    let cycles = std::env::var("FLOE_BENCH_CYCLES").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
+    println!(
+        "synchronous pause inside checkpoint cycles ({cycles} cycles per case, after 2 warm-up cycles):"
+    );
+    for n in [1_000_000u64, 10_000_000] {
+        if n > max_keys() {
+            continue;
+        }
+        for churn in [0.01, 0.20] {
+            pause_cycle(n, churn, cycles);
+        }
+    }
 }
 
 criterion_group!(benches, snapshot_cost, throughput, summary);

@@ -12,6 +12,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use floe::inspect::{self, Report};
 
+/// mimalloc: with glibc's malloc, the small blocks a dropped snapshot frees are consolidated
+/// by the owner's next large allocation, a pause of milliseconds to tens of milliseconds in
+/// a checkpoint cycle (README "Memory and allocator", `cargo bench --bench store`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Look into, check and maintain floe checkpoint directories.
 #[derive(Debug, Parser)]
 #[command(name = "floe", version, about)]

@@ -548,8 +548,12 @@ fn retention_keeps_channel_state_exactly_as_long_as_its_checkpoint() {
 /// Two unaligned checkpoints; returns the root and checkpoint 2's channel-state file of
 /// subtask 0 (relative path).
 fn two_checkpoints(dir: &Path) -> (PathBuf, String, Vec<Rec>) {
+    two_checkpoints_with(dir, config())
+}
+
+fn two_checkpoints_with(dir: &Path, config: StorageConfig) -> (PathBuf, String, Vec<Rec>) {
     let root = dir.join("ckpt");
-    let storage = open_with(&root, config(), None);
+    let storage = open_with(&root, config, None);
     let mut store = new_store();
     let mut cp = Checkpointer::new(Arc::clone(&storage), OP, 0);
     let one = records(1, 12, 300);
@@ -658,7 +662,10 @@ fn fix_block_header(b: &mut [u8], at: usize) {
 #[test]
 fn hostile_lengths_are_errors_without_huge_allocations() {
     let dir = tempfile::tempdir().unwrap();
-    let (root, small, _) = two_checkpoints(dir.path());
+    // The crafted headers are those of stored blocks: the small file stores its blocks
+    // whatever the default compression.
+    let stored = StorageConfig { compression: Compression::None, ..config() };
+    let (root, small, _) = two_checkpoints_with(dir.path(), stored);
     // A file whose first block is one record of 300 KB: large enough that LZ4's 255x bound
     // alone would let it claim more than 64 MiB.
     let big = {

@@ -27,7 +27,10 @@ impl Default for ChainPolicy {
 #[non_exhaustive]
 pub enum Compression {
     /// Every block LZ4-compressed (stored as is only when LZ4 does not shrink it): the
-    /// smallest files, at ~1 GB/s of records per core on the benchmark's data.
+    /// smallest files, at ~1 GB/s of records per core on the benchmark's data. The default:
+    /// never more bytes than needed, and on a disk slower than the encoders (or object
+    /// storage, where bytes cost) also the fastest (README, "Benchmarks").
+    #[default]
     Lz4,
     /// Every block stored uncompressed: the least CPU per checkpoint.
     None,
@@ -37,8 +40,8 @@ pub enum Compression {
     /// stored. A file too small to measure the disk itself follows what the directory's
     /// earlier files showed. On a disk slower than LZ4 this writes (nearly) what `Lz4`
     /// writes; on one faster than LZ4 a checkpoint is no longer CPU-bound. Offline
-    /// compaction, which has no checkpoint to hold up, uses `Lz4`.
-    #[default]
+    /// compaction, which has no checkpoint to hold up, uses `Lz4`. Not the default: on a
+    /// disk of 0.3-0.5 GB/s it stored blocks while `Lz4` was as fast with 58% of the bytes.
     Adaptive,
 }
 
