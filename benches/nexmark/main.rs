@@ -23,6 +23,11 @@ use floe::executor::{BarrierKind, CheckpointStats};
 
 use run::{RunConfig, RunResult, run};
 
+/// The `floe` binary's allocator (Cargo.toml, README "Memory and allocator"): with glibc's
+/// malloc the copies a dropped snapshot frees make the next snapshot pause.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Args {
     out: Option<PathBuf>,
     events: u64,
