@@ -329,7 +329,7 @@ fn open_channel_file<'m>(
     dir: &Path,
     manifest: &'m Manifest,
     c: &ChannelStateRef,
-) -> Result<(ChannelFile<std::fs::File>, &'m FileRef, PathBuf)> {
+) -> Result<(ChannelFile<super::io::Opened>, &'m FileRef, PathBuf)> {
     let fref = manifest.file(&c.path).ok_or_else(|| {
         Error::corrupt(dir, 0, format!("channel-state file {} not listed in the manifest", c.path))
     })?;

@@ -10,6 +10,7 @@ pub mod io;
 pub mod layout;
 mod lifecycle;
 pub mod lock;
+pub mod object;
 mod publish;
 mod recovery;
 mod retention;

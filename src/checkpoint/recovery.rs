@@ -65,9 +65,13 @@ pub struct Recovered {
 
 /// Opens a file a manifest lists (through `io`, so never a link or a FIFO) and checks that
 /// its size is the listed one: a file of another size is corruption at the shorter length.
-pub(crate) fn open_listed(io: &dyn Io, path: &Path, fref: &crate::format::FileRef) -> Result<std::fs::File> {
+pub(crate) fn open_listed(
+    io: &dyn Io,
+    path: &Path,
+    fref: &crate::format::FileRef,
+) -> Result<super::io::Opened> {
     let file = io.open_read(path)?;
-    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    let len = file.len().map_err(|e| Error::io("stat", path, e))?;
     if len != fref.size {
         return Err(Error::corrupt(
             path,
@@ -76,6 +80,15 @@ pub(crate) fn open_listed(io: &dyn Io, path: &Path, fref: &crate::format::FileRe
         ));
     }
     Ok(file)
+}
+
+/// A data file from what [`Io::open_read`] opened: a local file is mapped, an object's
+/// bytes are parsed where they are.
+pub(crate) fn data_file(opened: super::io::Opened, path: &Path) -> Result<DataFile> {
+    match opened {
+        super::io::Opened::File(f) => DataFile::from_file(f, path),
+        super::io::Opened::Memory(c) => DataFile::from_bytes(path, c.into_inner()),
+    }
 }
 
 /// Opens and cross-checks the files of one operator instance's chain: sizes as listed,
@@ -108,8 +121,7 @@ pub(crate) fn open_chain_with(
             .copied()
             .ok_or_else(|| Error::corrupt(dir, 0, format!("chain file {rel} not listed in the manifest")))?;
         let path = dir.join(rel);
-        let file = open_listed(io, &path, fref)?;
-        let f = DataFile::from_file(file, &path)?;
+        let f = data_file(open_listed(io, &path, fref)?, &path)?;
         let place = crate::format::chain::ChainPlace {
             op,
             position: i,
