@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::io::{Io, IoFile, StdIo};
+use super::io::{Io, IoFile};
 use super::layout::{self, DATA_DIR};
 use super::lifecycle::AfterWrite;
 use super::publish::Destination;
@@ -299,7 +299,8 @@ pub fn read_channel_state(
     operator: &str,
     f: impl FnMut(u32, u32, u32, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    read_channel_state_with(&StdIo, dir, manifest, operator, f)
+    let (dir, io) = super::object::resolve(dir)?;
+    read_channel_state_with(&*io, &dir, manifest, operator, f)
 }
 
 /// [`read_channel_state`] through `io`.

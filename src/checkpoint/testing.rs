@@ -393,3 +393,9 @@ impl Io for FaultyIoHandle {
         crate::fsutil::open_regular(path).map(super::io::Opened::File)
     }
 }
+
+/// The [`Io`] and root path that [`super::CheckpointStorage::open`] would use for `dir`
+/// (a local path or a storage URL), for tests that damage or plant files on any medium.
+pub fn io_for(dir: &Path) -> Result<(PathBuf, Arc<dyn Io>)> {
+    super::object::resolve(dir)
+}
