@@ -17,6 +17,12 @@
 //! `10000000` for the large case, `FLOE_BENCH_RUNS=5` for more repeats,
 //! `FLOE_BENCH_VALUES=random` for incompressible values instead of the default
 //! compressible ones). Reports min and median of the runs.
+//!
+//! With `FLOE_BENCH_OBJECTS` set to storage URLs (comma-separated, e.g.
+//! `memory://bench,s3://floe-bench` with `--features cloud` and `AWS_ENDPOINT` at a moto
+//! server), the same full checkpoint, one 1% increment and both recoveries also run on
+//! each, printed beside the local-disk figures with the upload requests per checkpoint
+//! [an increment: at most one object per operator instance plus one manifest].
 
 #[path = "common/mod.rs"]
 mod common;
@@ -298,4 +304,91 @@ fn main() {
         hashmap_t.median() / rec_full.median(),
         hashmap_t.median() / cold_full.median()
     );
+    if let Ok(urls) = std::env::var("FLOE_BENCH_OBJECTS") {
+        for url in urls.split(',').filter(|u| !u.is_empty()) {
+            object_pass(url, n, churn);
+        }
+    }
+}
+
+/// One full checkpoint, one 1% increment and the recoveries on object storage at `url`.
+fn object_pass(url: &str, n: u64, churn: u64) {
+    use std::sync::atomic::Ordering;
+    let root =
+        std::path::PathBuf::from(format!("{}/bench-{}", url.trim_end_matches('/'), std::process::id()));
+    let config = StorageConfig {
+        num_retained: 20,
+        policy: ChainPolicy { max_increments: 20, max_chain_ratio: 10.0 },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(&root, config).unwrap();
+    let stats = floe::checkpoint::object::stats_of(&root).expect("an object-store URL");
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = Store::new();
+    let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+    for i in 0..n {
+        store.put(id, &key(i), &value(i, 0)).unwrap();
+    }
+    let mut take = |store: &mut Store, cid: u64| {
+        storage.wait_for_cleanup();
+        let (puts, objects, bytes) =
+            (stats.put_requests(), stats.objects_written(), stats.bytes_put.load(Ordering::Relaxed));
+        let t = Instant::now();
+        let (h, _) = cp.snapshot(store, cid, Target::Checkpoint).unwrap().wait().unwrap();
+        storage.commit(cid, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+        let d = t.elapsed();
+        cp.notify_complete(cid, &h, store);
+        (
+            d,
+            stats.bytes_put.load(Ordering::Relaxed) - bytes,
+            stats.put_requests() - puts,
+            stats.objects_written() - objects,
+        )
+    };
+    let mb = |b: u64| b as f64 / 1e6;
+    let (d, b, puts, objects) = take(&mut store, 1);
+    println!("--- on {url} (1 operator instance) ---");
+    println!(
+        "full checkpoint:        {:>8.1} ms  {:>8.2} MB uploaded  {puts} upload requests, {objects} objects (data file + manifest)",
+        d.as_secs_f64() * 1e3,
+        mb(b)
+    );
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..churn {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        store.put(id, &key(x % n), &value(x % n, 2)).unwrap();
+    }
+    let (d, b, puts, objects) = take(&mut store, 2);
+    println!(
+        "increment (1% churn):   {:>8.1} ms  {:>8.3} MB uploaded  {puts} upload requests, {objects} objects [<= 1 per instance + 1 manifest]",
+        d.as_secs_f64() * 1e3,
+        mb(b)
+    );
+    for cid in [1u64, 2] {
+        let (gets, got) = (stats.gets.load(Ordering::Relaxed), stats.bytes_got.load(Ordering::Relaxed));
+        let t = Instant::now();
+        let r =
+            floe::checkpoint::restore_from_path(&storage.manifest_path(cid), "op", StoreConfig::default())
+                .unwrap();
+        let d = t.elapsed();
+        println!(
+            "recovery of {cid} (chain {}): {:>8.1} ms  {:>8.2} MB read in {} requests",
+            r.report.chain_len,
+            d.as_secs_f64() * 1e3,
+            mb(stats.bytes_got.load(Ordering::Relaxed) - got),
+            stats.gets.load(Ordering::Relaxed) - gets
+        );
+        black_box(r);
+    }
+    // Leave the bucket as it was: the checkpoints go, then the marker.
+    let (raw_root, io) = floe::checkpoint::testing::io_for(&root).unwrap();
+    for dir in [raw_root.join("data"), raw_root.clone()] {
+        for e in io.list_dir(&dir).unwrap_or_default() {
+            if e.kind == floe::checkpoint::io::EntryKind::File {
+                let _ = io.remove_file(&dir.join(&e.name));
+            }
+        }
+    }
 }

@@ -70,11 +70,25 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
 /// grown past `max` while read, is [`Error::Corrupt`]. Allocates no more than the file's
 /// checked length up front.
 pub fn read_bounded(file: File, path: &Path, max: u64) -> Result<Vec<u8>> {
+    read_bounded_opened(crate::checkpoint::io::Opened::File(file), path, max)
+}
+
+/// [`read_bounded`] of a file or an object (an object's bytes are already in memory and
+/// are returned without a copy when they fit).
+pub(crate) fn read_bounded_opened(
+    file: crate::checkpoint::io::Opened,
+    path: &Path,
+    max: u64,
+) -> Result<Vec<u8>> {
     use std::io::Read;
-    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    let len = file.len().map_err(|e| Error::io("stat", path, e))?;
     if len > max {
         return Err(Error::corrupt(path, 0, format!("file of {len} bytes is larger than the {max} allowed")));
     }
+    let file = match file {
+        crate::checkpoint::io::Opened::Memory(c) => return Ok(c.into_inner()),
+        crate::checkpoint::io::Opened::File(f) => f,
+    };
     // The length was checked, and `take` bounds the read if the file grows meanwhile.
     let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.take(max.saturating_add(1)).read_to_end(&mut out).map_err(|e| Error::io("read", path, e))?;

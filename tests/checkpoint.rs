@@ -593,7 +593,7 @@ fn compression_settings_write_recoverable_files() {
         fn stat(&self, path: &Path) -> std::io::Result<(floe::checkpoint::io::EntryKind, u64)> {
             StdIo.stat(path)
         }
-        fn open_read(&self, path: &Path) -> floe::Result<std::fs::File> {
+        fn open_read(&self, path: &Path) -> floe::Result<floe::checkpoint::io::Opened> {
             StdIo.open_read(path)
         }
     }

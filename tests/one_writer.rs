@@ -918,7 +918,7 @@ impl floe::checkpoint::io::Io for GatedIo {
     fn stat(&self, path: &Path) -> std::io::Result<(floe::checkpoint::io::EntryKind, u64)> {
         floe::checkpoint::io::StdIo.stat(path)
     }
-    fn open_read(&self, path: &Path) -> floe::Result<std::fs::File> {
+    fn open_read(&self, path: &Path) -> floe::Result<floe::checkpoint::io::Opened> {
         floe::checkpoint::io::StdIo.open_read(path)
     }
 }

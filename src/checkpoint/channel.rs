@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::io::{Io, IoFile, StdIo};
+use super::io::{Io, IoFile};
 use super::layout::{self, DATA_DIR};
 use super::lifecycle::AfterWrite;
 use super::publish::Destination;
@@ -299,7 +299,8 @@ pub fn read_channel_state(
     operator: &str,
     f: impl FnMut(u32, u32, u32, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    read_channel_state_with(&StdIo, dir, manifest, operator, f)
+    let (dir, io) = super::object::resolve(dir)?;
+    read_channel_state_with(&*io, &dir, manifest, operator, f)
 }
 
 /// [`read_channel_state`] through `io`.
@@ -329,7 +330,7 @@ fn open_channel_file<'m>(
     dir: &Path,
     manifest: &'m Manifest,
     c: &ChannelStateRef,
-) -> Result<(ChannelFile<std::fs::File>, &'m FileRef, PathBuf)> {
+) -> Result<(ChannelFile<super::io::Opened>, &'m FileRef, PathBuf)> {
     let fref = manifest.file(&c.path).ok_or_else(|| {
         Error::corrupt(dir, 0, format!("channel-state file {} not listed in the manifest", c.path))
     })?;

@@ -3,8 +3,11 @@
 //! reading) goes through one [`Io`] trait, like redb's `StorageBackend`. Production uses
 //! [`StdIo`]; tests use the fault-injecting implementation in `checkpoint::testing` (not
 //! part of the public API) to fail or tear the Nth step, fail reads, and simulate a power
-//! cut that loses unsynced data and unsynced directory entries. An object-store backend
-//! implements the same trait.
+//! cut that loses unsynced data and unsynced directory entries. The object-store backend
+//! (`checkpoint/object.rs`: S3, GCS, Azure, in-memory) implements the same trait, as an
+//! object-shaped [`Medium::Objects`]: files are published in place by a create-only put
+//! (small) or a multipart upload (large) when [`IoFile::sync_all`] is called, folders are
+//! key prefixes, renames never happen, and reads come back as memory buffers.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -104,8 +107,77 @@ pub struct DirEntry {
     pub kind: EntryKind,
 }
 
+/// What kind of medium an [`Io`] writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// A file system: publication is temp file, fsync, rename without replacing, fsync of
+    /// the folder; a writer holds the directory's `flock`.
+    FileSystem,
+    /// An object store: a file is published under its final name by the
+    /// [`IoFile::sync_all`] of the handle [`Io::create_new`] gave for that name (a
+    /// create-only put, or the completion of a multipart upload); a handle dropped without
+    /// it publishes nothing. Folders are key prefixes (creating, syncing and removing them
+    /// does nothing), there is no rename and no lock: the create-only manifest put decides
+    /// between two writers racing for one checkpoint id.
+    Objects,
+}
+
+/// A file opened for reading: a local file (which data files map), or an object read
+/// into memory.
+#[derive(Debug)]
+pub enum Opened {
+    /// A regular file of the local file system.
+    File(std::fs::File),
+    /// The bytes of an object.
+    Memory(io::Cursor<Vec<u8>>),
+}
+
+impl Opened {
+    /// The length in bytes.
+    pub fn len(&self) -> io::Result<u64> {
+        match self {
+            Opened::File(f) => Ok(f.metadata()?.len()),
+            Opened::Memory(c) => Ok(c.get_ref().len() as u64),
+        }
+    }
+
+    /// Whether it holds no byte.
+    pub fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
+
+impl io::Read for Opened {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Opened::File(f) => f.read(buf),
+            Opened::Memory(c) => c.read(buf),
+        }
+    }
+}
+
+impl io::Seek for Opened {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        match self {
+            Opened::File(f) => f.seek(pos),
+            Opened::Memory(c) => c.seek(pos),
+        }
+    }
+}
+
 /// File-system operations on a checkpoint directory.
 pub trait Io: Send + Sync + 'static {
+    /// The kind of medium (a file system unless said otherwise).
+    fn medium(&self) -> Medium {
+        Medium::FileSystem
+    }
+    /// Whether this handle created `path` (on object storage, where no lock keeps a second
+    /// writer out, an aborted checkpoint removes only the objects its own writer created,
+    /// never those of another writer racing for the same id). On a locked file system
+    /// every file of the directory was written by its one writer.
+    fn created_here(&self, _path: &Path) -> bool {
+        true
+    }
     /// Creates a new file (buffered); fails if it exists (floe never overwrites a file).
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>>;
     /// Atomically renames a file; fails with `AlreadyExists` if `to` exists (publication
@@ -125,7 +197,7 @@ pub trait Io: Send + Sync + 'static {
     fn stat(&self, path: &Path) -> io::Result<(EntryKind, u64)>;
     /// Opens a regular file for reading: a link, FIFO, socket or device is refused
     /// (`Error::Corrupt` naming what it is) without blocking.
-    fn open_read(&self, path: &Path) -> Result<std::fs::File>;
+    fn open_read(&self, path: &Path) -> Result<Opened>;
 }
 
 /// Renames without replacing: `renameat2(RENAME_NOREPLACE)`; where the file system does
@@ -230,7 +302,7 @@ impl Io for StdIo {
     fn stat(&self, path: &Path) -> io::Result<(EntryKind, u64)> {
         std_stat(path)
     }
-    fn open_read(&self, path: &Path) -> Result<std::fs::File> {
-        crate::fsutil::open_regular(path)
+    fn open_read(&self, path: &Path) -> Result<Opened> {
+        crate::fsutil::open_regular(path).map(Opened::File)
     }
 }

@@ -10,6 +10,7 @@ pub mod io;
 pub mod layout;
 mod lifecycle;
 pub mod lock;
+pub mod object;
 mod publish;
 mod recovery;
 mod retention;
@@ -22,8 +23,8 @@ pub use channel::{ChannelStateHandle, ChannelStateWriter, read_channel_state};
 pub use checkpointer::{Checkpointer, PendingWrite};
 pub use config::{ChainPolicy, Compression, DEFAULT_SYNC_EVERY, StorageConfig};
 pub use recovery::{
-    Recovered, RecoveryReport, Selection, Skipped, SkippedCheckpoint, check_coverage, load_chain, open_chain,
-    restore_from_path, restore_operator,
+    Recovered, RecoveryReport, Selection, Skipped, SkippedCheckpoint, check_coverage, load_chain, open_any,
+    open_chain, open_data_file, restore_from_path, restore_operator, stat_any,
 };
 pub use retention::{CleanupReport, Orphans};
 pub use storage::{

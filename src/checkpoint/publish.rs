@@ -14,6 +14,13 @@
 //!   one (measured: direct I/O made 256 KB files ~2 ms slower to publish).
 //! - a **buffered** file is written by the producer, and every `sync_every` bytes a syncer
 //!   thread fdatasyncs what was written so far (write-behind).
+//!
+//! On object storage ([`Medium::Objects`]) there is no temp name and no rename: the handle
+//! is created for the final name, the object backend uploads it as it is produced (one
+//! create-only put when small, a multipart upload of bounded parts when large) and its
+//! `sync_all` is the publication; a failure drops the handle, which publishes nothing and
+//! aborts the upload. The upload is the background work, so neither direct I/O nor
+//! write-behind applies.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -22,7 +29,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use super::config::StorageConfig;
-use super::io::{DIRECT_ALIGN, DataSyncer, Io, IoFile};
+use super::io::{DIRECT_ALIGN, DataSyncer, Io, IoFile, Medium};
 use crate::error::{Error, Result};
 
 /// Write buffer of a published file: small writes (headers, index, compressed blocks) are
@@ -386,9 +393,20 @@ impl Destination {
         Ok(())
     }
 
-    /// Creates the temp file (never over an existing one).
+    /// Creates the temp file (never over an existing one); on object storage, the upload
+    /// of the final object.
     pub fn create(&self, io: &dyn Io) -> Result<Box<dyn IoFile>> {
-        io.create_new(&self.tmp).map_err(|e| Error::io("create", &self.tmp, e))
+        let at = self.written_at(io);
+        io.create_new(at).map_err(|e| Error::io("create", at, e))
+    }
+
+    /// Where the bytes go while written: the temp file, or on object storage the final
+    /// object (invisible until its upload completes).
+    fn written_at(&self, io: &dyn Io) -> &Path {
+        match io.medium() {
+            Medium::FileSystem => &self.tmp,
+            Medium::Objects => &self.final_path,
+        }
     }
 
     /// Makes the written file durable and publishes it: fsync, rename to the final name
@@ -396,6 +414,18 @@ impl Destination {
     /// Returns how long the fsync took.
     pub fn complete(&self, io: &dyn Io, mut file: Box<dyn IoFile>) -> Result<std::time::Duration> {
         let final_sync = Instant::now();
+        if io.medium() == Medium::Objects {
+            // The completing put is the publication, create-only where the store can
+            // (`AlreadyExists` when the name was taken meanwhile).
+            file.sync_all().map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    exists(&self.final_path)
+                } else {
+                    Error::io("upload", &self.final_path, e)
+                }
+            })?;
+            return Ok(final_sync.elapsed());
+        }
         file.sync_all().map_err(|e| Error::io("fsync", &self.tmp, e))?;
         let synced = final_sync.elapsed();
         drop(file);
@@ -420,7 +450,11 @@ impl Destination {
     /// Removes the temp file after a failure (best effort: the temp file is ours, and a
     /// leftover is removed by cleanup later).
     pub fn discard(&self, io: &dyn Io) {
-        let _ = io.remove_file(&self.tmp);
+        // On object storage the dropped handle published nothing (and aborted its upload):
+        // the final name may be another writer's.
+        if io.medium() == Medium::FileSystem {
+            let _ = io.remove_file(&self.tmp);
+        }
     }
 }
 
@@ -438,6 +472,9 @@ pub fn publish<T>(
     let dest = Destination::new(dir, rel, checkpoint_id);
     dest.check_free(io)?;
     let tmp = dest.tmp.as_path();
+    let objects = io.medium() == Medium::Objects;
+    let options = if objects { WriteOptions { sync_every: 0, direct: false, model: None } } else { options };
+    let tmp = if objects { dest.final_path.as_path() } else { tmp };
     let result = (|| {
         let file = dest.create(io)?;
         let earlier = options.model.and_then(DiskModel::disk_slower);

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::io::{Io, StdIo};
+use super::io::Io;
 use super::storage::{CheckpointStorage, read_manifest_file};
 use crate::error::{Error, Result};
 use crate::format::{DataFile, Manifest, ManifestKind, OperatorState};
@@ -65,9 +65,13 @@ pub struct Recovered {
 
 /// Opens a file a manifest lists (through `io`, so never a link or a FIFO) and checks that
 /// its size is the listed one: a file of another size is corruption at the shorter length.
-pub(crate) fn open_listed(io: &dyn Io, path: &Path, fref: &crate::format::FileRef) -> Result<std::fs::File> {
+pub(crate) fn open_listed(
+    io: &dyn Io,
+    path: &Path,
+    fref: &crate::format::FileRef,
+) -> Result<super::io::Opened> {
     let file = io.open_read(path)?;
-    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    let len = file.len().map_err(|e| Error::io("stat", path, e))?;
     if len != fref.size {
         return Err(Error::corrupt(
             path,
@@ -78,6 +82,35 @@ pub(crate) fn open_listed(io: &dyn Io, path: &Path, fref: &crate::format::FileRe
     Ok(file)
 }
 
+/// A data file from what [`Io::open_read`] opened: a local file is mapped, an object's
+/// bytes are parsed where they are.
+pub(crate) fn data_file(opened: super::io::Opened, path: &Path) -> Result<DataFile> {
+    match opened {
+        super::io::Opened::File(f) => DataFile::from_file(f, path),
+        super::io::Opened::Memory(c) => DataFile::from_bytes(path, c.into_inner()),
+    }
+}
+
+/// Opens and validates the data file at `path`, a local path or an object's URL (`floe`'s
+/// tools look at single files through it).
+pub fn open_data_file(path: &Path) -> Result<DataFile> {
+    let (path, io) = super::object::resolve(path)?;
+    data_file(io.open_read(&path)?, &path)
+}
+
+/// Opens for reading the regular file or object at `path` (a local path or a URL).
+pub fn open_any(path: &Path) -> Result<super::io::Opened> {
+    let (path, io) = super::object::resolve(path)?;
+    io.open_read(&path)
+}
+
+/// The kind and length of the file or object at `path` (a local path or a URL), not
+/// following a link.
+pub fn stat_any(path: &Path) -> Result<std::io::Result<(super::io::EntryKind, u64)>> {
+    let (path, io) = super::object::resolve(path)?;
+    Ok(io.stat(&path))
+}
+
 /// Opens and cross-checks the files of one operator instance's chain: sizes as listed,
 /// a full file first, then increments each naming the previous file's checkpoint as its
 /// parent, all with the manifest's `max_parallelism`, each (from format version 2) owned by
@@ -85,7 +118,8 @@ pub(crate) fn open_listed(io: &dyn Io, path: &Path, fref: &crate::format::FileRe
 /// (`format::chain`). A file swapped in from another chain is `Error::Corrupt` naming it
 /// and the header field that disagrees.
 pub fn open_chain(dir: &Path, manifest: &Manifest, op: &OperatorState) -> Result<Vec<DataFile>> {
-    open_chain_with(&StdIo, dir, manifest, op)
+    let (dir, io) = super::object::resolve(dir)?;
+    open_chain_with(&*io, &dir, manifest, op)
 }
 
 /// [`open_chain`] through `io`.
@@ -108,8 +142,7 @@ pub(crate) fn open_chain_with(
             .copied()
             .ok_or_else(|| Error::corrupt(dir, 0, format!("chain file {rel} not listed in the manifest")))?;
         let path = dir.join(rel);
-        let file = open_listed(io, &path, fref)?;
-        let f = DataFile::from_file(file, &path)?;
+        let f = data_file(open_listed(io, &path, fref)?, &path)?;
         let place = crate::format::chain::ChainPlace {
             op,
             position: i,
@@ -305,7 +338,8 @@ pub fn restore_operator(
     operator: &str,
     config: StoreConfig,
 ) -> Result<(Store, RecoveryReport)> {
-    restore_operator_with(&StdIo, dir, manifest, operator, config)
+    let (dir, io) = super::object::resolve(dir)?;
+    restore_operator_with(&*io, &dir, manifest, operator, config)
 }
 
 /// [`restore_operator`] through `io`.

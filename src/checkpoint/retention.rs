@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::io::EntryKind;
+use super::io::{EntryKind, Medium};
 use super::layout::{self, DATA_DIR, MARKER, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
 use super::lock::{DirLock, LOCK_FILE};
 use super::storage::CheckpointStorage;
@@ -44,6 +44,9 @@ enum Protect<'a> {
     Above(u64),
     /// A read-only look at an unlocked directory: nothing is in flight.
     Nothing,
+    /// A writer on object storage, where no lock keeps another writer out: its book, and
+    /// every id above the newest manifest (another writer's checkpoint in flight).
+    BookAbove(&'a CheckpointStorage, u64),
 }
 
 impl Protect<'_> {
@@ -52,6 +55,7 @@ impl Protect<'_> {
             Protect::Book(s) => s.writer.as_ref().is_some_and(|w| w.book.lock().protects(id)),
             Protect::Above(newest) => id > *newest,
             Protect::Nothing => false,
+            Protect::BookAbove(s, newest) => id > *newest || Protect::Book(s).protects(id),
         }
     }
 }
@@ -111,6 +115,13 @@ impl CheckpointStorage {
     }
 
     fn protection(&self, newest: u64) -> Result<Protect<'_>> {
+        if self.io.medium() == Medium::Objects {
+            return Ok(if self.is_writer() {
+                Protect::BookAbove(self, newest)
+            } else {
+                Protect::Above(newest)
+            });
+        }
         if self.is_writer() {
             return Ok(Protect::Book(self));
         }
@@ -237,6 +248,8 @@ impl CheckpointStorage {
 
     /// Removes the files an aborted checkpoint `id` left (data and temp files named with
     /// its id, and its savepoint folder if it never got a MANIFEST). Failures are noted.
+    /// On object storage only the objects this handle created: another writer racing for
+    /// the same id (no lock keeps it out) may have won with its own.
     pub(crate) fn remove_files_of(&self, id: u64) {
         let mut doomed = Vec::new();
         for dir in [self.root.join(DATA_DIR), self.root.clone()] {
@@ -250,6 +263,7 @@ impl CheckpointStorage {
         let mut leftovers = Orphans::default();
         self.savepoint_leftovers(id, &mut leftovers);
         doomed.extend(leftovers.ours);
+        doomed.retain(|p| self.io.created_here(p));
         for p in doomed {
             if let Err(e) = self.io.remove_file(&p)
                 && e.kind() != std::io::ErrorKind::NotFound

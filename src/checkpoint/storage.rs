@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::channel::ChannelStateHandle;
 use super::config::StorageConfig;
 use super::deleter::Deleter;
-use super::io::{EntryKind, Io, StdIo};
+use super::io::{EntryKind, Io, Medium};
 use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
 use super::lifecycle::{AfterWrite, IdBook};
 use super::lock::{DirLock, LOCK_FILE};
@@ -79,7 +79,9 @@ pub struct CommitMeta {
 /// The parts of a handle that may write: the directory lock, the ids' lives, and the lock
 /// that serializes commits in this process.
 pub(crate) struct Writer {
-    _lock: DirLock,
+    /// The directory's `flock` (none on object storage, where the create-only manifest put
+    /// decides between racing writers).
+    _lock: Option<DirLock>,
     pub(crate) book: Mutex<IdBook>,
     commit: Mutex<()>,
 }
@@ -127,8 +129,22 @@ impl std::fmt::Debug for CheckpointStorage {
 const MAX_MARKER_LEN: u64 = 4096;
 
 /// What the marker says: floe's, absent, or something else.
-fn read_marker(root: &Path) -> Result<Option<bool>> {
+fn read_marker(io: &dyn Io, root: &Path) -> Result<Option<bool>> {
     let marker = root.join(MARKER);
+    if io.medium() == Medium::Objects {
+        return match io.stat(&marker) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("stat", &marker, e)),
+            Ok((EntryKind::File, _)) => {
+                match crate::fsutil::read_bounded_opened(io.open_read(&marker)?, &marker, MAX_MARKER_LEN) {
+                    Ok(b) => Ok(Some(b == MARKER_CONTENTS.as_bytes())),
+                    Err(Error::Corrupt { .. }) => Ok(Some(false)),
+                    Err(e) => Err(e),
+                }
+            }
+            Ok(_) => Ok(Some(false)),
+        };
+    }
     match std::fs::symlink_metadata(&marker) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("stat", &marker, e)),
@@ -142,10 +158,14 @@ fn read_marker(root: &Path) -> Result<Option<bool>> {
 }
 
 impl CheckpointStorage {
-    /// Opens (creating if needed) a checkpoint directory with the real file system, as
-    /// its one writer.
+    /// Opens (creating if needed) a checkpoint directory as its one writer: a local path
+    /// (or `file:///...`) on the real file system, or a prefix of object storage
+    /// (`memory://NAME/prefix`; `s3://bucket/prefix`, `gs://...`, `az://container/...` with
+    /// the `cloud` feature, configured from the environment as object_store reads it:
+    /// `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `AWS_REGION`, credentials, ...).
     pub fn open(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
-        Self::open_with_io(root, config, Arc::new(StdIo))
+        let (root, io) = super::object::resolve(root.as_ref())?;
+        Self::open_with_io(root, config, io)
     }
 
     /// Opens a checkpoint directory through `io` as its one writer: takes the directory's
@@ -155,11 +175,14 @@ impl CheckpointStorage {
     pub fn open_with_io(root: impl AsRef<Path>, config: StorageConfig, io: Arc<dyn Io>) -> Result<Arc<Self>> {
         let root = root.as_ref().to_path_buf();
         validate(&config)?;
+        if io.medium() == Medium::Objects {
+            return Self::open_objects(root, config, io);
+        }
         let ours = match std::fs::metadata(&root) {
             Ok(m) if !m.is_dir() => {
                 return Err(Error::NotOurs { path: root, why: "it is not a directory".into() });
             }
-            Ok(_) => read_marker(&root)?,
+            Ok(_) => read_marker(&*io, &root)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 io.create_dir_all(&root).map_err(|e| Error::io("create dir", &root, e))?;
                 sync_parent(&*io, &root)?;
@@ -175,13 +198,13 @@ impl CheckpointStorage {
             let entries = io.list_dir(&root).map_err(|e| Error::io("read dir", &root, e))?;
             Ok(entries.iter().all(|e| e.name == LOCK_FILE || e.name == tmp_marker))
         };
-        if ours.is_none() && !only_starting(&*io)? && read_marker(&root)?.is_none() {
+        if ours.is_none() && !only_starting(&*io)? && read_marker(&*io, &root)?.is_none() {
             return Err(Error::NotOurs { path: root, why: "it is not empty and has no FLOE marker".into() });
         }
         // ...and again after: two writers racing on a new directory meet at the lock, and
         // the loser is told who holds it (not that the winner's fresh files are foreign).
         let lock = DirLock::acquire(&root)?;
-        let ours = read_marker(&root)?;
+        let ours = read_marker(&*io, &root)?;
         match ours {
             Some(true) => {}
             Some(false) => {
@@ -207,6 +230,16 @@ impl CheckpointStorage {
         for d in [DATA_DIR, SAVEPOINT_DIR] {
             ensure_dir(&*io, &root, &root.join(d))?;
         }
+        Self::with_writer(root, io, config, Some(lock))
+    }
+
+    /// The handle of a checked directory with its writer's book.
+    fn with_writer(
+        root: PathBuf,
+        io: Arc<dyn Io>,
+        config: StorageConfig,
+        lock: Option<DirLock>,
+    ) -> Result<Arc<Self>> {
         let mut storage = Self::assemble(root, io, config);
         let newest = storage.checkpoint_ids()?.last().copied().unwrap_or(0);
         let newest = newest.max(storage.savepoint_ids()?.last().copied().unwrap_or(0));
@@ -219,13 +252,43 @@ impl CheckpointStorage {
         Ok(Arc::new(storage))
     }
 
+    /// [`CheckpointStorage::open_with_io`] on object storage: a prefix that holds objects
+    /// but no floe marker is refused; an empty one gets the marker (a create-only put, so
+    /// two writers starting together agree). There is no lock to take.
+    fn open_objects(root: PathBuf, config: StorageConfig, io: Arc<dyn Io>) -> Result<Arc<Self>> {
+        match read_marker(&*io, &root)? {
+            Some(true) => {}
+            Some(false) => {
+                return Err(Error::NotOurs { path: root, why: "its FLOE marker is not floe's".into() });
+            }
+            None => {
+                let entries = io.list_dir(&root).map_err(|e| Error::io("list", &root, e))?;
+                if !entries.is_empty() {
+                    return Err(Error::NotOurs {
+                        path: root,
+                        why: "the prefix holds objects and no FLOE marker".into(),
+                    });
+                }
+                let marker = root.join(MARKER);
+                let put = publish(&*io, &root, MARKER, 0, WriteOptions::SMALL, |w, _| {
+                    w.write_all(MARKER_CONTENTS.as_bytes()).map_err(|e| Error::io("write", &marker, e))
+                });
+                // Another writer's marker, put first, is as good as ours.
+                if put.is_err() && read_marker(&*io, &root)? != Some(true) {
+                    put?;
+                }
+            }
+        }
+        Self::with_writer(root, io, config, None)
+    }
+
     /// Opens an existing checkpoint directory as its one writer (`floe compact`, `floe
     /// gc`): like [`CheckpointStorage::open`], but a missing directory or marker is
     /// `NotFound` instead of being created.
     pub fn open_existing_writer(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
-        let root = root.as_ref();
-        Self::check_existing(root)?;
-        Self::open(root, config)
+        let (root, io) = super::object::resolve(root.as_ref())?;
+        Self::check_existing(&*io, &root)?;
+        Self::open_with_io(root, config, io)
     }
 
     /// The storage of a checked directory, without a writer.
@@ -244,7 +307,20 @@ impl CheckpointStorage {
         }
     }
 
-    fn check_existing(root: &Path) -> Result<()> {
+    fn check_existing(io: &dyn Io, root: &Path) -> Result<()> {
+        if io.medium() == Medium::Objects {
+            return match read_marker(io, root)? {
+                Some(true) => Ok(()),
+                Some(false) => Err(Error::NotOurs {
+                    path: root.to_path_buf(),
+                    why: "its FLOE marker is not floe's".into(),
+                }),
+                None => Err(Error::NotFound(format!(
+                    "FLOE marker in {} (not a floe checkpoint prefix)",
+                    root.display()
+                ))),
+            };
+        }
         match std::fs::metadata(root) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -270,7 +346,7 @@ impl CheckpointStorage {
                 _ => {}
             }
         }
-        match read_marker(root)? {
+        match read_marker(io, root)? {
             Some(true) => Ok(()),
             Some(false) => {
                 Err(Error::NotOurs { path: root.to_path_buf(), why: "its FLOE marker is not floe's".into() })
@@ -288,10 +364,10 @@ impl CheckpointStorage {
     /// is not a directory or the marker is not floe's. Tools use it so that looking at a
     /// directory never writes into it; every writing call on it is [`Error::ReadOnly`].
     pub fn open_existing(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
-        let root = root.as_ref().to_path_buf();
         validate(&config)?;
-        Self::check_existing(&root)?;
-        Ok(Arc::new(Self::assemble(root, Arc::new(StdIo), config)))
+        let (root, io) = super::object::resolve(root.as_ref())?;
+        Self::check_existing(&*io, &root)?;
+        Ok(Arc::new(Self::assemble(root, io, config)))
     }
 
     /// The directory.
@@ -809,6 +885,10 @@ fn validate(config: &StorageConfig) -> Result<()> {
 /// is missing and fsyncs the parent of every directory it created. A link or a file where a
 /// directory belongs is refused.
 pub(crate) fn ensure_dir(io: &dyn Io, root: &Path, dir: &Path) -> Result<()> {
+    if io.medium() == Medium::Objects {
+        // Folders are key prefixes: nothing to create or make durable.
+        return Ok(());
+    }
     // Every component below the root, top down: an existing one must be a real directory
     // (`stat` does not follow a link in the last component, so each level is checked on
     // its own; a link higher up would otherwise be followed silently).
@@ -865,12 +945,13 @@ fn max_manifest_file() -> u64 {
 /// `<id>` (a manifest copied under another name is corrupt, not another checkpoint). A
 /// link, FIFO or device is refused (corruption) without blocking.
 pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
-    read_manifest_with(&StdIo, path)
+    let (path, io) = super::object::resolve(path)?;
+    read_manifest_with(&*io, &path)
 }
 
 /// [`read_manifest_file`] through `io`.
 pub(crate) fn read_manifest_with(io: &dyn Io, path: &Path) -> Result<Manifest> {
-    let bytes = crate::fsutil::read_bounded(io.open_read(path)?, path, max_manifest_file())?;
+    let bytes = crate::fsutil::read_bounded_opened(io.open_read(path)?, path, max_manifest_file())?;
     let m = Manifest::decode(path, &bytes)?;
     let named = path.file_name().and_then(|n| n.to_str()).and_then(layout::parse_manifest_name);
     if let Some(id) = named

@@ -388,8 +388,14 @@ impl Io for FaultyIoHandle {
         self.0.read_fault(path)?;
         std_stat(path)
     }
-    fn open_read(&self, path: &Path) -> Result<std::fs::File> {
+    fn open_read(&self, path: &Path) -> Result<super::io::Opened> {
         self.0.read_fault(path).map_err(|e| Error::io("open", path, e))?;
-        crate::fsutil::open_regular(path)
+        crate::fsutil::open_regular(path).map(super::io::Opened::File)
     }
+}
+
+/// The [`Io`] and root path that [`super::CheckpointStorage::open`] would use for `dir`
+/// (a local path or a storage URL), for tests that damage or plant files on any medium.
+pub fn io_for(dir: &Path) -> Result<(PathBuf, Arc<dyn Io>)> {
+    super::object::resolve(dir)
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{Report, human_bytes, iso8601, open_read_only, rel, resolve};
 use crate::error::Result;
-use crate::format::{DataFile, FileKind};
+use crate::format::FileKind;
 use crate::state::{Codec, KeyGroupRange, StateDescriptor};
 
 /// One file of a chain.
@@ -181,7 +181,7 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
                 created_by: fref.map_or(0, |f| f.created_by),
                 error: None,
             };
-            match DataFile::open(&l.dir.join(p)) {
+            match crate::checkpoint::open_data_file(&l.dir.join(p)) {
                 Ok(f) => {
                     cf.kind = match f.header().kind {
                         FileKind::Full => "full",

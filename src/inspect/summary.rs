@@ -9,7 +9,6 @@ use serde::Serialize;
 
 use super::{Report, iso8601, list_all, open_read_only, rel};
 use crate::error::Result;
-use crate::format::DataFile;
 
 /// One checkpoint or savepoint.
 #[derive(Debug, Clone, Serialize)]
@@ -79,7 +78,7 @@ pub struct InspectReport {
 /// Stored and raw block bytes of a data file, from its index.
 fn block_bytes(cache: &mut BTreeMap<PathBuf, Option<(u64, u64)>>, path: &Path) -> Option<(u64, u64)> {
     *cache.entry(path.to_path_buf()).or_insert_with(|| {
-        let f = DataFile::open(path).ok()?;
+        let f = crate::checkpoint::open_data_file(path).ok()?;
         let stored = f.blocks().iter().map(|b| u64::from(b.stored_len)).sum();
         let raw = f.blocks().iter().map(|b| u64::from(b.raw_len)).sum();
         Some((stored, raw))

@@ -15,7 +15,7 @@ use super::{Located, Report, list_all, locate, open_read_only, rel};
 use crate::error::{Error, Result};
 use crate::format::chain::{ChainPlace, chain_problems, created_by_problem};
 use crate::format::channel::{ChannelPlace, channel_problems};
-use crate::format::{ChannelFile, ChannelHeader, ChannelStateRef, DataFile, DataHeader, FileRef, Manifest};
+use crate::format::{ChannelFile, ChannelHeader, ChannelStateRef, DataHeader, FileRef, Manifest};
 
 /// One thing found wrong.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -133,14 +133,18 @@ impl Checker {
             state_offsets: Vec::new(),
             channel: None,
         };
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_file() => {}
-            Ok(_) => {
+        match crate::checkpoint::stat_any(path) {
+            Ok(Ok((crate::checkpoint::io::EntryKind::File, _))) => {}
+            Ok(Ok(_)) => {
                 self.report(id, path, None, "is not a regular file (not followed)".into());
                 return None;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.report(id, path, None, "file is missing".into());
+                return None;
+            }
+            Ok(Err(e)) => {
+                self.report(id, path, None, format!("stat failed: {e}"));
                 return None;
             }
             Err(e) => {
@@ -172,7 +176,7 @@ impl Checker {
     /// bytes' checksum, decompression, records) and the footer's totals.
     fn examine_channel(&mut self, id: u64, path: &Path) -> FileFacts {
         let Some(mut facts) = self.examine_common(id, path) else { return Self::empty_facts() };
-        let opened = crate::fsutil::open_regular(path).and_then(|f| ChannelFile::open(f, path));
+        let opened = crate::checkpoint::open_any(path).and_then(|f| ChannelFile::open(f, path));
         let mut f = match opened {
             Ok(f) => f,
             Err(e) => {
@@ -193,7 +197,7 @@ impl Checker {
 
     fn examine(&mut self, id: u64, path: &Path) -> FileFacts {
         let Some(mut facts) = self.examine_common(id, path) else { return Self::empty_facts() };
-        let f = match DataFile::open(path) {
+        let f = match crate::checkpoint::open_data_file(path) {
             Ok(f) => f,
             Err(e) => {
                 self.report_error(id, path, &e);
@@ -349,13 +353,13 @@ impl Checker {
 }
 
 /// Size and CRC-32 of a whole file, read in chunks.
-fn whole_file_crc(path: &Path) -> std::io::Result<(u64, u32)> {
-    let mut f = std::fs::File::open(path)?;
+fn whole_file_crc(path: &Path) -> Result<(u64, u32)> {
+    let mut f = crate::checkpoint::open_any(path)?;
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {
-        let n = f.read(&mut buf)?;
+        let n = f.read(&mut buf).map_err(|e| crate::Error::io("read", path, e))?;
         if n == 0 {
             break;
         }

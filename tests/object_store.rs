@@ -1,0 +1,481 @@
+//! The storage tests of the local file system, run on every medium: the local file
+//! system, the in-memory object store, and a real S3 API server (moto on loopback, when
+//! `FLOE_TEST_S3` names a bucket URL such as `s3://floe-test`; `.ci/run` starts the server
+//! and sets it with `AWS_ENDPOINT` and friends; the S3 tests print why they skip when it is
+//! unset, and need `--features cloud`). Round trips, retention with shared files,
+//! recovery fallback, compaction, orphans and gc, bad input, and racing writers.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::{Model, Rng, materialize};
+use floe::checkpoint::io::{EntryKind, Io};
+use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target, restore_from_path};
+use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
+use floe::{KeyGroupRange, StateId};
+
+const V: StateId = StateId::from_index(0);
+const L: StateId = StateId::from_index(1);
+const M: StateId = StateId::from_index(2);
+
+/// A fresh, empty checkpoint location on one medium (its temp dir kept alive).
+struct Place {
+    root: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Place {
+    fn path(&self) -> &Path {
+        &self.root
+    }
+    /// The raw medium under the storage, to damage and plant objects.
+    fn io(&self) -> (PathBuf, Arc<dyn Io>) {
+        floe::checkpoint::testing::io_for(&self.root).unwrap()
+    }
+    fn put(&self, rel: &str, bytes: &[u8]) {
+        let (root, io) = self.io();
+        let p = root.join(rel);
+        if io.stat(&p).is_ok() {
+            io.remove_file(&p).unwrap();
+        }
+        if let Some(parent) = p.parent() {
+            io.create_dir_all(parent).unwrap();
+        }
+        let mut f = io.create_new(&p).unwrap();
+        f.write_all(bytes).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        // A local file was created under its final name: nothing to rename.
+    }
+    fn get(&self, rel: &str) -> Vec<u8> {
+        let (root, io) = self.io();
+        let mut f = io.open_read(&root.join(rel)).unwrap();
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut out).unwrap();
+        out
+    }
+    fn exists(&self, rel: &str) -> bool {
+        let (root, io) = self.io();
+        matches!(io.stat(&root.join(rel)), Ok((EntryKind::File, _)))
+    }
+    fn list(&self, rel: &str) -> Vec<String> {
+        let (root, io) = self.io();
+        io.list_dir(&root.join(rel)).unwrap_or_default().into_iter().map(|e| e.name).collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Medium {
+    Local,
+    Memory,
+    S3,
+}
+
+fn place(medium: Medium, test: &str) -> Option<Place> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    match medium {
+        Medium::Local => {
+            let tmp = tempfile::tempdir().unwrap();
+            Some(Place { root: tmp.path().join("cp"), _tmp: Some(tmp) })
+        }
+        Medium::Memory => {
+            Some(Place { root: PathBuf::from(format!("memory://tests/{test}-{n}")), _tmp: None })
+        }
+        Medium::S3 => {
+            let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
+                println!(
+                    "skipped {test} on S3: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)"
+                );
+                return None;
+            };
+            if !cfg!(feature = "cloud") {
+                println!("skipped {test} on S3: built without --features cloud");
+                return None;
+            }
+            create_bucket(&bucket);
+            let run = std::process::id();
+            Some(Place { root: PathBuf::from(format!("{bucket}/{test}-{run}-{n}")), _tmp: None })
+        }
+    }
+}
+
+/// Creates the bucket on the loopback S3 server (`AWS_ENDPOINT`; moto takes unsigned
+/// requests). An existing bucket is fine.
+fn create_bucket(url: &str) {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let bucket = url.strip_prefix("s3://").unwrap().trim_end_matches('/');
+        let endpoint = std::env::var("AWS_ENDPOINT").expect("FLOE_TEST_S3 needs AWS_ENDPOINT");
+        let host =
+            endpoint.strip_prefix("http://").expect("a loopback http:// endpoint").trim_end_matches('/');
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        write!(s, "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut reply = String::new();
+        std::io::Read::read_to_string(&mut s, &mut reply).unwrap();
+        assert!(
+            reply.starts_with("HTTP/1.1 200") || reply.contains("BucketAlready"),
+            "create bucket: {reply}"
+        );
+    });
+}
+
+fn new_store() -> Store {
+    let mut s = Store::with_config(StoreConfig::default()).unwrap();
+    s.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+    s.register(StateDescriptor::raw("l", StateKind::List)).unwrap();
+    s.register(StateDescriptor::raw("m", StateKind::Map)).unwrap();
+    s
+}
+
+fn evolve(store: &mut Store, seed: u64, round: u64, ops: u64, keys: u64) {
+    let mut rng = Rng::new(seed.wrapping_mul(1_000_003).wrapping_add(round));
+    for _ in 0..ops {
+        let k = format!("key-{}", rng.below(keys.max(1))).into_bytes();
+        match rng.below(10) {
+            0..=3 => store.put(V, &k, &rng.bytes(20)).unwrap(),
+            4 => {
+                store.delete(V, &k).unwrap();
+            }
+            5 => store.list_append(L, &k, &rng.bytes(5)).unwrap(),
+            6 => {
+                store.delete(L, &k).unwrap();
+            }
+            7 | 8 => store.map_put(M, &k, &rng.bytes(1), &rng.bytes(6)).unwrap(),
+            _ => {
+                store.map_remove(M, &k, &rng.bytes(1)).unwrap();
+            }
+        }
+    }
+}
+
+fn checkpoint(storage: &Arc<CheckpointStorage>, cp: &mut Checkpointer, store: &mut Store, id: u64) -> Model {
+    let pending = cp.snapshot(store, id, Target::Checkpoint).unwrap();
+    let model = materialize(&store.snapshot());
+    let (handle, _) = pending.wait().unwrap();
+    let sources = BTreeMap::from([("src".to_string(), id.to_le_bytes().to_vec())]);
+    storage.commit(id, Target::Checkpoint, vec![handle.clone()], sources, BTreeMap::new()).unwrap();
+    cp.notify_complete(id, &handle, store);
+    model
+}
+
+fn recover_model(root: &Path, id: u64, config: StoreConfig) -> Model {
+    let path = root.join(format!("chk-{id:020}.manifest"));
+    let mut r = restore_from_path(&path, "op", config).unwrap();
+    materialize(&r.store.snapshot())
+}
+
+fn in_range(m: &Model, range: KeyGroupRange, maxp: u32) -> Model {
+    m.iter()
+        .filter(|((_, k), _)| range.contains(floe::state::key_group(k, maxp)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Full checkpoint and chains of increments recover equal to the model, by path (a URL on
+/// object storage), through a new handle, and by key-group range.
+fn round_trip(m: Medium) {
+    let Some(p) = place(m, "round-trip") else { return };
+    let config = StorageConfig { num_retained: 50, ..StorageConfig::default() };
+    let storage = CheckpointStorage::open(p.path(), config.clone()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store();
+    let mut models = Vec::new();
+    for round in 1..=6u64 {
+        evolve(&mut store, 11, round, if round == 1 { 6000 } else { 300 }, 2000);
+        models.push(checkpoint(&storage, &mut cp, &mut store, round));
+    }
+    for (i, model) in models.iter().enumerate() {
+        let id = i as u64 + 1;
+        assert_eq!(&recover_model(p.path(), id, StoreConfig::default()), model, "checkpoint {id}");
+    }
+    let kinds: Vec<_> = (1..=6).map(|id| storage.read_manifest(id).unwrap().kind).collect();
+    assert_eq!(kinds[0], floe::format::ManifestKind::Full);
+    assert!(kinds[1..].contains(&floe::format::ManifestKind::Incremental), "{kinds:?}");
+    drop(cp);
+    drop(storage);
+    let again = CheckpointStorage::open(p.path(), config).unwrap();
+    let mut r = again.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 6);
+    assert_eq!(&materialize(&r.store.snapshot()), models.last().unwrap());
+    let range = KeyGroupRange::for_instance(128, 3, 1).unwrap();
+    let config = StoreConfig { max_parallelism: 128, key_groups: range };
+    assert_eq!(recover_model(p.path(), 6, config), in_range(models.last().unwrap(), range, 128));
+}
+
+/// Retention keeps the retained checkpoints (whose chains share files) recoverable, and
+/// leaves exactly their files.
+fn retention_with_shared_files(m: Medium) {
+    let Some(p) = place(m, "retention") else { return };
+    let config = StorageConfig {
+        num_retained: 3,
+        policy: floe::checkpoint::ChainPolicy { max_increments: 4, max_chain_ratio: 10.0 },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(p.path(), config).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store();
+    let mut models = BTreeMap::new();
+    for id in 1..=12u64 {
+        evolve(&mut store, 5, id, 60, 200);
+        models.insert(id, checkpoint(&storage, &mut cp, &mut store, id));
+        let ids = storage.checkpoint_ids().unwrap();
+        assert_eq!(ids, ((id.saturating_sub(2)).max(1)..=id).collect::<Vec<_>>());
+        for &r in &ids {
+            assert_eq!(recover_model(p.path(), r, StoreConfig::default()), models[&r], "retained {r}");
+        }
+        storage.wait_for_cleanup();
+        let orphans = storage.orphans().unwrap();
+        assert!(orphans.ours.is_empty() && orphans.foreign.is_empty(), "{orphans:?}");
+        let mut referenced = std::collections::BTreeSet::new();
+        for &r in &ids {
+            referenced.extend(storage.read_manifest(r).unwrap().files.into_iter().map(|f| f.path));
+        }
+        let there: std::collections::BTreeSet<String> =
+            p.list("data").into_iter().map(|n| format!("data/{n}")).collect();
+        assert_eq!(there, referenced, "after checkpoint {id}");
+    }
+    let shared = storage.read_manifest(12).unwrap().files.len();
+    assert!(shared > 1, "the newest checkpoint shares its chain's older files");
+}
+
+/// A damaged newest checkpoint is skipped with an error naming the file; the previous one
+/// is recovered exactly.
+fn recovery_fallback(m: Medium) {
+    let Some(p) = place(m, "fallback") else { return };
+    let config = StorageConfig {
+        policy: floe::checkpoint::ChainPolicy { max_increments: 0, max_chain_ratio: 0.0 },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(p.path(), config).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store();
+    evolve(&mut store, 3, 1, 400, 200);
+    let model1 = checkpoint(&storage, &mut cp, &mut store, 1);
+    evolve(&mut store, 3, 2, 400, 200);
+    checkpoint(&storage, &mut cp, &mut store, 2);
+    let rel = storage.read_manifest(2).unwrap().files[0].path.clone();
+    let mut bytes = p.get(&rel);
+    bytes[50] ^= 0x10;
+    p.put(&rel, &bytes);
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 1);
+    assert_eq!(materialize(&r.store.snapshot()), model1);
+    let [skipped] = r.report.skipped.as_slice() else { panic!("{:?}", r.report.skipped) };
+    assert_eq!(skipped.checkpoint_id, 2);
+    match &*skipped.error {
+        floe::Error::Corrupt { path, .. } => assert_eq!(path, &p.path().join(&rel)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Compacting the newest checkpoint writes a new full one that recovers the same state.
+fn compaction(m: Medium) {
+    let Some(p) = place(m, "compaction") else { return };
+    let config = StorageConfig {
+        policy: floe::checkpoint::ChainPolicy { max_increments: 10, max_chain_ratio: 10.0 },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(p.path(), config).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store();
+    let mut model = Model::default();
+    for id in 1..=4u64 {
+        evolve(&mut store, 9, id, if id == 1 { 3000 } else { 50 }, 1000);
+        model = checkpoint(&storage, &mut cp, &mut store, id);
+    }
+    assert!(storage.read_manifest(4).unwrap().operators[0].chain.len() > 1);
+    let compacted = storage.compact(4, Target::Checkpoint, &mut |_, _| {}).unwrap();
+    assert_eq!(compacted.compacted_from, Some(4));
+    assert_eq!(compacted.operators[0].chain.len(), 1);
+    let id = compacted.checkpoint_id;
+    assert_eq!(recover_model(p.path(), id, StoreConfig::default()), model);
+    let r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, id);
+}
+
+/// Orphans are floe's files no manifest names; gc removes exactly those, never a foreign
+/// file; the files a failed checkpoint left go with it.
+fn orphans_and_gc(m: Medium) {
+    let Some(p) = place(m, "gc") else { return };
+    let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store();
+    evolve(&mut store, 4, 1, 300, 100);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    evolve(&mut store, 4, 2, 300, 100);
+    let model = checkpoint(&storage, &mut cp, &mut store, 2);
+    // An old leftover of floe's (a data file of a checkpoint that never completed), and
+    // foreign objects next to floe's.
+    let stray = "data/00000000000000000001-op-00000000-7.full";
+    p.put(stray, b"leftover");
+    p.put("data/notes.txt", b"mine");
+    p.put("notes.txt", b"mine too");
+    let orphans = storage.orphans().unwrap();
+    assert_eq!(orphans.ours, vec![p.path().join(stray)], "{orphans:?}");
+    let mut foreign = orphans.foreign.clone();
+    foreign.sort();
+    assert_eq!(foreign, vec![p.path().join("data/notes.txt"), p.path().join("notes.txt")]);
+    let dry = CheckpointStorage::open_existing(p.path(), StorageConfig::default()).unwrap().gc(true).unwrap();
+    assert_eq!(dry.ours, orphans.ours);
+    assert!(p.exists(stray), "a dry run removes nothing");
+    storage.gc(false).unwrap();
+    assert!(!p.exists(stray));
+    assert_eq!(p.get("data/notes.txt"), b"mine");
+    assert_eq!(p.get("notes.txt"), b"mine too");
+    // A checkpoint that fails at commit takes its files with it.
+    evolve(&mut store, 4, 3, 300, 100);
+    let h = storage.write_state(3, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
+    assert!(p.exists(&h.files[0].path));
+    let mut bad = h.clone();
+    bad.operator.key_groups = KeyGroupRange::new(0, 5).unwrap();
+    assert!(storage.commit(3, Target::Checkpoint, vec![bad], BTreeMap::new(), BTreeMap::new()).is_err());
+    assert!(!p.exists(&h.files[0].path), "an aborted checkpoint's file is removed");
+    assert!(storage.orphans().unwrap().ours.is_empty());
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 2);
+    assert_eq!(materialize(&r.store.snapshot()), model);
+}
+
+/// Bad input: a damaged manifest is skipped naming it; a location holding foreign data is
+/// refused; a manifest under another id's name is corrupt.
+fn bad_input(m: Medium) {
+    let Some(p) = place(m, "bad-input") else { return };
+    let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store();
+    evolve(&mut store, 2, 1, 300, 100);
+    let model = checkpoint(&storage, &mut cp, &mut store, 1);
+    let garbage = "chk-00000000000000000009.manifest";
+    p.put(garbage, b"FLOEMANI not really a manifest");
+    let r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 1);
+    let [skipped] = r.report.skipped.as_slice() else { panic!("{:?}", r.report.skipped) };
+    assert_eq!(skipped.checkpoint_id, 9);
+    assert!(skipped.to_string().contains(garbage), "{skipped}");
+    // The manifest of 1 copied under the name of 8.
+    let one = p.get("chk-00000000000000000001.manifest");
+    p.put("chk-00000000000000000008.manifest", &one);
+    let err = storage.read_manifest(8).unwrap_err();
+    assert!(matches!(err, floe::Error::Corrupt { .. }), "{err}");
+    let mut r = restore_from_path(&storage.manifest_path(1), "op", StoreConfig::default()).unwrap();
+    assert_eq!(materialize(&r.store.snapshot()), model);
+    // A location that holds something and no marker is not floe's.
+    let Some(q) = place(m, "foreign") else { return };
+    q.put("precious.bin", b"data");
+    let err = CheckpointStorage::open(q.path(), StorageConfig::default()).unwrap_err();
+    assert!(matches!(err, floe::Error::NotOurs { .. }), "{err}");
+    assert_eq!(q.get("precious.bin"), b"data");
+    let err = CheckpointStorage::open_existing(q.path(), StorageConfig::default()).unwrap_err();
+    assert!(matches!(err, floe::Error::NotFound(_)), "{err}");
+}
+
+/// Two writers racing for one checkpoint id: exactly one manifest wins, the other writer
+/// gets `AlreadyExists` naming it, and its abort removes none of the winner's files. On a
+/// local directory the lock keeps the second writer out before it starts.
+fn racing_writers(m: Medium) {
+    let Some(p) = place(m, "race") else { return };
+    let a = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
+    let b = match CheckpointStorage::open(p.path(), StorageConfig::default()) {
+        Err(floe::Error::Locked { .. }) if matches!(m, Medium::Local) => return,
+        other => other.unwrap(),
+    };
+    for round in 0..4u64 {
+        let id = 10 + round;
+        let mut sa = new_store();
+        evolve(&mut sa, 1, round, 300, 100);
+        let mut sb = new_store();
+        evolve(&mut sb, 2, round, 300, 100);
+        // Different operators (distinct data files), so both writers reach the manifest.
+        let ha = a.write_state(id, Target::Checkpoint, "op", 0, &sa.snapshot(), None).unwrap();
+        let hb = b.write_state(id, Target::Checkpoint, "other", 0, &sb.snapshot(), None).unwrap();
+        let start = std::sync::Barrier::new(2);
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| {
+                start.wait();
+                a.commit(id, Target::Checkpoint, vec![ha.clone()], BTreeMap::new(), BTreeMap::new())
+            });
+            let tb = s.spawn(|| {
+                start.wait();
+                b.commit(id, Target::Checkpoint, vec![hb.clone()], BTreeMap::new(), BTreeMap::new())
+            });
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        let (winner, loser_err, want) = match (&ra, &rb) {
+            (Ok(_), Err(e)) => ("op", e, materialize(&sa.snapshot())),
+            (Err(e), Ok(_)) => ("other", e, materialize(&sb.snapshot())),
+            _ => panic!("round {round}: exactly one manifest must win: {ra:?} / {rb:?}"),
+        };
+        // The loser's manifest put finds the winner's (or, when the winner's retention
+        // ran first, its own data file was reclaimed as an orphan of an id at or below
+        // the newest manifest); either way it is told, and nothing of it is published.
+        match loser_err {
+            floe::Error::Io { path, source, .. } => {
+                assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists, "{loser_err}");
+                assert_eq!(path, &a.manifest_path(id));
+            }
+            floe::Error::NotFound(_) => {}
+            other => panic!("round {round}: {other}"),
+        }
+        a.wait_for_cleanup();
+        b.wait_for_cleanup();
+        let mut r = restore_from_path(&a.manifest_path(id), winner, StoreConfig::default()).unwrap();
+        assert_eq!(
+            materialize(&r.store.snapshot()),
+            want,
+            "round {round}: the winner's checkpoint is intact"
+        );
+    }
+    // The manifest alone decides: b commits the same id naming a's files, after a did.
+    let mut s = new_store();
+    evolve(&mut s, 4, 8, 300, 100);
+    let want = materialize(&s.snapshot());
+    let h = a.write_state(30, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap();
+    a.commit(30, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+    let err =
+        b.commit(30, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap_err();
+    match &err {
+        floe::Error::Io { path, source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists, "{err}");
+            assert_eq!(path, &a.manifest_path(30));
+        }
+        other => panic!("{other}"),
+    }
+    b.wait_for_cleanup();
+    assert!(p.exists(&h.files[0].path), "the loser's abort leaves the winner's data file");
+    let mut r = restore_from_path(&a.manifest_path(30), "op", StoreConfig::default()).unwrap();
+    assert_eq!(materialize(&r.store.snapshot()), want);
+    // The same operator on both: the data file's create-only put already decides.
+    let mut s = new_store();
+    evolve(&mut s, 3, 9, 300, 100);
+    a.write_state(40, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap();
+    let err = b.write_state(40, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap_err();
+    assert!(
+        matches!(&err, floe::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists),
+        "{err}"
+    );
+}
+
+macro_rules! on_every_medium {
+    ($($name:ident),* $(,)?) => {
+        mod local { $(#[test] fn $name() { super::$name(super::Medium::Local) })* }
+        mod memory { $(#[test] fn $name() { super::$name(super::Medium::Memory) })* }
+        mod s3 { $(#[test] fn $name() { super::$name(super::Medium::S3) })* }
+    };
+}
+
+on_every_medium!(
+    round_trip,
+    retention_with_shared_files,
+    recovery_fallback,
+    compaction,
+    orphans_and_gc,
+    bad_input,
+    racing_writers
+);
