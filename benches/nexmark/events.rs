@@ -29,9 +29,15 @@ pub const BASE_TIME_MS: u64 = 1_767_225_600_000;
 pub const OUT_OF_ORDERNESS_MS: u64 = 4_000;
 
 /// The generator configuration of every run: the crate's defaults (10,000 events per second
-/// of event time, 1 person : 3 auctions : 46 bids) with the base time pinned.
-pub fn config() -> NexmarkConfig {
-    NexmarkConfig { base_time: BASE_TIME_MS, ..NexmarkConfig::default() }
+/// of event time, 1 person : 3 auctions : 46 bids) with the base time pinned, and events
+/// shuffled within groups of `disorder` (1: in order; 30,000: up to 3 s out of order, within
+/// the 4 s the watermark allows).
+pub fn config(disorder: u64) -> NexmarkConfig {
+    NexmarkConfig {
+        base_time: BASE_TIME_MS,
+        out_of_order_group_size: usize::try_from(disorder.max(1)).unwrap_or(1),
+        ..NexmarkConfig::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -136,8 +142,8 @@ impl From<NxEvent> for Event {
 }
 
 /// Events `0..count` in order: what the batch references read.
-pub fn all_events(count: u64) -> impl Iterator<Item = Event> {
-    EventGenerator::new(config()).take(usize::try_from(count).unwrap_or(usize::MAX)).map(Event::from)
+pub fn all_events(count: u64, disorder: u64) -> impl Iterator<Item = Event> {
+    EventGenerator::new(config(disorder)).take(usize::try_from(count).unwrap_or(usize::MAX)).map(Event::from)
 }
 
 /// A failure the source injects itself, driven by checkpoints (never by the clock): the
@@ -195,6 +201,7 @@ pub struct NexmarkSource<T> {
     /// Index of the next event this instance reads.
     next: u64,
     project: fn(Event) -> Option<T>,
+    disorder: u64,
     failure: Option<Arc<Failure>>,
     completed: u64,
     since_completed: u64,
@@ -202,10 +209,17 @@ pub struct NexmarkSource<T> {
 }
 
 impl<T> NexmarkSource<T> {
-    pub fn new(subtask: u32, parallelism: u32, count: u64, project: fn(Event) -> Option<T>) -> Self {
+    pub fn new(
+        subtask: u32,
+        parallelism: u32,
+        count: u64,
+        disorder: u64,
+        project: fn(Event) -> Option<T>,
+    ) -> Self {
         let p = u64::from(parallelism.max(1));
         NexmarkSource {
-            generator: EventGenerator::new(config()).with_offset(u64::from(subtask)).with_step(p),
+            generator: EventGenerator::new(config(disorder)).with_offset(u64::from(subtask)).with_step(p),
+            disorder,
             subtask,
             parallelism: p,
             count,
@@ -226,7 +240,8 @@ impl<T> NexmarkSource<T> {
 
     fn seek_to(&mut self, next: u64) {
         self.next = next;
-        self.generator = EventGenerator::new(config()).with_offset(next).with_step(self.parallelism);
+        self.generator =
+            EventGenerator::new(config(self.disorder)).with_offset(next).with_step(self.parallelism);
     }
 
     fn maybe_fail(&mut self) -> floe::Result<()> {

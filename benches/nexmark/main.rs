@@ -83,9 +83,12 @@ fn parse_args() -> Args {
             "--queries" => {
                 let v = it.next().unwrap_or_else(|| usage("--queries needs a list"));
                 a.queries = v.split(',').map(|q| q.trim().to_string()).collect();
-                for q in &a.queries {
+                for (i, q) in a.queries.iter().enumerate() {
                     if !queries::ALL.contains(&q.as_str()) {
                         usage(&format!("unknown query {q:?} (known: {})", queries::ALL.join(",")));
+                    }
+                    if a.queries[..i].contains(q) {
+                        usage(&format!("--queries names {q} twice"));
                     }
                 }
             }
@@ -176,6 +179,8 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
                 parallelism: a.parallelism,
                 interval: interval.map(Duration::from_millis),
                 fail_after: None,
+                sink_fail: None,
+                disorder: 1,
                 keep_rows: false,
                 dir: dir.clone(),
                 measure_state: false,
@@ -229,6 +234,8 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
             parallelism: a.parallelism,
             interval: Some(Duration::from_millis(interval)),
             fail_after: None,
+            sink_fail: None,
+            disorder: 1,
             keep_rows: false,
             dir: dir.clone(),
             measure_state: true,
@@ -257,6 +264,8 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
             parallelism: a.parallelism,
             interval: Some(Duration::from_millis(interval)),
             fail_after: Some(3),
+            sink_fail: None,
+            disorder: 1,
             keep_rows: false,
             dir: dir.clone(),
             measure_state: false,
@@ -276,7 +285,14 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
                 if !all_equal {
                     row.problems.push(format!("{q}: failure-free runs differ among themselves"));
                 }
-                row.equal = Some(all_equal && Some(&res.committed) == want.as_ref() && res.parked == 0);
+                let repeats = digests.iter().map(|d| d.1.repeated_upserts).sum::<u64>()
+                    + res.committed.repeated_upserts;
+                if repeats > 0 {
+                    row.problems.push(format!("{q}: {repeats} upserts delivered twice"));
+                }
+                row.equal = Some(
+                    all_equal && Some(&res.committed) == want.as_ref() && res.parked == 0 && repeats == 0,
+                );
             }
             Err(e) => row.problems.push(format!("{q} failure run: {e}")),
         }
@@ -462,7 +478,7 @@ fn targets(a: &Args, rows: &[Row]) -> Vec<String> {
 fn main() {
     let a = parse_args();
     let t = std::time::Instant::now();
-    let n = events::all_events(a.events.min(1_000_000)).count();
+    let n = events::all_events(a.events.min(1_000_000), 1).count();
     let generator_rate = n as f64 / t.elapsed().as_secs_f64();
     let scratch_root = a.out.clone().unwrap_or_else(std::env::temp_dir);
     let scratch = match tempfile::Builder::new().prefix("nexmark-scratch-").tempdir_in(&scratch_root) {
@@ -523,13 +539,20 @@ fn main() {
             a.runs,
             t.iter().map(|l| format!("- {l}\n")).collect::<String>()
         );
-        let write = |name: &str, r: std::io::Result<()>| match r {
+        let mut write_failed = false;
+        let mut write = |name: &str, r: std::io::Result<()>| match r {
             Ok(()) => println!("wrote {}", out.join(name).display()),
-            Err(e) => eprintln!("nexmark: writing {}: {e}", out.join(name).display()),
+            Err(e) => {
+                eprintln!("nexmark: writing {}: {e}", out.join(name).display());
+                write_failed = true;
+            }
         };
         write("nexmark.md", std::fs::write(out.join("nexmark.md"), doc));
         for (name, r) in plot::all(out, &a.intervals, &rows) {
             write(&name, r);
+        }
+        if write_failed {
+            std::process::exit(1);
         }
     }
     if rows.iter().any(|r| r.equal == Some(false) || !r.problems.is_empty()) {

@@ -60,10 +60,13 @@ pub struct Q3 {
     pub id: u64,
 }
 
+/// `auctions`: how many winning bids the average is over (not in Flink's result; with it a
+/// winning bid counted twice changes the row even where the average would not).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Q4 {
     pub category: u64,
     pub avg: u64,
+    pub auctions: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,6 +152,10 @@ pub struct Setup {
     pub paced: Option<u64>,
     /// Keep the committed rows themselves (tests), not only their digest.
     pub keep_rows: bool,
+    /// Out-of-order group size of the generator (1: in order).
+    pub disorder: u64,
+    /// A failure the sink injects itself (see `sink::SinkFailure`).
+    pub sink_failure: Option<Arc<crate::sink::SinkFailure>>,
 }
 
 /// The committed output of a running or finished query.
@@ -172,12 +179,12 @@ fn source<T: floe::executor::Data>(
     project: fn(Event) -> Option<T>,
     ts: fn(&T) -> i64,
 ) -> Stream<T> {
-    let (n, failure, paced) = (s.events, s.failure.clone(), s.paced);
+    let (n, failure, paced, disorder) = (s.events, s.failure.clone(), s.paced, s.disorder);
     job.source_with_watermarks(
         "nexmark",
         s.parallelism,
         move |sub, p| {
-            let src = NexmarkSource::new(sub, p, n, project).with_failure(failure.clone());
+            let src = NexmarkSource::new(sub, p, n, disorder, project).with_failure(failure.clone());
             match paced {
                 Some(k) => Box::new(CheckpointPaced::new(src, k)) as Box<dyn Source<T>>,
                 None => Box::new(src),
@@ -215,7 +222,7 @@ fn bids_of(e: &Stream<Event>) -> Stream<Bid> {
 }
 
 fn sink<T: floe::executor::Data>(stream: &Stream<T>, shape: Shape<T>, s: &Setup) -> Arc<dyn Collected> {
-    let out = Output::new(shape, s.keep_rows);
+    let out = Output::new(shape, s.keep_rows, s.sink_failure.clone());
     stream.sink("sink", out.factory());
     out
 }
@@ -462,7 +469,7 @@ impl KeyedProcessFunction<u64, (u64, u64), Q4> for Q4Avg {
         let (s, n) = sum.get(ctx.store(), &category)?.unwrap_or((0, 0));
         let (s, n) = (s + price, n + 1);
         sum.put(ctx.store(), &category, &(s, n))?;
-        ctx.emit(Q4 { category, avg: s / n });
+        ctx.emit(Q4 { category, avg: s / n, auctions: n });
         Ok(())
     }
 }

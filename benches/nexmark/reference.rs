@@ -11,7 +11,40 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use crate::events::{Auction, Bid, Event, Person, all_events};
-use crate::queries::*;
+use crate::queries::{Q0, Q1, Q2, Q3, Q4, Q5, Q7, Q8, Q19, Q20};
+
+// The SQL's constants and orders, written out again rather than taken from the queries, so
+// that a wrong definition there cannot pass here too.
+const CATEGORY: u64 = 10;
+const Q3_STATES: &[&str] = &["or", "id", "ca"];
+const HOP_SIZE: i64 = 10_000;
+const HOP_SLIDE: i64 = 2_000;
+const TUMBLE: i64 = 10_000;
+const TOP_N: usize = 10;
+
+/// `ORDER BY dateTime DESC`, ties by the whole bid (derived order of the fields).
+fn newer(a: &Bid, b: &Bid) -> bool {
+    (a.date_time, &a.auction, &a.bidder, &a.price, &a.channel, &a.url, &a.extra)
+        > (b.date_time, &b.auction, &b.bidder, &b.price, &b.channel, &b.url, &b.extra)
+}
+
+/// `ORDER BY price DESC`, ties by the whole bid (highest first).
+fn by_price_desc(a: &Bid, b: &Bid) -> std::cmp::Ordering {
+    let k = |x: &Bid| {
+        (x.price, x.auction, x.bidder, x.channel.clone(), x.url.clone(), x.date_time, x.extra.clone())
+    };
+    k(b).cmp(&k(a))
+}
+
+fn q4_key(r: &Q4) -> String {
+    format!("{}", r.category)
+}
+fn q18_key(r: &Bid) -> String {
+    format!("{},{}", r.bidder, r.auction)
+}
+fn q19_key(r: &Q19) -> String {
+    format!("{}", r.auction)
+}
 
 fn json<T: Serialize>(r: &T) -> String {
     serde_json::to_string(r).unwrap_or_default()
@@ -34,9 +67,9 @@ struct All {
     bids: Vec<Bid>,
 }
 
-fn split(events: u64) -> All {
+fn split(events: u64, disorder: u64) -> All {
     let mut a = All { persons: Vec::new(), auctions: Vec::new(), bids: Vec::new() };
-    for e in all_events(events) {
+    for e in all_events(events, disorder) {
         match e {
             Event::Person(p) => a.persons.push(p),
             Event::Auction(x) => a.auctions.push(x),
@@ -47,8 +80,8 @@ fn split(events: u64) -> All {
 }
 
 /// Query `q`'s result over events `0..events`.
-pub fn reference(q: &str, events: u64) -> Vec<String> {
-    let All { persons, auctions, bids } = split(events);
+pub fn reference(q: &str, events: u64, disorder: u64) -> Vec<String> {
+    let All { persons, auctions, bids } = split(events, disorder);
     match q {
         "q0" => sorted(bids.into_iter().map(|b| Q0 {
             auction: b.auction,
@@ -99,16 +132,19 @@ pub fn reference(q: &str, events: u64) -> Vec<String> {
                 c.0 += price;
                 c.1 += 1;
             }
-            table(per_category.into_iter().map(|(category, (s, n))| Q4 { category, avg: s / n }), q4_key)
+            table(
+                per_category.into_iter().map(|(category, (s, n))| Q4 { category, avg: s / n, auctions: n }),
+                q4_key,
+            )
         }
         "q5" => {
             // Every (auction, window) count, windows [s, s + 10 s) with s a multiple of 2 s.
             let mut counts: HashMap<(i64, u64), u64> = HashMap::new();
             for b in &bids {
-                let mut s = b.date_time - b.date_time.rem_euclid(Q5_SLIDE);
-                while s > b.date_time - Q5_SIZE {
+                let mut s = b.date_time - b.date_time.rem_euclid(HOP_SLIDE);
+                while s > b.date_time - HOP_SIZE {
                     *counts.entry((s, b.auction)).or_insert(0) += 1;
-                    s -= Q5_SLIDE;
+                    s -= HOP_SLIDE;
                 }
             }
             let mut max: HashMap<i64, u64> = HashMap::new();
@@ -123,7 +159,7 @@ pub fn reference(q: &str, events: u64) -> Vec<String> {
             }))
         }
         "q7" => {
-            let w = |t: i64| t - t.rem_euclid(WINDOW);
+            let w = |t: i64| t - t.rem_euclid(TUMBLE);
             let mut max: HashMap<i64, u64> = HashMap::new();
             for b in &bids {
                 let m = max.entry(w(b.date_time)).or_insert(0);
@@ -138,7 +174,7 @@ pub fn reference(q: &str, events: u64) -> Vec<String> {
             }))
         }
         "q8" => {
-            let w = |t: i64| t - t.rem_euclid(WINDOW);
+            let w = |t: i64| t - t.rem_euclid(TUMBLE);
             let sellers: HashSet<(u64, i64)> = auctions.iter().map(|a| (a.seller, w(a.date_time))).collect();
             sorted(persons.into_iter().filter(|p| sellers.contains(&(p.id, w(p.date_time)))).map(|p| Q8 {
                 id: p.id,
@@ -150,7 +186,7 @@ pub fn reference(q: &str, events: u64) -> Vec<String> {
             let mut last: HashMap<(u64, u64), Bid> = HashMap::new();
             for b in bids {
                 match last.get(&(b.bidder, b.auction)) {
-                    Some(l) if !q18_newer(&b, l) => {}
+                    Some(l) if !newer(&b, l) => {}
                     _ => {
                         last.insert((b.bidder, b.auction), b);
                     }
@@ -165,7 +201,7 @@ pub fn reference(q: &str, events: u64) -> Vec<String> {
             }
             table(
                 per.into_iter().map(|(auction, mut v)| {
-                    v.sort_by(q19_better);
+                    v.sort_by(by_price_desc);
                     v.truncate(TOP_N);
                     Q19 { auction, bids: v }
                 }),

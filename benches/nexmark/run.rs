@@ -12,7 +12,7 @@ use floe::executor::{CheckpointStats, Job, JobConfig, JobResult, Mode};
 
 use crate::events::Failure;
 use crate::queries::{Setup, build};
-use crate::sink::Committed;
+use crate::sink::{Committed, SinkFailAt, SinkFailure};
 
 #[derive(Clone)]
 pub struct RunConfig {
@@ -24,6 +24,10 @@ pub struct RunConfig {
     /// Inject one failure after this many completed checkpoints (the run is then paced by
     /// checkpoints so that it cannot end before).
     pub fail_after: Option<u64>,
+    /// Inject one failure in the sink instead (also paced).
+    pub sink_fail: Option<(SinkFailAt, u64)>,
+    /// Out-of-order group size of the generator (1: in order).
+    pub disorder: u64,
     pub keep_rows: bool,
     pub dir: PathBuf,
     /// Measure the state of the first checkpoint taken once every source instance is
@@ -67,14 +71,18 @@ impl RunResult {
 }
 
 pub fn run(c: &RunConfig) -> floe::Result<RunResult> {
-    let failure = c.fail_after.map(|_| Failure::new(c.fail_after.unwrap_or(0), 100, c.parallelism));
+    let failure = c.fail_after.map(|k| Failure::new(k, 100, c.parallelism));
+    let sink_failure = c.sink_fail.map(|(at, n)| SinkFailure::new(at, n));
+    let failing = c.fail_after.is_some() || c.sink_fail.is_some();
     let setup = Setup {
         events: c.events,
         parallelism: c.parallelism,
         failure: failure.clone(),
         // At least 8 checkpoints before the input ends, whatever the machine's speed.
-        paced: c.fail_after.map(|_| (c.events / u64::from(c.parallelism.max(1)) / 8).max(1)),
+        paced: failing.then(|| (c.events / u64::from(c.parallelism.max(1)) / 8).max(1)),
         keep_rows: c.keep_rows,
+        disorder: c.disorder,
+        sink_failure: sink_failure.clone(),
     };
     let job = Job::new();
     let out = build(&c.query, &job, &setup)?;
@@ -87,7 +95,8 @@ pub fn run(c: &RunConfig) -> floe::Result<RunResult> {
     let (fp, fig, dir, measure, events) =
         (Arc::clone(&footprint), Arc::clone(&figures), c.dir.clone(), c.measure_state, c.events);
     config.log = Some(Arc::new(move |st: &CheckpointStats| {
-        if !st.completed() {
+        // Walking the directory costs: only in the (untimed) state-measuring run.
+        if !st.completed() || !measure {
             return;
         }
         let bytes = dir_bytes(&dir);
@@ -112,7 +121,8 @@ pub fn run(c: &RunConfig) -> floe::Result<RunResult> {
         committed: out.committed(),
         parked: out.parked(),
         recovery: failure.as_ref().and_then(|f| f.recovery()),
-        failure_fired: failure.as_ref().is_some_and(|f| f.fired()),
+        failure_fired: failure.as_ref().is_some_and(|f| f.fired())
+            || sink_failure.as_ref().is_some_and(|f| f.fired()),
         footprint: std::mem::take(&mut *footprint.lock()),
         state: figures.lock().take(),
     })

@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use floe::executor::{SinkFactory, TwoPhaseCommitSink};
 use parking_lot::Mutex;
@@ -31,11 +32,47 @@ pub enum Shape<T> {
     Upsert(fn(&T) -> String),
 }
 
+/// Where the sink fails once, to test the protocol states a source failure rarely hits:
+/// instance 0 fails at its first pre-commit from the `nth` on whose transaction holds rows,
+/// right after parking it (that checkpoint never completes, so a restart must discard
+/// it), or at its first commit from the `nth` on of a transaction that holds rows, before
+/// publishing it (the checkpoint completed, so a restart must publish it).
+pub struct SinkFailure {
+    pub at: SinkFailAt,
+    pub nth: u64,
+    fired: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkFailAt {
+    PreCommit,
+    Commit,
+}
+
+impl SinkFailure {
+    pub fn new(at: SinkFailAt, nth: u64) -> Arc<SinkFailure> {
+        Arc::new(SinkFailure { at, nth, fired: AtomicBool::new(false) })
+    }
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+    fn fire(&self, at: SinkFailAt, count: u64, rows: usize) -> floe::Result<()> {
+        if self.at == at && count >= self.nth && rows > 0 && !self.fired.swap(true, Ordering::SeqCst) {
+            return Err(floe::Error::InvalidRecord(format!("injected sink failure at {at:?} #{count}")));
+        }
+        Ok(())
+    }
+}
+
 /// The committed output, comparable across runs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Committed {
     /// Rows committed (append) or keys in the table (upsert).
     pub rows: u64,
+    /// Upserts of a row its key already had at some point: every updating query here only
+    /// ever improves its row (a newer bid, a better top 10, one more auction in the
+    /// average), so a row comes back only when it was delivered twice.
+    pub repeated_upserts: u64,
     /// Order-independent digest of the multiset of rows, or of the table.
     pub digest: u64,
     /// The rows, sorted (append), or the table's rows by key (upsert), with `keep_rows`.
@@ -59,18 +96,21 @@ struct Inner {
     rows: Vec<String>,
     /// Upsert: key hash -> row hash (and the key and row, kept).
     table: HashMap<u64, (u64, Option<(String, String)>)>,
+    seen: std::collections::HashSet<(u64, u64)>,
+    repeated: u64,
 }
 
 /// The external system one query's sink writes to.
 pub struct Output<T> {
     shape: Shape<T>,
     keep_rows: bool,
+    failure: Option<Arc<SinkFailure>>,
     inner: Mutex<Inner>,
 }
 
 impl<T: Serialize + Send + 'static> Output<T> {
-    pub fn new(shape: Shape<T>, keep_rows: bool) -> Arc<Output<T>> {
-        Arc::new(Output { shape, keep_rows, inner: Mutex::new(Inner::default()) })
+    pub fn new(shape: Shape<T>, keep_rows: bool, failure: Option<Arc<SinkFailure>>) -> Arc<Output<T>> {
+        Arc::new(Output { shape, keep_rows, failure, inner: Mutex::new(Inner::default()) })
     }
 
     pub fn factory(self: &Arc<Self>) -> SinkFactory<T> {
@@ -81,6 +121,8 @@ impl<T: Serialize + Send + 'static> Output<T> {
                 subtask,
                 parallelism,
                 open: Vec::new(),
+                pre_commits: 0,
+                commits: 0,
                 _t: PhantomData,
             }) as Box<dyn TwoPhaseCommitSink<T>>)
         })
@@ -97,6 +139,9 @@ impl<T: Serialize + Send + 'static> Output<T> {
                     }
                 }
                 Shape::Upsert(_) => {
+                    if !inner.seen.insert((r.key, r.row)) {
+                        inner.repeated += 1;
+                    }
                     inner.table.insert(r.key, (r.row, r.text));
                 }
             }
@@ -113,7 +158,12 @@ impl<T: Serialize + Send + 'static> Output<T> {
                     v.sort();
                     v
                 });
-                Committed { rows: inner.count, digest: inner.sum ^ inner.count.rotate_left(32), kept }
+                Committed {
+                    rows: inner.count,
+                    repeated_upserts: 0,
+                    digest: inner.sum ^ inner.count.rotate_left(32),
+                    kept,
+                }
             }
             Shape::Upsert(_) => {
                 let mut digest = inner.table.len() as u64;
@@ -129,7 +179,7 @@ impl<T: Serialize + Send + 'static> Output<T> {
                         .collect();
                     t.into_values().map(str::to_string).collect()
                 });
-                Committed { rows: inner.table.len() as u64, digest, kept }
+                Committed { rows: inner.table.len() as u64, repeated_upserts: inner.repeated, digest, kept }
             }
         }
     }
@@ -145,7 +195,28 @@ struct CollectSink<T> {
     subtask: u32,
     parallelism: u32,
     open: Vec<Kept>,
+    /// This instance's pre-commits and (runtime) commits, for the injected failure.
+    pre_commits: u64,
+    commits: u64,
     _t: PhantomData<fn(T)>,
+}
+
+impl<T: Serialize + Send + 'static> CollectSink<T> {
+    fn publish(&mut self, c: &[u8]) -> floe::Result<()> {
+        let key = parse(c)?;
+        let mut inner = self.out.inner.lock();
+        if let Some(rows) = inner.parked.remove(&key) {
+            self.out.apply(&mut inner, rows);
+        }
+        Ok(())
+    }
+
+    fn maybe_fail(&self, at: SinkFailAt, count: u64, rows: usize) -> floe::Result<()> {
+        match &self.out.failure {
+            Some(f) if self.subtask == 0 => f.fire(at, count, rows),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn committable(id: u64, subtask: u32) -> Vec<u8> {
@@ -182,17 +253,18 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for CollectSink<T> {
 
     fn pre_commit(&mut self, checkpoint_id: u64) -> floe::Result<Vec<u8>> {
         let rows = std::mem::take(&mut self.open);
+        let n = rows.len();
         self.out.inner.lock().parked.insert((checkpoint_id, self.subtask), rows);
+        self.pre_commits += 1;
+        self.maybe_fail(SinkFailAt::PreCommit, self.pre_commits, n)?;
         Ok(committable(checkpoint_id, self.subtask))
     }
 
     fn commit(&mut self, c: &[u8]) -> floe::Result<()> {
-        let key = parse(c)?;
-        let mut inner = self.out.inner.lock();
-        if let Some(rows) = inner.parked.remove(&key) {
-            self.out.apply(&mut inner, rows);
-        }
-        Ok(())
+        self.commits += 1;
+        let n = parse(c).map_or(0, |k| self.out.inner.lock().parked.get(&k).map_or(0, Vec::len));
+        self.maybe_fail(SinkFailAt::Commit, self.commits, n)?;
+        self.publish(c)
     }
 
     fn abort(&mut self, c: &[u8]) -> floe::Result<()> {
@@ -210,7 +282,7 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for CollectSink<T> {
         let mut keep = Vec::new();
         for c in restored {
             keep.push(parse(c)?);
-            self.commit(c)?;
+            self.publish(c)?;
         }
         let (s, p) = (self.subtask, self.parallelism.max(1));
         self.out.inner.lock().parked.retain(|k, _| k.1 % p != s || keep.contains(k));
