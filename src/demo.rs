@@ -253,7 +253,7 @@ fn prepare_url(dir: &Path, output: &Path) -> Result<Prepared> {
         (e.name == DEMO_MARKER && e.kind == EntryKind::File)
             || (e.name == "checkpoints" && e.kind == EntryKind::Dir)
     });
-    if !entries.is_empty() && !(ours && marker) {
+    if !(entries.is_empty() || (ours && marker)) {
         return Err(Error::NotOurs {
             path: root,
             why: "it holds something other than a previous floe demo".into(),
@@ -316,12 +316,12 @@ fn prepare_output(output: &Path) -> Result<Vec<DirLock>> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if output == Path::new(DEFAULT_URL_OUTPUT) {
-                if let Some(parent) = output.parent().filter(|p| !p.exists()) {
-                    std::fs::create_dir_all(parent).map_err(|e| Error::io("create dir", parent, e))?;
-                    std::fs::write(parent.join(DEMO_MARKER), b"floe demo directory\n")
-                        .map_err(|e| Error::io("write", parent.join(DEMO_MARKER), e))?;
-                }
+            if output == Path::new(DEFAULT_URL_OUTPUT)
+                && let Some(parent) = output.parent().filter(|p| !p.exists())
+            {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io("create dir", parent, e))?;
+                std::fs::write(parent.join(DEMO_MARKER), b"floe demo directory\n")
+                    .map_err(|e| Error::io("write", parent.join(DEMO_MARKER), e))?;
             }
             std::fs::create_dir_all(output).map_err(|e| Error::io("create dir", output, e))?;
         }
