@@ -19,7 +19,7 @@
 //! compressible ones). Reports min and median of the runs.
 //!
 //! With `FLOE_BENCH_OBJECTS` set to storage URLs (comma-separated, e.g.
-//! `memory://bench,s3://floe-bench` with `--features cloud` and `AWS_ENDPOINT` at a moto
+//! `memory://bench,s3://floe-bench` with `--features cloud` (or `s3`) and `AWS_ENDPOINT` at a moto
 //! server), the same full checkpoint, one 1% increment and both recoveries also run on
 //! each, printed beside the local-disk figures with the upload requests per checkpoint
 //! [an increment: at most one object per operator instance plus one manifest].

@@ -5,6 +5,11 @@
 //!
 //! Layout of the demo directory: `FLOE-DEMO` (marker), `checkpoints/` (a checkpoint
 //! directory for `floe inspect` and friends), `output/` (the sink's published files).
+//!
+//! The demo directory may be an object-storage URL (`s3://bucket/prefix`, `memory://...`):
+//! then the marker and `checkpoints/` are objects under it, and the output, written by the
+//! file sink (a two-phase-commit sink of local files: stage, fsync, rename), goes to a
+//! local directory: [`DemoOptions::output`], by default `floe-data/output`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::checkpoint::io::{EntryKind, Io};
 use crate::checkpoint::lock::DirLock;
+use crate::checkpoint::object::Location;
 use crate::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
 use crate::error::{Error, Result};
 use crate::executor::{
@@ -29,8 +36,12 @@ pub const DEMO_MARKER: &str = "FLOE-DEMO";
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    /// The demo directory.
+    /// The demo directory: a local path, or an object-storage URL.
     pub dir: PathBuf,
+    /// The local directory of the sink's output when `dir` is a URL (default
+    /// `floe-data/output`); with a local `dir` it must be `None` (the output is
+    /// `dir/output`). It must be absent, empty or a previous demo's output.
+    pub output: Option<PathBuf>,
     /// Records per source instance (two instances).
     pub records: u64,
     /// Distinct keys.
@@ -51,6 +62,7 @@ impl Default for DemoOptions {
     fn default() -> Self {
         DemoOptions {
             dir: PathBuf::from("floe-data"),
+            output: None,
             records: 300_000,
             keys: 10_000,
             seed: 42,
@@ -67,8 +79,10 @@ impl Default for DemoOptions {
 pub struct DemoReport {
     /// The checkpoint directory it left.
     pub checkpoints_dir: PathBuf,
-    /// The sink's output directory.
+    /// The sink's output directory (always on the local file system).
     pub output_dir: PathBuf,
+    /// True when the checkpoints are on object storage (and the output is local).
+    pub object_storage: bool,
     /// Records generated (all sources).
     pub records: u64,
     /// Distinct keys.
@@ -212,6 +226,121 @@ fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf, DirLock)> {
     Ok((checkpoints, output, lock))
 }
 
+/// The default local output directory of a demo whose directory is a URL.
+pub const DEFAULT_URL_OUTPUT: &str = "floe-data/output";
+
+/// What a prepared demo holds on to: its checkpoint and output directories, and the locks
+/// that keep a second demo out (none on object storage, which has no lock).
+struct Prepared {
+    checkpoints: PathBuf,
+    output: PathBuf,
+    _locks: Vec<DirLock>,
+}
+
+/// Prepares a demo whose directory is a URL: the prefix must be empty or a previous demo's
+/// (its `FLOE-DEMO` marker object, and `checkpoints/`); that demo's checkpoint objects are
+/// deleted, the marker put. The local output directory is prepared by [`prepare_output`].
+fn prepare_url(dir: &Path, output: &Path) -> Result<Prepared> {
+    let (root, io) = crate::checkpoint::object::resolve(dir)?;
+    let checkpoints = root.join("checkpoints");
+    let entries = match io.list_dir(&root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(Error::io("list", &root, e)),
+    };
+    let marker = entries.iter().any(|e| e.name == DEMO_MARKER && e.kind == EntryKind::File);
+    let ours = entries.iter().all(|e| {
+        (e.name == DEMO_MARKER && e.kind == EntryKind::File)
+            || (e.name == "checkpoints" && e.kind == EntryKind::Dir)
+    });
+    if !(entries.is_empty() || (ours && marker)) {
+        return Err(Error::NotOurs {
+            path: root,
+            why: "it holds something other than a previous floe demo".into(),
+        });
+    }
+    // The local side first: nothing on the bucket is deleted if the output is refused.
+    let locks = prepare_output(output)?;
+    remove_tree(&*io, &checkpoints)?;
+    if !marker {
+        let path = root.join(DEMO_MARKER);
+        let mut f = io.create_new(&path).map_err(|e| Error::io("create", &path, e))?;
+        std::io::Write::write_all(&mut f, b"floe demo directory\n")
+            .map_err(|e| Error::io("write", &path, e))?;
+        f.sync_all().map_err(|e| Error::io("put", &path, e))?;
+    }
+    Ok(Prepared { checkpoints, output: output.to_path_buf(), _locks: locks })
+}
+
+/// Deletes every object under `dir` (a previous demo's checkpoints, under its marker).
+fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
+    let entries = match io.list_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    for e in entries {
+        let p = dir.join(&e.name);
+        match e.kind {
+            EntryKind::Dir => remove_tree(io, &p)?,
+            _ => io.remove_file(&p).map_err(|err| Error::io("delete", &p, err))?,
+        }
+    }
+    Ok(())
+}
+
+/// Prepares the local output directory of a URL demo: creates it (the default's parent
+/// `floe-data` as a demo directory, with its marker), or, when it exists, requires that it
+/// hold only the file sink's files (and a lock) and removes those. Returns its lock.
+fn prepare_output(output: &Path) -> Result<Vec<DirLock>> {
+    use crate::checkpoint::lock::LOCK_FILE;
+    let foreign = |output: &Path| -> Result<bool> {
+        let mut foreign = false;
+        for e in std::fs::read_dir(output).map_err(|e| Error::io("read dir", output, e))? {
+            let e = e.map_err(|err| Error::io("read dir", output, err))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_file = e.file_type().map_err(|err| Error::io("stat", e.path(), err))?.is_file();
+            foreign |= !is_file || !(name == LOCK_FILE || crate::executor::sinks::is_sink_file_name(&name));
+        }
+        Ok(foreign)
+    };
+    let refused = || Error::NotOurs {
+        path: output.to_path_buf(),
+        why: "it holds something other than a previous floe demo's output".into(),
+    };
+    match std::fs::symlink_metadata(output) {
+        Ok(m) if !m.is_dir() => return Err(refused()),
+        Ok(_) => {
+            if foreign(output)? {
+                return Err(refused());
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if output == Path::new(DEFAULT_URL_OUTPUT)
+                && let Some(parent) = output.parent().filter(|p| !p.exists())
+            {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io("create dir", parent, e))?;
+                std::fs::write(parent.join(DEMO_MARKER), b"floe demo directory\n")
+                    .map_err(|e| Error::io("write", parent.join(DEMO_MARKER), e))?;
+            }
+            std::fs::create_dir_all(output).map_err(|e| Error::io("create dir", output, e))?;
+        }
+        Err(e) => return Err(Error::io("stat", output, e)),
+    }
+    let lock = DirLock::acquire(output)?;
+    // Under the lock: still only ours (another demo may have been writing).
+    if foreign(output)? {
+        return Err(refused());
+    }
+    for e in std::fs::read_dir(output).map_err(|e| Error::io("read dir", output, e))? {
+        let e = e.map_err(|err| Error::io("read dir", output, err))?;
+        if e.file_name() != LOCK_FILE {
+            std::fs::remove_file(e.path()).map_err(|err| Error::io("remove", e.path(), err))?;
+        }
+    }
+    Ok(vec![lock])
+}
+
 /// The expected final state, from the generator alone.
 fn expected(o: &DemoOptions) -> BTreeMap<u64, (u64, i64)> {
     let mut m: BTreeMap<u64, (u64, i64)> = BTreeMap::new();
@@ -231,7 +360,22 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     if o.records == 0 || o.keys == 0 {
         return Err(Error::InvalidConfig("records and keys must be at least 1".into()));
     }
-    let (checkpoints_dir, output_dir, _demo_lock) = prepare(&o.dir)?;
+    let object_storage = matches!(crate::checkpoint::object::locate(&o.dir)?, Location::Object { .. });
+    let prepared = if object_storage {
+        let output = o.output.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_URL_OUTPUT));
+        prepare_url(&o.dir, &output)?
+    } else {
+        if let Some(out) = &o.output {
+            return Err(Error::InvalidConfig(format!(
+                "--output {}: only for a demo directory on object storage (a local demo's output is {}/output)",
+                out.display(),
+                o.dir.display()
+            )));
+        }
+        let (checkpoints, output, lock) = prepare(&o.dir)?;
+        Prepared { checkpoints, output, _locks: vec![lock] }
+    };
+    let (checkpoints_dir, output_dir) = (prepared.checkpoints.clone(), prepared.output.clone());
     let storage = CheckpointStorage::open(&checkpoints_dir, StorageConfig::default())?;
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.mode = o.mode;
@@ -270,6 +414,7 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     let mut report = DemoReport {
         checkpoints_dir: checkpoints_dir.clone(),
         output_dir: output_dir.clone(),
+        object_storage,
         records: total,
         keys: o.keys,
         seed: o.seed,
@@ -372,6 +517,12 @@ impl DemoReport {
             (None, _) => s += "crash: none (--no-crash)\n",
         }
         s += &format!("output: {} lines published to {}\n", self.output_lines, self.output_dir.display());
+        if self.object_storage {
+            s += &format!(
+                "note: checkpoints on object storage ({}), output on local disk (the file sink writes local files; --output DIR)\n",
+                self.checkpoints_dir.display()
+            );
+        }
         for p in &self.problems {
             s += &format!("problem: {p}\n");
         }
@@ -383,7 +534,11 @@ impl DemoReport {
                 "FAILED"
             }
         );
-        s += &format!("next: floe inspect {}\n", self.checkpoints_dir.display());
+        if self.checkpoints_dir.to_string_lossy().starts_with("memory://") {
+            s += "next: memory:// lives only in this process; run on a path or s3:// to keep the checkpoints for floe inspect\n";
+        } else {
+            s += &format!("next: floe inspect {}\n", self.checkpoints_dir.display());
+        }
         s
     }
 }

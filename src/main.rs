@@ -96,9 +96,15 @@ enum Command {
     /// The main job: a keyed stateful job with incremental checkpoints, crashed once,
     /// recovered, run to the end and checked against an independent computation.
     Demo {
-        /// Demo directory (created; a previous demo's data is replaced).
+        /// Demo directory (created; a previous demo's data is replaced): a local path, or an
+        /// object-storage URL (s3://bucket/prefix, memory://..., gs://, az://) for the
+        /// checkpoints.
         #[arg(long, default_value = "floe-data")]
         dir: PathBuf,
+        /// With a URL --dir: the local directory of the published output (the file sink
+        /// writes local files); default floe-data/output.
+        #[arg(long)]
+        output: Option<PathBuf>,
         /// Records per source instance (there are two).
         #[arg(long, default_value_t = 300_000)]
         records: u64,
@@ -196,7 +202,7 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
             emit(&report?, json)
         }
         Command::Gc { dir, dry_run } => emit(&inspect::gc(&dir, dry_run)?, json),
-        Command::Demo { dir, records, keys, seed, mode, interval_ms, rate, no_crash } => {
+        Command::Demo { dir, output, records, keys, seed, mode, interval_ms, rate, no_crash } => {
             let mode = match mode.as_str() {
                 "exactly-once" => floe::executor::Mode::ExactlyOnce,
                 "at-least-once" => floe::executor::Mode::AtLeastOnce,
@@ -208,6 +214,7 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
             };
             let options = floe::demo::DemoOptions {
                 dir,
+                output,
                 records,
                 keys,
                 seed,

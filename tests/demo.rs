@@ -1,6 +1,10 @@
 //! Proves `floe demo` end to end through the built binary: a small run crashes, recovers and
 //! verifies its result (exit 0), leaves a checkpoint directory the other commands read,
-//! replaces a previous demo's data, and refuses a directory that holds anything else.
+//! replaces a previous demo's data, and refuses a directory that holds anything else; and
+//! the same on object storage (`--dir s3://...` against moto when `FLOE_TEST_S3` is set,
+//! see `tests/object_store.rs`), with `inspect` and `verify` on the URL it leaves.
+
+mod common;
 
 use std::process::Command;
 
@@ -59,4 +63,107 @@ fn demo_refuses_a_directory_that_is_not_a_demo() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not a floe directory") || err.contains("other than"), "{err}");
     assert_eq!(std::fs::read(dir.path().join("precious.txt")).unwrap(), b"keep me");
+}
+
+/// `floe demo --dir s3://...`: checkpoints on the S3 server, output on local disk; it
+/// crashes, recovers and verifies; a second run replaces the first one's checkpoints; then
+/// `inspect` and `verify` read the checkpoints on the URL it names. A prefix holding
+/// anything else is refused and keeps its object.
+#[test]
+fn demo_on_s3_crashes_recovers_verifies_and_the_tool_reads_it() {
+    let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
+        println!("skipped: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)");
+        return;
+    };
+    if !cfg!(any(feature = "cloud", feature = "s3")) {
+        println!("skipped: built without --features cloud or s3");
+        return;
+    }
+    common::create_bucket(&bucket);
+    let url = format!("{}/demo-cli-{}", bucket.trim_end_matches('/'), std::process::id());
+    let local = tempfile::tempdir().unwrap();
+    let out = local.path().join("out");
+    let outs = out.to_str().unwrap();
+    for crash in [true, false] {
+        let mut args = vec!["demo", "--dir", &url, "--output", outs, "--json"];
+        if !crash {
+            args.push("--no-crash");
+        }
+        args.extend(SMALL);
+        let (code, stdout, err) = floe(&args);
+        assert_eq!(code, 0, "{stdout}\n{err}");
+        let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(r["verified"], true, "{stdout}");
+        assert_eq!(r["object_storage"], true, "{stdout}");
+        assert_eq!(r["checkpoints_dir"], format!("{url}/checkpoints"), "{stdout}");
+        assert_eq!(r["output_dir"], outs, "{stdout}");
+        if crash {
+            assert!(r["crash"].as_str().unwrap().contains("injected failure"), "{stdout}");
+            assert!(r["recovered_from"].as_u64().is_some(), "{stdout}");
+        }
+        assert!(r["checkpoints_incremental"].as_u64().unwrap() >= 2, "{stdout}");
+        assert!(r["output_lines"].as_u64().unwrap() > 0);
+        // The output is local: published part files in the output directory.
+        assert!(
+            std::fs::read_dir(&out)
+                .unwrap()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("part-"))
+        );
+    }
+    let ck = format!("{url}/checkpoints");
+    let (code, stdout, err) = floe(&["inspect", &ck, "--json"]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let ids: Vec<u64> =
+        v["checkpoints"].as_array().unwrap().iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert!(!ids.is_empty(), "{stdout}");
+    let (code, stdout, err) = floe(&["verify", &ck]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(stdout.contains("OK:") && stdout.contains("0 problems"), "{stdout}");
+    // The text report names the URL for the tool and says where the output went.
+    let mut args = vec!["demo", "--dir", &url, "--output", outs, "--no-crash"];
+    args.extend(SMALL);
+    let (code, stdout, err) = floe(&args);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(stdout.contains("verdict: VERIFIED"), "{stdout}");
+    assert!(stdout.contains(&format!("next: floe inspect {ck}")), "{stdout}");
+    assert!(stdout.contains("output on local disk"), "{stdout}");
+
+    // A prefix holding anything but a previous demo (here the checkpoint directory itself):
+    // refused before anything is deleted.
+    let mut args = vec!["demo", "--dir", &ck, "--output", outs];
+    args.extend(SMALL);
+    let (code, _, err) = floe(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("other than a previous floe demo"), "{err}");
+    let (code, stdout, err) = floe(&["verify", &ck]);
+    assert_eq!(code, 0, "the refused demo left the checkpoints alone: {stdout}{err}");
+}
+
+#[test]
+fn demo_output_option_is_for_object_storage_and_refuses_foreign_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    let o = dir.path().join("out");
+    let mut args = vec!["demo", "--dir", d.to_str().unwrap(), "--output", o.to_str().unwrap()];
+    args.extend(SMALL);
+    let (code, _, err) = floe(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--output"), "{err}");
+    assert!(!d.exists() && !o.exists());
+    // memory:// runs in one process: the demo still crashes, recovers and verifies there.
+    std::fs::create_dir(&o).unwrap();
+    std::fs::write(o.join("precious.txt"), b"keep me").unwrap();
+    let mut args = vec!["demo", "--dir", "memory://demo/x", "--output", o.to_str().unwrap()];
+    args.extend(SMALL);
+    let (code, _, err) = floe(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("previous floe demo's output"), "{err}");
+    assert_eq!(std::fs::read(o.join("precious.txt")).unwrap(), b"keep me");
+    std::fs::remove_file(o.join("precious.txt")).unwrap();
+    let (code, stdout, err) = floe(&args);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(stdout.contains("verdict: VERIFIED"), "{stdout}");
+    assert!(stdout.contains("memory://demo/x/checkpoints"), "{stdout}");
 }

@@ -2,7 +2,7 @@
 //! system, the in-memory object store, and a real S3 API server (moto on loopback, when
 //! `FLOE_TEST_S3` names a bucket URL such as `s3://floe-test`; `.ci/run` starts the server
 //! and sets it with `AWS_ENDPOINT` and friends; the S3 tests print why they skip when it is
-//! unset, and need `--features cloud`). Round trips, retention with shared files,
+//! unset, and need `--features cloud`, or `--features s3`). Round trips, retention with shared files,
 //! recovery fallback, compaction, orphans and gc, bad input, and racing writers.
 
 mod common;
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Model, Rng, materialize};
+use common::{Model, Rng, create_bucket, materialize};
 use floe::checkpoint::io::{EntryKind, Io};
 use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target, restore_from_path};
 use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
@@ -94,8 +94,8 @@ fn place(medium: Medium, test: &str) -> Option<Place> {
                 );
                 return None;
             };
-            if !cfg!(feature = "cloud") {
-                println!("skipped {test} on S3: built without --features cloud");
+            if !cfg!(any(feature = "cloud", feature = "s3")) {
+                println!("skipped {test} on S3: built without --features cloud or s3");
                 return None;
             }
             create_bucket(&bucket);
@@ -103,27 +103,6 @@ fn place(medium: Medium, test: &str) -> Option<Place> {
             Some(Place { root: PathBuf::from(format!("{bucket}/{test}-{run}-{n}")), _tmp: None })
         }
     }
-}
-
-/// Creates the bucket on the loopback S3 server (`AWS_ENDPOINT`; moto takes unsigned
-/// requests). An existing bucket is fine.
-fn create_bucket(url: &str) {
-    static DONE: std::sync::Once = std::sync::Once::new();
-    DONE.call_once(|| {
-        let bucket = url.strip_prefix("s3://").unwrap().trim_end_matches('/');
-        let endpoint = std::env::var("AWS_ENDPOINT").expect("FLOE_TEST_S3 needs AWS_ENDPOINT");
-        let host =
-            endpoint.strip_prefix("http://").expect("a loopback http:// endpoint").trim_end_matches('/');
-        let mut s = std::net::TcpStream::connect(host).unwrap();
-        write!(s, "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut reply = String::new();
-        std::io::Read::read_to_string(&mut s, &mut reply).unwrap();
-        assert!(
-            reply.starts_with("HTTP/1.1 200") || reply.contains("BucketAlready"),
-            "create bucket: {reply}"
-        );
-    });
 }
 
 fn new_store() -> Store {

@@ -116,7 +116,7 @@ fn block_on<F: std::future::Future>(f: F) -> io::Result<F::Output> {
 
 /// Retries of transient errors (throttling, 5xx, timeouts, connection resets):
 /// exponential backoff from 100 ms to 15 s, at most 10 retries within 3 minutes.
-#[cfg(feature = "cloud")]
+#[cfg(any(feature = "cloud", feature = "s3"))]
 pub fn retry_config() -> object_store::RetryConfig {
     object_store::RetryConfig {
         backoff: object_store::BackoffConfig {
@@ -177,17 +177,24 @@ pub(crate) fn locate(dir: &Path) -> Result<Location> {
 }
 
 fn build_store(scheme: &str, bucket_url: &str) -> Result<Arc<dyn ObjectStore>> {
-    #[cfg(feature = "cloud")]
+    #[cfg(any(feature = "cloud", feature = "s3"))]
     let name = bucket_url.split_once("://").map_or(bucket_url, |(_, b)| b);
     match scheme {
         "memory" => Ok(Arc::new(object_store::memory::InMemory::new())),
-        #[cfg(feature = "cloud")]
-        "s3" => object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name(name)
-            .with_retry(retry_config())
-            .build()
-            .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
-            .map_err(|e| Error::InvalidConfig(format!("{bucket_url}: {e}"))),
+        #[cfg(any(feature = "cloud", feature = "s3"))]
+        "s3" => {
+            // The `s3` feature builds rustls without a default crypto provider: make ring
+            // the process default unless one is installed (by the embedder, or by `cloud`'s
+            // aws-lc-rs build, which reqwest then uses).
+            #[cfg(all(feature = "s3", not(feature = "cloud")))]
+            let _already_installed = rustls::crypto::ring::default_provider().install_default();
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(name)
+                .with_retry(retry_config())
+                .build()
+                .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+                .map_err(|e| Error::InvalidConfig(format!("{bucket_url}: {e}")))
+        }
         #[cfg(feature = "cloud")]
         "gs" => object_store::gcp::GoogleCloudStorageBuilder::from_env()
             .with_bucket_name(name)
@@ -203,7 +210,7 @@ fn build_store(scheme: &str, bucket_url: &str) -> Result<Arc<dyn ObjectStore>> {
             .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
             .map_err(|e| Error::InvalidConfig(format!("{bucket_url}: {e}"))),
         _ => Err(Error::InvalidConfig(format!(
-            "{bucket_url}: this floe was built without {scheme}:// support (build with `--features cloud`)"
+            "{bucket_url}: this floe was built without {scheme}:// support (build with `--features cloud`; or `--features s3` for s3:// alone)"
         ))),
     }
 }

@@ -161,7 +161,7 @@ impl CheckpointStorage {
     /// Opens (creating if needed) a checkpoint directory as its one writer: a local path
     /// (or `file:///...`) on the real file system, or a prefix of object storage
     /// (`memory://NAME/prefix`; `s3://bucket/prefix`, `gs://...`, `az://container/...` with
-    /// the `cloud` feature, configured from the environment as object_store reads it:
+    /// the `cloud` feature, `s3://` also with `s3`, configured from the environment as object_store reads it:
     /// `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `AWS_REGION`, credentials, ...).
     pub fn open(root: impl AsRef<Path>, config: StorageConfig) -> Result<Arc<Self>> {
         let (root, io) = super::object::resolve(root.as_ref())?;

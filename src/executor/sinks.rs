@@ -689,6 +689,12 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
     }
 }
 
+/// True when `name` is a name the file sink writes (staged, pending, published or
+/// direct output): `floe demo` clears only such files from a previous run's output.
+pub(crate) fn is_sink_file_name(name: &str) -> bool {
+    SinkFile::parse(name).is_some()
+}
+
 /// Every published line of a file sink's output directory: the lines of its
 /// `part-<checkpoint:020>-<subtask>` files by (checkpoint, subtask), then of its
 /// `part-direct-<subtask>` files by subtask. Files whose names are not the sink's exact

@@ -100,3 +100,29 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// Creates the bucket on the loopback S3 server (`AWS_ENDPOINT`; moto takes unsigned
+/// requests). An existing bucket is fine.
+pub fn create_bucket(url: &str) {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let bucket = url.strip_prefix("s3://").unwrap().trim_end_matches('/');
+        let endpoint = std::env::var("AWS_ENDPOINT").expect("FLOE_TEST_S3 needs AWS_ENDPOINT");
+        let host =
+            endpoint.strip_prefix("http://").expect("a loopback http:// endpoint").trim_end_matches('/');
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        std::io::Write::write_fmt(
+            &mut s,
+            format_args!(
+                "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            ),
+        )
+        .unwrap();
+        let mut reply = String::new();
+        std::io::Read::read_to_string(&mut s, &mut reply).unwrap();
+        assert!(
+            reply.starts_with("HTTP/1.1 200") || reply.contains("BucketAlready"),
+            "create bucket: {reply}"
+        );
+    });
+}
