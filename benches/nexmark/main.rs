@@ -161,6 +161,22 @@ pub struct Row {
     pub problems: Vec<String>,
 }
 
+/// A timed, failure-free run of `q` at `interval_ms` (`None`: checkpointing off).
+fn run_config(a: &Args, q: &str, interval_ms: Option<u64>, dir: &std::path::Path) -> RunConfig {
+    RunConfig {
+        query: q.to_string(),
+        events: a.events,
+        parallelism: a.parallelism,
+        interval: interval_ms.map(Duration::from_millis),
+        fail_after: None,
+        sink_fail: None,
+        disorder: 1,
+        keep_rows: false,
+        dir: dir.to_path_buf(),
+        measure_state: false,
+    }
+}
+
 fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
     let mut row = Row { query: q.to_string(), ..Row::default() };
     let mut digests = Vec::new();
@@ -173,18 +189,7 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
         let mut eps = Vec::new();
         for r in 0..a.runs {
             let dir = scratch.join(format!("{q}-{}-{r}", interval.map_or("off".into(), |i| i.to_string())));
-            let c = RunConfig {
-                query: q.to_string(),
-                events: a.events,
-                parallelism: a.parallelism,
-                interval: interval.map(Duration::from_millis),
-                fail_after: None,
-                sink_fail: None,
-                disorder: 1,
-                keep_rows: false,
-                dir: dir.clone(),
-                measure_state: false,
-            };
+            let c = run_config(a, q, interval, &dir);
             match run(&c) {
                 Ok(res) => {
                     eps.push(a.events as f64 / res.job.elapsed.as_secs_f64());
@@ -228,18 +233,7 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
     // The state mid-run, in one more run at the shortest interval (not timed).
     if let Some(interval) = shortest.filter(|_| !queries::is_stateless(q)) {
         let dir = scratch.join(format!("{q}-state"));
-        let c = RunConfig {
-            query: q.to_string(),
-            events: a.events,
-            parallelism: a.parallelism,
-            interval: Some(Duration::from_millis(interval)),
-            fail_after: None,
-            sink_fail: None,
-            disorder: 1,
-            keep_rows: false,
-            dir: dir.clone(),
-            measure_state: true,
-        };
+        let c = RunConfig { measure_state: true, ..run_config(a, q, Some(interval), &dir) };
         match run(&c).map(|r| r.state) {
             Ok(Some(f)) => match f.error {
                 Some(e) => row.problems.push(format!("{q}: measuring checkpoint {}: {e}", f.checkpoint)),
@@ -258,18 +252,7 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
     // One failure, at the shortest interval: recovery, and the output against the others.
     if let Some(interval) = shortest {
         let dir = scratch.join(format!("{q}-failure"));
-        let c = RunConfig {
-            query: q.to_string(),
-            events: a.events,
-            parallelism: a.parallelism,
-            interval: Some(Duration::from_millis(interval)),
-            fail_after: Some(3),
-            sink_fail: None,
-            disorder: 1,
-            keep_rows: false,
-            dir: dir.clone(),
-            measure_state: false,
-        };
+        let c = RunConfig { fail_after: Some(3), ..run_config(a, q, Some(interval), &dir) };
         match run(&c) {
             Ok(res) => {
                 if !res.failure_fired || res.job.restarts != 1 {

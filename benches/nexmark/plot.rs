@@ -121,15 +121,7 @@ fn rate(v: f64) -> String {
 }
 
 fn bytes(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{:.1} GB", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.1} MB", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.0} kB", v / 1e3)
-    } else {
-        format!("{v:.0} B")
-    }
+    crate::fmt_bytes(v)
 }
 
 fn ms(v: f64) -> String {
