@@ -13,15 +13,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Model, Rng, create_bucket, materialize};
+use common::chain::{checkpoint, evolve, in_range, new_store, recover_model};
+use common::{Model, create_bucket, materialize};
+use floe::KeyGroupRange;
 use floe::checkpoint::io::{EntryKind, Io};
 use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target, restore_from_path};
-use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
-use floe::{KeyGroupRange, StateId};
-
-const V: StateId = StateId::from_index(0);
-const L: StateId = StateId::from_index(1);
-const M: StateId = StateId::from_index(2);
+use floe::state::StoreConfig;
 
 /// A fresh, empty checkpoint location on one medium (its temp dir kept alive).
 struct Place {
@@ -105,58 +102,6 @@ fn place(medium: Medium, test: &str) -> Option<Place> {
     }
 }
 
-fn new_store() -> Store {
-    let mut s = Store::with_config(StoreConfig::default()).unwrap();
-    s.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
-    s.register(StateDescriptor::raw("l", StateKind::List)).unwrap();
-    s.register(StateDescriptor::raw("m", StateKind::Map)).unwrap();
-    s
-}
-
-fn evolve(store: &mut Store, seed: u64, round: u64, ops: u64, keys: u64) {
-    let mut rng = Rng::new(seed.wrapping_mul(1_000_003).wrapping_add(round));
-    for _ in 0..ops {
-        let k = format!("key-{}", rng.below(keys.max(1))).into_bytes();
-        match rng.below(10) {
-            0..=3 => store.put(V, &k, &rng.bytes(20)).unwrap(),
-            4 => {
-                store.delete(V, &k).unwrap();
-            }
-            5 => store.list_append(L, &k, &rng.bytes(5)).unwrap(),
-            6 => {
-                store.delete(L, &k).unwrap();
-            }
-            7 | 8 => store.map_put(M, &k, &rng.bytes(1), &rng.bytes(6)).unwrap(),
-            _ => {
-                store.map_remove(M, &k, &rng.bytes(1)).unwrap();
-            }
-        }
-    }
-}
-
-fn checkpoint(storage: &Arc<CheckpointStorage>, cp: &mut Checkpointer, store: &mut Store, id: u64) -> Model {
-    let pending = cp.snapshot(store, id, Target::Checkpoint).unwrap();
-    let model = materialize(&store.snapshot());
-    let (handle, _) = pending.wait().unwrap();
-    let sources = BTreeMap::from([("src".to_string(), id.to_le_bytes().to_vec())]);
-    storage.commit(id, Target::Checkpoint, vec![handle.clone()], sources, BTreeMap::new()).unwrap();
-    cp.notify_complete(id, &handle, store);
-    model
-}
-
-fn recover_model(root: &Path, id: u64, config: StoreConfig) -> Model {
-    let path = root.join(format!("chk-{id:020}.manifest"));
-    let mut r = restore_from_path(&path, "op", config).unwrap();
-    materialize(&r.store.snapshot())
-}
-
-fn in_range(m: &Model, range: KeyGroupRange, maxp: u32) -> Model {
-    m.iter()
-        .filter(|((_, k), _)| range.contains(floe::state::key_group(k, maxp)))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
 /// Full checkpoint and chains of increments recover equal to the model, by path (a URL on
 /// object storage), through a new handle, and by key-group range.
 fn round_trip(m: Medium) {
@@ -164,7 +109,7 @@ fn round_trip(m: Medium) {
     let config = StorageConfig { num_retained: 50, ..StorageConfig::default() };
     let storage = CheckpointStorage::open(p.path(), config.clone()).unwrap();
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    let mut store = new_store();
+    let mut store = new_store(StoreConfig::default());
     let mut models = Vec::new();
     for round in 1..=6u64 {
         evolve(&mut store, 11, round, if round == 1 { 6000 } else { 300 }, 2000);
@@ -199,7 +144,7 @@ fn retention_with_shared_files(m: Medium) {
     };
     let storage = CheckpointStorage::open(p.path(), config).unwrap();
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    let mut store = new_store();
+    let mut store = new_store(StoreConfig::default());
     let mut models = BTreeMap::new();
     for id in 1..=12u64 {
         evolve(&mut store, 5, id, 60, 200);
@@ -234,7 +179,7 @@ fn recovery_fallback(m: Medium) {
     };
     let storage = CheckpointStorage::open(p.path(), config).unwrap();
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    let mut store = new_store();
+    let mut store = new_store(StoreConfig::default());
     evolve(&mut store, 3, 1, 400, 200);
     let model1 = checkpoint(&storage, &mut cp, &mut store, 1);
     evolve(&mut store, 3, 2, 400, 200);
@@ -263,7 +208,7 @@ fn compaction(m: Medium) {
     };
     let storage = CheckpointStorage::open(p.path(), config).unwrap();
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    let mut store = new_store();
+    let mut store = new_store(StoreConfig::default());
     let mut model = Model::default();
     for id in 1..=4u64 {
         evolve(&mut store, 9, id, if id == 1 { 3000 } else { 50 }, 1000);
@@ -285,7 +230,7 @@ fn orphans_and_gc(m: Medium) {
     let Some(p) = place(m, "gc") else { return };
     let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    let mut store = new_store();
+    let mut store = new_store(StoreConfig::default());
     evolve(&mut store, 4, 1, 300, 100);
     checkpoint(&storage, &mut cp, &mut store, 1);
     evolve(&mut store, 4, 2, 300, 100);
@@ -328,7 +273,7 @@ fn bad_input(m: Medium) {
     let Some(p) = place(m, "bad-input") else { return };
     let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    let mut store = new_store();
+    let mut store = new_store(StoreConfig::default());
     evolve(&mut store, 2, 1, 300, 100);
     let model = checkpoint(&storage, &mut cp, &mut store, 1);
     let garbage = "chk-00000000000000000009.manifest";
@@ -367,9 +312,9 @@ fn racing_writers(m: Medium) {
     };
     for round in 0..4u64 {
         let id = 10 + round;
-        let mut sa = new_store();
+        let mut sa = new_store(StoreConfig::default());
         evolve(&mut sa, 1, round, 300, 100);
-        let mut sb = new_store();
+        let mut sb = new_store(StoreConfig::default());
         evolve(&mut sb, 2, round, 300, 100);
         // Different operators (distinct data files), so both writers reach the manifest.
         let ha = a.write_state(id, Target::Checkpoint, "op", 0, &sa.snapshot(), None).unwrap();
@@ -412,7 +357,7 @@ fn racing_writers(m: Medium) {
         );
     }
     // The manifest alone decides: b commits the same id naming a's files, after a did.
-    let mut s = new_store();
+    let mut s = new_store(StoreConfig::default());
     evolve(&mut s, 4, 8, 300, 100);
     let want = materialize(&s.snapshot());
     let h = a.write_state(30, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap();
@@ -431,7 +376,7 @@ fn racing_writers(m: Medium) {
     let mut r = restore_from_path(&a.manifest_path(30), "op", StoreConfig::default()).unwrap();
     assert_eq!(materialize(&r.store.snapshot()), want);
     // The same operator on both: the data file's create-only put already decides.
-    let mut s = new_store();
+    let mut s = new_store(StoreConfig::default());
     evolve(&mut s, 3, 9, 300, 100);
     a.write_state(40, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap();
     let err = b.write_state(40, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap_err();

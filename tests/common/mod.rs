@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: a seeded generator and seed selection.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod chain;
+
 /// SplitMix64: small, fast, and good enough to drive randomized tests reproducibly.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
