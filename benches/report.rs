@@ -22,6 +22,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use common::fmt_bytes;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -145,18 +147,6 @@ fn fmt_ms(s: f64) -> String {
         format!("{ms:.1}")
     } else {
         format!("{ms:.0}")
-    }
-}
-
-fn fmt_bytes(b: f64) -> String {
-    if b >= 1e9 {
-        format!("{:.2} GB", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{:.2} MB", b / 1e6)
-    } else if b >= 1e3 {
-        format!("{:.1} kB", b / 1e3)
-    } else {
-        format!("{b:.0} B")
     }
 }
 

@@ -1,4 +1,6 @@
-//! Baselines shared by the benchmarks (included with `#[path]`; not a bench target).
+//! Baselines and formatting shared by the benchmarks (included with `#[path]`; not a bench
+//! target).
+#![allow(dead_code, reason = "each bench uses a different subset")]
 
 use std::io::Write;
 use std::path::Path;
@@ -23,4 +25,17 @@ pub fn raw_write_fsync(dir: &Path, bytes: u64) -> Duration {
     drop(f);
     std::fs::remove_file(&path).unwrap();
     d
+}
+
+/// Bytes in decimal units with three significant digits or so: "1.25 MB", "537.0 kB".
+pub fn fmt_bytes(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
 }

@@ -7,6 +7,8 @@
 //!
 //! See docs/nexmark.md for what each column means and how it is measured.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod events;
 mod plot;
 mod queries;
@@ -284,18 +286,9 @@ fn measure(a: &Args, q: &str, scratch: &std::path::Path) -> Row {
     row
 }
 
+/// `common::fmt_bytes`, and "-" for a figure that was not measured (NaN).
 fn fmt_bytes(b: f64) -> String {
-    if !b.is_finite() {
-        "-".into()
-    } else if b >= 1e9 {
-        format!("{:.2} GB", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{:.2} MB", b / 1e6)
-    } else if b >= 1e3 {
-        format!("{:.1} kB", b / 1e3)
-    } else {
-        format!("{b:.0} B")
-    }
+    if b.is_finite() { common::fmt_bytes(b) } else { "-".into() }
 }
 
 fn fmt_rate(r: f64) -> String {
