@@ -2,8 +2,9 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "common/largest_allocation.rs"]
+mod largest_allocation;
+
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -17,51 +18,7 @@ use floe::checkpoint::{
 };
 use floe::format::{DataFile, FileKind, MAX_BLOCK_LEN, Manifest, compression};
 use floe::state::{StateDescriptor, StateKind, Store, StoreConfig};
-
-// ---- allocation tracking: the largest single allocation made by the current thread ----
-
-struct Tracking;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = LARGEST.try_with(|c| c.set(c.get().max(size)));
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only records sizes.
-unsafe impl GlobalAlloc for Tracking {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Tracking = Tracking;
-
-/// Runs `f`, returning its result and the largest single allocation it made on this thread.
-fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|c| c.set(0));
-    let r = f();
-    (r, LARGEST.with(Cell::get))
-}
+use largest_allocation::largest_allocation;
 
 // ---- the undamaged directory ----------------------------------------------------------
 

@@ -6,8 +6,9 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "common/largest_allocation.rs"]
+mod largest_allocation;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,58 +22,7 @@ use floe::checkpoint::{
 };
 use floe::format::Manifest;
 use floe::state::{StateDescriptor, StateId, StateKind, Store, StoreConfig};
-
-// ---- The largest allocation, per thread ----------------------------------------------
-
-/// Records the largest single allocation (or reallocation) each thread asks for, so that a
-/// test can show that a hostile length never reaches the allocator.
-struct Counting;
-
-thread_local! {
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = LARGEST.try_with(|l| {
-        if size > l.get() {
-            l.set(size);
-        }
-    });
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the bookkeeping only
-// touches a thread-local `Cell<usize>`, which neither allocates nor has a destructor.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: the caller's contract is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// The largest allocation this thread made while `f` ran.
-fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|l| l.set(0));
-    let out = f();
-    (out, LARGEST.with(Cell::get))
-}
+use largest_allocation::largest_allocation;
 
 // ---- Helpers ---------------------------------------------------------------------------
 
