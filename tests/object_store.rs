@@ -386,6 +386,117 @@ fn racing_writers(m: Medium) {
     );
 }
 
+/// Object storage reads ranges: a restore of a quarter of the key groups fetches little
+/// more than a quarter of the files (header, index and the blocks of its groups), a whole
+/// restore fetches about all of it, both equal to the model; a damaged block, which no
+/// frame checksum covers, fails the restore that reads it, and recovery falls back to the
+/// older checkpoint naming the file and the block's offset. On a local disk files are
+/// mapped whole, which the same assertions of state cover.
+fn ranged_reads(m: Medium) {
+    static N: AtomicU64 = AtomicU64::new(0);
+    // Its own bucket on memory://, so no other test's requests count in its statistics.
+    let p = match m {
+        Medium::Memory => {
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            Place { root: PathBuf::from(format!("memory://ranged-{n}/cp")), _tmp: None }
+        }
+        _ => match place(m, "ranged") {
+            Some(p) => p,
+            None => return,
+        },
+    };
+    // Every checkpoint a new full file, so that damaging 2's leaves 1 intact.
+    let config = StorageConfig {
+        policy: floe::checkpoint::ChainPolicy { max_increments: 0, max_chain_ratio: 0.0 },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(p.path(), config).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    // One value state of incompressible 256-byte values: ~6 MiB, a few blocks per group.
+    let mut store = floe::state::Store::with_config(StoreConfig::default()).unwrap();
+    let v = store.register(floe::state::StateDescriptor::raw("v", floe::state::StateKind::Value)).unwrap();
+    let mut rng = common::Rng::new(21);
+    let mut value = || (0..32).flat_map(|_| rng.next_u64().to_le_bytes()).collect::<Vec<u8>>();
+    for i in 0..24_000u32 {
+        store.put(v, format!("key-{i}").as_bytes(), &value()).unwrap();
+    }
+    let model1 = checkpoint(&storage, &mut cp, &mut store, 1);
+    for i in (0..24_000u32).step_by(10) {
+        store.put(v, format!("key-{i}").as_bytes(), &value()).unwrap();
+    }
+    let model2 = checkpoint(&storage, &mut cp, &mut store, 2);
+    let manifest = storage.read_manifest(2).unwrap();
+    let [file] = manifest.files.as_slice() else { panic!("one file: {:?}", manifest.files) };
+    assert!(file.size > 5 << 20, "a file of {} bytes is too small to tell ranges apart", file.size);
+    let stats = floe::checkpoint::object::stats_of(p.path());
+    let fetched = || stats.as_ref().map(|s| s.bytes_got.load(Ordering::Relaxed));
+    let quarter = KeyGroupRange::for_instance(128, 4, 1).unwrap();
+    let qconfig = StoreConfig { max_parallelism: 128, key_groups: quarter };
+
+    let before = fetched();
+    let mut r = storage.recover("op", qconfig).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 2);
+    assert_eq!(materialize(&r.store.snapshot()), in_range(&model2, quarter, 128));
+    if let (Some(b), Some(a), Medium::Memory) = (before, fetched(), m) {
+        let share = (a - b) as f64 / file.size as f64;
+        println!("a quarter of the key groups fetched {} of {} bytes ({share:.2})", a - b, file.size);
+        assert!(share < 0.30, "a quarter of the key groups fetched {share:.2} of the file");
+    }
+    let before = fetched();
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(materialize(&r.store.snapshot()), model2);
+    if let (Some(b), Some(a), Medium::Memory) = (before, fetched(), m) {
+        let share = (a - b) as f64 / file.size as f64;
+        assert!((0.9..1.2).contains(&share), "a whole restore fetched {share:.2} of the file");
+    }
+
+    // Damage one block of key group 0 (in the quarter 0..32, outside 32..64).
+    let mut bytes = p.get(&file.path);
+    let df = floe::format::DataFile::from_bytes(Path::new(&file.path), bytes.clone()).unwrap();
+    let block = *df.blocks().iter().find(|b| b.key_group == 0).unwrap();
+    bytes[block.offset as usize + block.stored_len as usize / 2] ^= 0x40;
+    p.put(&file.path, &bytes);
+    // A restore of groups it does not read does not see the damage (only what is read
+    // is checked on object storage; `floe verify` checks every byte).
+    let r = storage.recover("op", qconfig).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, if matches!(m, Medium::Local) { 1 } else { 2 });
+    // A restore that reads the block falls back to checkpoint 1.
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 1);
+    assert_eq!(materialize(&r.store.snapshot()), model1);
+    let [skipped] = r.report.skipped.as_slice() else { panic!("{:?}", r.report.skipped) };
+    assert_eq!(skipped.checkpoint_id, 2);
+    match &*skipped.error {
+        floe::Error::Corrupt { path, offset, .. } => {
+            assert_eq!(path, &p.path().join(&file.path));
+            // Local: the whole-file CRC at selection (offset 0); objects: the block.
+            let want = if matches!(m, Medium::Local) { 0 } else { block.offset };
+            assert_eq!(*offset, want, "{}", skipped.error);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A data file whose index is longer than the tail fetched first (many small blocks):
+/// the ranged reader fetches the rest of the index and restores the same state.
+fn long_index(m: Medium) {
+    let Some(p) = place(m, "long-index") else { return };
+    let config = StorageConfig { block_target: 256, ..StorageConfig::default() };
+    let storage = CheckpointStorage::open(p.path(), config).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store(StoreConfig::default());
+    evolve(&mut store, 5, 1, 40_000, 20_000);
+    let model = checkpoint(&storage, &mut cp, &mut store, 1);
+    let manifest = storage.read_manifest(1).unwrap();
+    let bytes = p.get(&manifest.files[0].path);
+    let df = floe::format::DataFile::from_bytes(Path::new("f"), bytes).unwrap();
+    let index_len = df.blocks().len() as u64 * 56;
+    assert!(index_len > floe::checkpoint::object::TAIL, "index of ~{index_len} bytes");
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 1);
+    assert_eq!(materialize(&r.store.snapshot()), model);
+}
+
 macro_rules! on_every_medium {
     ($($name:ident),* $(,)?) => {
         mod local { $(#[test] fn $name() { super::$name(super::Medium::Local) })* }
@@ -401,5 +512,7 @@ on_every_medium!(
     compaction,
     orphans_and_gc,
     bad_input,
-    racing_writers
+    racing_writers,
+    ranged_reads,
+    long_index
 );

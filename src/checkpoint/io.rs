@@ -132,6 +132,15 @@ pub enum Opened {
     Memory(io::Cursor<Vec<u8>>),
 }
 
+/// A data file opened for reading ([`Io::open_data`]): whole, or (object storage) only
+/// its head and tail, the blocks to be fetched by range as a reader needs them.
+pub enum DataOpen {
+    /// Opened whole (a local file, which is then mapped; a small object).
+    Whole(Opened),
+    /// Only ranges fetched.
+    Ranges(crate::format::RangedParts),
+}
+
 impl Opened {
     /// The length in bytes.
     pub fn len(&self) -> io::Result<u64> {
@@ -198,6 +207,13 @@ pub trait Io: Send + Sync + 'static {
     /// Opens a regular file for reading: a link, FIFO, socket or device is refused
     /// (`Error::Corrupt` naming what it is) without blocking.
     fn open_read(&self, path: &Path) -> Result<Opened>;
+    /// Opens a data file that a manifest lists as `listed_size` bytes, to read only the
+    /// ranges a reader needs where a range read is cheaper than the whole (object storage:
+    /// a rescaled instance fetches only its key groups). The default opens it whole.
+    fn open_data(&self, path: &Path, listed_size: u64) -> Result<DataOpen> {
+        let _ = listed_size;
+        Ok(DataOpen::Whole(self.open_read(path)?))
+    }
 }
 
 /// Renames without replacing: `renameat2(RENAME_NOREPLACE)`; where the file system does

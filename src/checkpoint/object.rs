@@ -16,8 +16,12 @@
 //!   offers no create-only completion of a multipart upload: the name was checked free
 //!   before the upload began, and the manifest, always small, is the create-only put that
 //!   decides.)
-//! - **Reads** fetch the whole object into memory (a data file is parsed in place; the
-//!   selection of a checkpoint checks every file's whole-file CRC-32 anyway).
+//! - **Reads** of a data file ([`Io::open_data`]) fetch its last [`TAIL`] bytes (index
+//!   and footer; one request, which also reports the object's size) and its header; a
+//!   reader then fetches the blocks of the key groups it needs, coalesced into ranges
+//!   that are at most [`COALESCE`] apart and fetched [`RANGES_IN_FLIGHT`] at a time, so a
+//!   rescaled instance reads only its key groups. A data file no longer than [`TAIL`], and
+//!   every other object (manifests, channel-state files), is fetched whole.
 //! - **Folders** are prefixes: creating, syncing or removing one does nothing; a listing
 //!   is one delimited list request; `stat` of a folder is a head, then a list.
 //! - **Retries**: object_store retries throttling, 5xx and transport errors with
@@ -37,7 +41,7 @@ use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use parking_lot::Mutex;
 
-use super::io::{DataSyncer, DirEntry, EntryKind, Io, IoFile, Medium, Opened};
+use super::io::{DataOpen, DataSyncer, DirEntry, EntryKind, Io, IoFile, Medium, Opened};
 use crate::error::{Error, Result};
 
 /// Size of one multipart part, and the largest file written with one put (S3 needs parts
@@ -45,6 +49,15 @@ use crate::error::{Error, Result};
 pub const PART: usize = 8 << 20;
 /// Parts of one file uploading at once.
 pub const IN_FLIGHT: usize = 2;
+/// Bytes fetched from the end of a data file when it is opened: its index and footer
+/// (an index is 32 bytes per block, so this covers files of ~2000 blocks in one request;
+/// a longer index costs one more).
+pub const TAIL: u64 = 64 << 10;
+/// Ranges of blocks at most this far apart are fetched as one (the bytes between cost
+/// less than another request: object_store's own default).
+pub const COALESCE: u64 = 1 << 20;
+/// Range requests of one reader in flight at once.
+pub const RANGES_IN_FLIGHT: usize = 8;
 
 /// Requests an [`ObjectIo`] made (shared by the handles on one store; the benchmark
 /// prints them).
@@ -506,6 +519,105 @@ impl Io for ObjectIo {
         self.bucket.stats.gets.fetch_add(1, Ordering::Relaxed);
         self.bucket.stats.bytes_got.fetch_add(got.len() as u64, Ordering::Relaxed);
         Ok(Opened::Memory(io::Cursor::new(Vec::from(got))))
+    }
+    fn open_data(&self, path: &Path, _listed_size: u64) -> Result<DataOpen> {
+        let key = self.key(path).map_err(|e| Error::io("open", path, e))?;
+        let opts = object_store::GetOptions {
+            range: Some(object_store::GetRange::Suffix(TAIL)),
+            ..Default::default()
+        };
+        let (len, tail) = block_on(async {
+            let r = self.store().get_opts(&key, opts).await?;
+            let len = r.meta.size;
+            r.bytes().await.map(|b| (len, b))
+        })
+        .map_err(|e| Error::io("get", path, e))?
+        .map_err(|e| Error::io("get", path, io_err(e)))?;
+        self.bucket.stats.gets.fetch_add(1, Ordering::Relaxed);
+        self.bucket.stats.bytes_got.fetch_add(tail.len() as u64, Ordering::Relaxed);
+        let tail = Vec::from(tail);
+        if tail.len() as u64 >= len {
+            return Ok(DataOpen::Whole(Opened::Memory(io::Cursor::new(tail))));
+        }
+        let source = Arc::new(ObjectRanges {
+            store: Arc::clone(&self.bucket.store),
+            stats: Arc::clone(&self.bucket.stats),
+            key,
+        });
+        let tail_start = len - tail.len() as u64;
+        let head_len = (crate::format::DATA_HEADER_LEN as u64).min(tail_start);
+        let mut head = crate::format::RangeSource::read_range(&*source, 0..head_len)
+            .map_err(|e| Error::io("get", path, e))?;
+        if head_len < crate::format::DATA_HEADER_LEN as u64 {
+            // Head and tail meet: that is the whole object.
+            head.extend_from_slice(&tail);
+            return Ok(DataOpen::Whole(Opened::Memory(io::Cursor::new(head))));
+        }
+        Ok(DataOpen::Ranges(crate::format::RangedParts { len, head, tail_start, tail, source }))
+    }
+}
+
+/// Range reads of one object (a ranged data file's blocks).
+struct ObjectRanges {
+    store: Arc<dyn ObjectStore>,
+    stats: Arc<ObjectStats>,
+    key: Key,
+}
+
+impl crate::format::RangeSource for ObjectRanges {
+    fn read_ranges(&self, ranges: &[std::ops::Range<u64>]) -> io::Result<Vec<Vec<u8>>> {
+        // Coalesce (in offset order), fetch the merged ranges a few at a time, then cut
+        // each asked range out of the merged range holding it.
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_by_key(|&i| ranges[i].start);
+        let mut merged: Vec<std::ops::Range<u64>> = Vec::new();
+        for &i in &order {
+            let r = &ranges[i];
+            match merged.last_mut() {
+                Some(m) if r.start <= m.end.saturating_add(COALESCE) => m.end = m.end.max(r.end),
+                _ => merged.push(r.clone()),
+            }
+        }
+        let rt = runtime()?;
+        let mut fetched: Vec<Vec<u8>> = Vec::with_capacity(merged.len());
+        for wave in merged.chunks(RANGES_IN_FLIGHT) {
+            let handles: Vec<_> = wave
+                .iter()
+                .map(|m| {
+                    let (store, key, m) = (Arc::clone(&self.store), self.key.clone(), m.clone());
+                    rt.spawn(async move { store.get_range(&key, m).await })
+                })
+                .collect();
+            for h in handles {
+                let b = rt
+                    .block_on(h)
+                    .map_err(|e| io::Error::other(format!("range read of {}: {e}", self.key)))?
+                    .map_err(io_err)?;
+                self.stats.gets.fetch_add(1, Ordering::Relaxed);
+                self.stats.bytes_got.fetch_add(b.len() as u64, Ordering::Relaxed);
+                fetched.push(Vec::from(b));
+            }
+        }
+        let mut out = vec![Vec::new(); ranges.len()];
+        for (i, r) in ranges.iter().enumerate() {
+            // The merged range holding `r`: the last one starting at or before it.
+            let m = merged.partition_point(|m| m.start <= r.start).saturating_sub(1);
+            let (Some(mr), Some(bytes)) = (merged.get(m), fetched.get(m)) else {
+                return Err(io::Error::other("no range fetched"));
+            };
+            let (lo, hi) =
+                (r.start.saturating_sub(mr.start) as usize, r.end.saturating_sub(mr.start) as usize);
+            match bytes.get(lo..hi) {
+                Some(b) => out[i] = b.to_vec(),
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{}: bytes {}..{} past the end of the object", self.key, r.start, r.end),
+                    ));
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

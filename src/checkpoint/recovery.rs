@@ -72,6 +72,11 @@ pub(crate) fn open_listed(
 ) -> Result<super::io::Opened> {
     let file = io.open_read(path)?;
     let len = file.len().map_err(|e| Error::io("stat", path, e))?;
+    check_listed_size(path, len, fref)?;
+    Ok(file)
+}
+
+fn check_listed_size(path: &Path, len: u64, fref: &crate::format::FileRef) -> Result<()> {
     if len != fref.size {
         return Err(Error::corrupt(
             path,
@@ -79,7 +84,24 @@ pub(crate) fn open_listed(
             format!("file is {len} bytes, the manifest says {}", fref.size),
         ));
     }
-    Ok(file)
+    Ok(())
+}
+
+/// Opens a data file a manifest lists, as [`open_listed`] does, but through
+/// [`Io::open_data`]: on object storage only its head and tail are fetched here, and the
+/// blocks later by range.
+pub(crate) fn open_listed_data(io: &dyn Io, path: &Path, fref: &crate::format::FileRef) -> Result<DataFile> {
+    match io.open_data(path, fref.size)? {
+        super::io::DataOpen::Whole(file) => {
+            let len = file.len().map_err(|e| Error::io("stat", path, e))?;
+            check_listed_size(path, len, fref)?;
+            data_file(file, path)
+        }
+        super::io::DataOpen::Ranges(parts) => {
+            check_listed_size(path, parts.len, fref)?;
+            DataFile::from_ranges(path, parts)
+        }
+    }
 }
 
 /// A data file from what [`Io::open_read`] opened: a local file is mapped, an object's
@@ -142,7 +164,7 @@ pub(crate) fn open_chain_with(
             .copied()
             .ok_or_else(|| Error::corrupt(dir, 0, format!("chain file {rel} not listed in the manifest")))?;
         let path = dir.join(rel);
-        let f = data_file(open_listed(io, &path, fref)?, &path)?;
+        let f = open_listed_data(io, &path, fref)?;
         let place = crate::format::chain::ChainPlace {
             op,
             position: i,
@@ -171,6 +193,10 @@ pub fn load_chain(
     range: KeyGroupRange,
 ) -> Result<()> {
     let range = range.intersect(&op.key_groups);
+    // A ranged file (object storage) fetches the blocks of these key groups in one batch.
+    for f in files {
+        f.prefetch(range)?;
+    }
     for d in &op.states {
         let id = store.register(d.clone())?;
         // The state's index in each file (absent: the state held nothing then).
@@ -445,7 +471,8 @@ impl CheckpointStorage {
     /// in which every operator instance's chain reads: the manifest is valid, every
     /// operator's instances cover its key groups exactly once, every chain file is a regular
     /// file of the listed size whose header fits its place in the chain and whose whole
-    /// CRC-32 matches the manifest, and so is every channel-state file (in-flight records). Used by [`CheckpointStorage::recover`], the executor's
+    /// CRC-32 matches the manifest (a file read by ranges, on object storage: whose
+    /// header and index checksums hold; its blocks are checked as they are restored), and so is every channel-state file (in-flight records). Used by [`CheckpointStorage::recover`], the executor's
     /// restarts and the tool's default id, so all operators always come from one
     /// checkpoint. It falls back only over permanent damage
     /// ([`Error::is_permanent_damage`]), naming each skipped checkpoint; any other error
@@ -484,8 +511,12 @@ impl CheckpointStorage {
                 if !checked.insert(rel.as_str()) {
                     continue;
                 }
+                // A file of which only ranges are read (object storage) has no whole-file
+                // CRC-32 to compare: its header, index and footer checksums were checked
+                // on opening, its size is the listed one, and each block's checksum is
+                // checked when it is read (a bad block at restore falls back like this).
                 let want = m.file(rel).map_or(0, |r| r.crc32);
-                let got = f.whole_crc32();
+                let Some(got) = f.whole_crc32() else { continue };
                 if got != want {
                     return Err(Error::corrupt(
                         f.path(),

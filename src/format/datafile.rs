@@ -440,20 +440,108 @@ impl<W: Write> DataFileWriter<W> {
     }
 }
 
-/// Bytes of an opened file: memory-mapped, or read into memory when mapping fails.
+/// Bytes of an opened file: memory-mapped, read into memory when mapping fails, or (an
+/// object on object storage) only the ranges a reader needs.
 enum FileBytes {
     Mapped(memmap2::Mmap),
     Owned(Vec<u8>),
+    Ranged(Box<Ranged>),
 }
 
-impl std::ops::Deref for FileBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            FileBytes::Mapped(m) => m,
-            FileBytes::Owned(v) => v,
+/// Reads byte ranges of one file or object: what a ranged [`DataFile`] fetches its blocks
+/// with (the object-storage backend implements it; `checkpoint::io::DataOpen`).
+pub trait RangeSource: Send + Sync {
+    /// The bytes of each range (offsets in the file), in order; each exactly as long as
+    /// its range.
+    fn read_ranges(&self, ranges: &[std::ops::Range<u64>]) -> std::io::Result<Vec<Vec<u8>>>;
+
+    /// The bytes of one range, exactly as long as it.
+    fn read_range(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+        let want = range.end.saturating_sub(range.start);
+        match self.read_ranges(std::slice::from_ref(&range))?.pop() {
+            Some(v) if v.len() as u64 == want => Ok(v),
+            _ => Err(short_read()),
         }
     }
+}
+
+/// The fetched parts of a file of which only ranges are read: its first bytes (the
+/// header), its last bytes (index and footer), and the blocks fetched by
+/// [`DataFile::prefetch`], each handed out once.
+pub struct RangedParts {
+    /// Length of the whole file (as the medium reports it).
+    pub len: u64,
+    /// Bytes `0..head.len()` (at least the header, or the whole file).
+    pub head: Vec<u8>,
+    /// Where `tail` starts.
+    pub tail_start: u64,
+    /// Bytes `tail_start..len` (at least the footer).
+    pub tail: Vec<u8>,
+    /// Reads the rest.
+    pub source: std::sync::Arc<dyn RangeSource>,
+}
+
+struct Ranged {
+    parts: RangedParts,
+    /// Stored bytes of prefetched blocks, by offset.
+    blocks: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+}
+
+impl FileBytes {
+    fn len(&self) -> usize {
+        match self {
+            FileBytes::Mapped(m) => m.len(),
+            FileBytes::Owned(v) => v.len(),
+            FileBytes::Ranged(r) => r.parts.len as usize,
+        }
+    }
+
+    /// Every byte, unless only ranges were fetched.
+    fn whole(&self) -> Option<&[u8]> {
+        match self {
+            FileBytes::Mapped(m) => Some(m),
+            FileBytes::Owned(v) => Some(v),
+            FileBytes::Ranged(_) => None,
+        }
+    }
+
+    /// Bytes `r` if they are at hand (always, unless only ranges were fetched).
+    fn get(&self, r: std::ops::Range<usize>) -> Option<&[u8]> {
+        match self {
+            FileBytes::Ranged(g) => {
+                let p = &g.parts;
+                let ts = p.tail_start as usize;
+                if r.end <= p.head.len() {
+                    p.head.get(r)
+                } else if r.start >= ts {
+                    p.tail.get(r.start - ts..r.end - ts)
+                } else {
+                    None
+                }
+            }
+            whole => whole.whole().and_then(|b| b.get(r)),
+        }
+    }
+
+    /// Makes bytes `start..` at hand: a ranged file's tail is extended down to `start`
+    /// (an index longer than the tail first fetched).
+    fn fetch_from(&mut self, start: usize, path: &Path) -> Result<()> {
+        let FileBytes::Ranged(g) = self else { return Ok(()) };
+        let p = &mut g.parts;
+        if start as u64 >= p.tail_start {
+            return Ok(());
+        }
+        let mut head =
+            p.source.read_range(start as u64..p.tail_start).map_err(|e| Error::io("read", path, e))?;
+        head.extend_from_slice(&p.tail);
+        p.tail = head;
+        p.tail_start = start as u64;
+        Ok(())
+    }
+}
+
+fn short_read() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the medium returned fewer bytes than asked")
 }
 
 /// An opened, validated data file. Opening checks the header, footer and index (magic,
@@ -503,10 +591,28 @@ impl DataFile {
         Self::parse(path.to_path_buf(), FileBytes::Owned(bytes))
     }
 
+    /// Validates a data file of which only `parts` are fetched (header, index, footer:
+    /// their checksums are checked as for any file); blocks are fetched by
+    /// [`DataFile::prefetch`] or, one at a time, when read. Its whole-file CRC-32 is not
+    /// known ([`DataFile::whole_crc32`]).
+    pub fn from_ranges(path: &Path, parts: RangedParts) -> Result<DataFile> {
+        if parts.head.len() as u64 > parts.len
+            || parts.tail_start.checked_add(parts.tail.len() as u64) != Some(parts.len)
+            || usize::try_from(parts.len).is_err()
+        {
+            return Err(Error::io("read", path, short_read()));
+        }
+        let blocks = parking_lot::Mutex::new(std::collections::HashMap::new());
+        Self::parse(path.to_path_buf(), FileBytes::Ranged(Box::new(Ranged { parts, blocks })))
+    }
+
     /// Checks the frame in the order of format-spec/data-file.md, "Validity", steps 1..12,
     /// each failure reported at the offset the spec's table gives.
-    fn parse(path: PathBuf, bytes: FileBytes) -> Result<DataFile> {
+    fn parse(path: PathBuf, mut bytes: FileBytes) -> Result<DataFile> {
         let len = bytes.len();
+        // Bytes the frame checks below need: all at hand (a ranged file fetched its head
+        // and tail first; `fetch_from` brings the rest of a long index).
+        let missing = |at: usize| Error::corrupt(&path, at as u64, "bytes not fetched");
         if len < DATA_HEADER_LEN_V1 + FOOTER_LEN {
             return Err(Error::corrupt(
                 &path,
@@ -514,7 +620,7 @@ impl DataFile {
                 format!("file of {len} bytes is too short for a data file"),
             ));
         }
-        let mut c = Cursor::new(&bytes[..DATA_HEADER_LEN_V1], 0, &path);
+        let mut c = Cursor::new(bytes.get(0..DATA_HEADER_LEN_V1).ok_or_else(|| missing(0))?, 0, &path);
         if c.array::<8>("magic")? != DATA_MAGIC {
             return Err(Error::corrupt(&path, 0, "not a floe data file (bad magic)"));
         }
@@ -531,12 +637,13 @@ impl DataFile {
             ));
         }
         let crc_at = header_len - 4;
+        let head = bytes.get(0..header_len).ok_or_else(|| missing(0))?;
         let stored_crc =
-            u32::from_le_bytes([bytes[crc_at], bytes[crc_at + 1], bytes[crc_at + 2], bytes[crc_at + 3]]);
-        if crc32fast::hash(&bytes[0..crc_at]) != stored_crc {
+            u32::from_le_bytes([head[crc_at], head[crc_at + 1], head[crc_at + 2], head[crc_at + 3]]);
+        if crc32fast::hash(&head[0..crc_at]) != stored_crc {
             return Err(Error::corrupt(&path, crc_at as u64, "header checksum mismatch"));
         }
-        let mut c = Cursor::new(&bytes[..header_len], 0, &path);
+        let mut c = Cursor::new(head, 0, &path);
         c.bytes(12, "magic and version")?;
         let kind = match c.u8("file kind")? {
             1 => FileKind::Full,
@@ -569,7 +676,7 @@ impl DataFile {
         let header = DataHeader { kind, checkpoint_id, parent_id, max_parallelism, owner };
 
         let foot_at = len - FOOTER_LEN;
-        let foot = &bytes[foot_at..];
+        let foot = bytes.get(foot_at..len).ok_or_else(|| missing(foot_at))?;
         // The magic first: a truncated file is recognised as such, whatever lies before it.
         if foot[24..32] != FOOTER_MAGIC {
             return Err(Error::corrupt(&path, foot_at as u64 + 24, "bad footer magic (truncated file?)"));
@@ -588,7 +695,8 @@ impl DataFile {
         }
         // Both fit: they end at foot_at, a usize.
         let (io, il) = (index_offset as usize, index_len as usize);
-        let index_bytes = &bytes[io..io + il];
+        bytes.fetch_from(io, &path)?;
+        let index_bytes = bytes.get(io..io + il).ok_or_else(|| missing(io))?;
         if crc32fast::hash(index_bytes) != index_crc {
             return Err(Error::corrupt(&path, index_offset, "index checksum mismatch"));
         }
@@ -750,7 +858,7 @@ impl DataFile {
 
     /// Always false: a valid data file has a header.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.bytes.len() == 0
     }
 
     /// The blocks of one state and key group, in record order.
@@ -769,7 +877,14 @@ impl DataFile {
     pub fn read_block(&self, b: &BlockInfo, out: &mut Vec<u8>) -> Result<()> {
         // Bounds were checked at open.
         let start = b.offset as usize;
-        let stored = &self.bytes[start..start + b.stored_len as usize];
+        let fetched;
+        let stored = match self.bytes.get(start..start + b.stored_len as usize) {
+            Some(s) => s,
+            None => {
+                fetched = self.fetch_block(b)?;
+                &fetched[..]
+            }
+        };
         if crc32fast::hash(stored) != b.crc32 {
             return Err(Error::corrupt(&self.path, b.offset, "block checksum mismatch"));
         }
@@ -976,9 +1091,64 @@ impl DataFile {
         Ok(records)
     }
 
-    /// CRC-32 of the whole file (as recorded in manifests).
-    pub fn whole_crc32(&self) -> u32 {
-        crc32fast::hash(&self.bytes)
+    /// CRC-32 of the whole file (as recorded in manifests); `None` when only ranges of
+    /// it were fetched ([`DataFile::from_ranges`]).
+    pub fn whole_crc32(&self) -> Option<u32> {
+        self.bytes.whole().map(crc32fast::hash)
+    }
+
+    /// Whether only ranges of the file are fetched (object storage).
+    pub fn is_ranged(&self) -> bool {
+        matches!(self.bytes, FileBytes::Ranged(_))
+    }
+
+    /// Fetches, in one batch of range reads, the blocks of the key groups `groups` (all
+    /// states) of a ranged file, so that reading them costs no further request; returns
+    /// the bytes fetched. Nothing to do for a local file.
+    pub fn prefetch(&self, groups: KeyGroupRange) -> Result<u64> {
+        let FileBytes::Ranged(g) = &self.bytes else { return Ok(0) };
+        let want: Vec<&BlockInfo> = self
+            .blocks
+            .iter()
+            .filter(|b| groups.contains(b.key_group))
+            .filter(|b| {
+                self.bytes.get(b.offset as usize..(b.offset + u64::from(b.stored_len)) as usize).is_none()
+            })
+            .collect();
+        if want.is_empty() {
+            return Ok(0);
+        }
+        let ranges: Vec<std::ops::Range<u64>> =
+            want.iter().map(|b| b.offset..b.offset + u64::from(b.stored_len)).collect();
+        let got = g.parts.source.read_ranges(&ranges).map_err(|e| Error::io("read", &self.path, e))?;
+        if got.len() != want.len() {
+            return Err(Error::io("read", &self.path, short_read()));
+        }
+        let mut cache = g.blocks.lock();
+        let mut n = 0u64;
+        for (b, bytes) in want.into_iter().zip(got) {
+            if bytes.len() != b.stored_len as usize {
+                return Err(Error::io("read", &self.path, short_read()));
+            }
+            n += bytes.len() as u64;
+            cache.insert(b.offset, bytes);
+        }
+        Ok(n)
+    }
+
+    /// The stored bytes of a block of a ranged file: prefetched (handed out once), or
+    /// fetched now.
+    fn fetch_block(&self, b: &BlockInfo) -> Result<Vec<u8>> {
+        let FileBytes::Ranged(g) = &self.bytes else {
+            return Err(Error::corrupt(&self.path, b.offset, "block outside the file"));
+        };
+        if let Some(v) = g.blocks.lock().remove(&b.offset) {
+            return Ok(v);
+        }
+        g.parts
+            .source
+            .read_range(b.offset..b.offset + u64::from(b.stored_len))
+            .map_err(|e| Error::io("read", &self.path, e))
     }
 }
 

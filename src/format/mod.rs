@@ -14,7 +14,7 @@ pub mod timers;
 pub use channel::{ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
 pub use datafile::{
     BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner, FileState,
-    FileSummary, encode_block,
+    FileSummary, RangeSource, RangedParts, encode_block,
 };
 pub use manifest::{ChannelStateRef, FileRef, Manifest, ManifestKind, OperatorState};
 
