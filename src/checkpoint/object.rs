@@ -337,6 +337,20 @@ impl ObjectFile {
         Ok(())
     }
 
+    /// Whether the object at this handle's key holds exactly `bytes`.
+    fn holds(&self, bytes: &[u8]) -> io::Result<bool> {
+        let got = block_on(async {
+            let r = self.bucket.store.get(&self.key).await?;
+            r.bytes().await
+        })?;
+        self.bucket.stats.gets.fetch_add(1, Ordering::Relaxed);
+        match got {
+            Ok(b) => Ok(b.as_ref() == bytes),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
     /// Hands `data` to the multipart upload, waiting first until fewer than
     /// [`IN_FLIGHT`] parts are uploading.
     fn feed(&mut self, data: &[u8]) -> io::Result<()> {
@@ -381,12 +395,32 @@ impl IoFile for ObjectFile {
         let stats = &self.bucket.stats;
         match self.upload.take() {
             None => {
-                let len = self.buf.len() as u64;
-                let payload = PutPayload::from(std::mem::take(&mut self.buf));
+                let bytes = std::mem::take(&mut self.buf);
+                let len = bytes.len() as u64;
+                let payload = PutPayload::from(bytes.clone());
                 let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-                block_on(self.bucket.store.put_opts(&self.key, payload, opts))?.map_err(io_err)?;
+                let put = block_on(self.bucket.store.put_opts(&self.key, payload, opts))?;
                 stats.puts.fetch_add(1, Ordering::Relaxed);
                 stats.bytes_put.fetch_add(len, Ordering::Relaxed);
+                match put {
+                    Ok(_) => {}
+                    // A retried put (object_store retries a 5xx whatever the method) finds
+                    // the object its first attempt created, when only the answer was lost:
+                    // the same bytes there are this put's success, not another writer's.
+                    Err(
+                        e @ (object_store::Error::AlreadyExists { .. }
+                        | object_store::Error::Precondition { .. }),
+                    ) => {
+                        if !self.holds(&bytes)? {
+                            self.buf = bytes;
+                            return Err(io_err(e));
+                        }
+                    }
+                    Err(e) => {
+                        self.buf = bytes;
+                        return Err(io_err(e));
+                    }
+                }
             }
             Some(up) => {
                 block_on(up.finish())?.map_err(io_err)?;

@@ -1,0 +1,90 @@
+//! Checkpoints on S3 through a proxy that throttles and loses answers (tests/common/
+//! s3_proxy.rs): throttled requests are retried with backoff and the checkpoint completes;
+//! a create-only put whose answer was lost, and which object_store therefore retried into
+//! "already exists", is recognised as this writer's own success (the object holds its
+//! bytes), for a manifest and for a data file; another writer's object at the same name
+//! is still a refusal. Runs only with `FLOE_TEST_S3` (what `.ci/run` sets) and the `s3`
+//! or `cloud` feature. One test in this binary: it points the process's S3 client at the
+//! proxy through the environment before any client exists.
+
+mod common;
+#[path = "common/s3_proxy.rs"]
+mod s3_proxy;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use common::chain::{checkpoint, evolve, new_store};
+use common::materialize;
+use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target};
+use floe::state::StoreConfig;
+use s3_proxy::{Fault, Proxy};
+
+#[test]
+fn throttling_is_retried_and_a_lost_answer_is_not_a_lost_race() {
+    let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
+        println!("skipped: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)");
+        return;
+    };
+    if !cfg!(any(feature = "cloud", feature = "s3")) {
+        println!("skipped: built without --features cloud or s3");
+        return;
+    }
+    common::create_bucket(&bucket);
+    let endpoint = std::env::var("AWS_ENDPOINT").unwrap();
+    let proxy = Proxy::start(endpoint.trim_start_matches("http://").trim_end_matches('/'));
+    // SAFETY: the only test of this binary, before anything reads the environment on
+    // another thread (the S3 client is built by the first storage handle, below).
+    unsafe { std::env::set_var("AWS_ENDPOINT", &proxy.endpoint) };
+    let root = PathBuf::from(format!("{bucket}/faults-{}", std::process::id()));
+
+    // Throttling: five 503 SlowDown answers, each retried after a backoff.
+    proxy.inject(Fault::Throttle(5));
+    let storage = CheckpointStorage::open(&root, StorageConfig::default()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store(StoreConfig::default());
+    evolve(&mut store, 1, 1, 500, 100);
+    let model1 = checkpoint(&storage, &mut cp, &mut store, 1);
+    assert_eq!(proxy.pending(), 0, "the throttling was applied");
+    assert_eq!(proxy.injected.load(Ordering::Relaxed), 5);
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (1, model1));
+
+    // The manifest's put is done by the server, its answer lost: object_store retries the
+    // create-only put, which finds the object. It is this writer's: checkpoint 2 commits.
+    evolve(&mut store, 1, 2, 500, 100);
+    let pending = cp.snapshot(&mut store, 2, Target::Checkpoint).unwrap();
+    let model2 = materialize(&store.snapshot());
+    let (handle, _) = pending.wait().unwrap();
+    proxy.inject(Fault::LoseAnswer { method: "PUT", path: "chk-00000000000000000002.manifest".into() });
+    let before = proxy.injected.load(Ordering::Relaxed);
+    storage.commit(2, Target::Checkpoint, vec![handle.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+    assert_eq!(proxy.injected.load(Ordering::Relaxed), before + 1, "the answer was lost");
+    cp.notify_complete(2, &handle, &mut store);
+    storage.wait_for_cleanup();
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (2, model2));
+
+    // The same for a data file's put.
+    evolve(&mut store, 1, 3, 500, 100);
+    proxy.inject(Fault::LoseAnswer { method: "PUT", path: "/data/00000000000000000003-".into() });
+    let model3 = checkpoint(&storage, &mut cp, &mut store, 3);
+    assert_eq!(proxy.pending(), 0, "the data file's answer was lost");
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (3, model3));
+
+    // Another writer's manifest at the id is still a refusal (other bytes).
+    let other = CheckpointStorage::open(&root, StorageConfig::default()).unwrap();
+    let mut s = new_store(StoreConfig::default());
+    evolve(&mut s, 9, 4, 300, 100);
+    let h = other.write_state(4, Target::Checkpoint, "other", 0, &s.snapshot(), None).unwrap();
+    evolve(&mut store, 1, 4, 500, 100);
+    let model4 = checkpoint(&storage, &mut cp, &mut store, 4);
+    let err = other.commit(4, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap_err();
+    assert!(err.to_string().contains("chk-00000000000000000004.manifest"), "{err}");
+    other.wait_for_cleanup();
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (4, model4));
+}
