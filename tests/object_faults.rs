@@ -82,8 +82,14 @@ fn throttling_is_retried_and_a_lost_answer_is_not_a_lost_race() {
     let h = other.write_state(4, Target::Checkpoint, "other", 0, &s.snapshot(), None).unwrap();
     evolve(&mut store, 1, 4, 500, 100);
     let model4 = checkpoint(&storage, &mut cp, &mut store, 4);
+    // Refused at its manifest, or earlier: the winner's cleanup already took the loser's
+    // data file as an orphan of a committed id.
     let err = other.commit(4, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap_err();
-    assert!(err.to_string().contains("chk-00000000000000000004.manifest"), "{err}");
+    assert!(
+        err.to_string().contains("chk-00000000000000000004.manifest")
+            || matches!(err, floe::Error::NotFound(_)),
+        "{err}"
+    );
     other.wait_for_cleanup();
     let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
     assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (4, model4));

@@ -375,15 +375,27 @@ fn racing_writers(m: Medium) {
     assert!(p.exists(&h.files[0].path), "the loser's abort leaves the winner's data file");
     let mut r = restore_from_path(&a.manifest_path(30), "op", StoreConfig::default()).unwrap();
     assert_eq!(materialize(&r.store.snapshot()), want);
-    // The same operator on both: the data file's create-only put already decides.
+    // The same operator instance on both: each writer names its data file with its own
+    // token, so neither can replace the other's; the manifest alone decides.
     let mut s = new_store(StoreConfig::default());
     evolve(&mut s, 3, 9, 300, 100);
-    a.write_state(40, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap();
-    let err = b.write_state(40, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap_err();
+    let want = materialize(&s.snapshot());
+    let ha = a.write_state(40, Target::Checkpoint, "op", 0, &s.snapshot(), None).unwrap();
+    let mut other = new_store(StoreConfig::default());
+    evolve(&mut other, 5, 9, 300, 100);
+    let hb = b.write_state(40, Target::Checkpoint, "op", 0, &other.snapshot(), None).unwrap();
+    assert_ne!(ha.files[0].path, hb.files[0].path, "two writers never share a data file's name");
+    a.commit(40, Target::Checkpoint, vec![ha.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+    let err =
+        b.commit(40, Target::Checkpoint, vec![hb.clone()], BTreeMap::new(), BTreeMap::new()).unwrap_err();
     assert!(
         matches!(&err, floe::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists),
         "{err}"
     );
+    b.wait_for_cleanup();
+    assert!(!p.exists(&hb.files[0].path), "the loser's abort removes its own data file");
+    let mut r = restore_from_path(&a.manifest_path(40), "op", StoreConfig::default()).unwrap();
+    assert_eq!(materialize(&r.store.snapshot()), want);
 }
 
 /// Object storage reads ranges: a restore of a quarter of the key groups fetches little
@@ -526,6 +538,26 @@ fn floe_cli(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `text` without the writer tokens of object-storage file names (`-w<8 hex>.`).
+fn without_writer_tokens(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("-w") {
+        let tail = &rest[i + 2..];
+        let token =
+            tail.len() > 8 && tail[..8].bytes().all(|b| b.is_ascii_hexdigit()) && tail.as_bytes()[8] == b'.';
+        out.push_str(&rest[..i]);
+        if token {
+            rest = &tail[8..];
+        } else {
+            out.push_str("-w");
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The tool on S3 answers as it does on a local directory holding the same checkpoints
 /// (`dump`, `diff`, `verify`, `gc --dry-run`, with the location's name replaced), `gc`
 /// removes the orphan and keeps the foreign object on both, and `compact` writes a
@@ -534,7 +566,7 @@ fn floe_cli(args: &[&str]) -> (i32, String, String) {
 fn the_tool_on_s3_answers_as_on_a_local_directory() {
     let Some(s3) = place(Medium::S3, "cli") else { return };
     let local = place(Medium::Local, "cli").unwrap();
-    let mut orphan = String::new();
+    let mut orphans = Vec::new();
     for p in [&local, &s3] {
         let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
@@ -545,19 +577,22 @@ fn the_tool_on_s3_answers_as_on_a_local_directory() {
         }
         // A data file of checkpoint 1 for a subtask no manifest names: an orphan.
         let first = storage.read_manifest(1).unwrap().files[0].path.clone();
-        orphan = first.replace("-0.full", "-7.full");
+        // `data/<id>-op-<hash:8>-0[-w<token>].full` with subtask 7.
+        let at = first.find("-op-").unwrap() + 4 + 8;
+        let orphan = format!("{}-7{}", &first[..at], &first[at + 2..]);
         assert_ne!(orphan, first);
         drop(cp);
         drop(storage);
         p.put(&orphan, b"orphan");
         p.put("notes.txt", b"foreign");
+        orphans.push(orphan);
     }
     let run = |p: &Place, args: &[&str]| {
         let dir = p.path().to_str().unwrap().to_string();
         let mut full = vec![args[0], dir.as_str()];
         full.extend(&args[1..]);
         let (code, out, err) = floe_cli(&full);
-        (code, out.replace(&dir, "DIR"), err)
+        (code, without_writer_tokens(&out.replace(&dir, "DIR")), err)
     };
     for args in [
         &["dump", "--json"][..],
@@ -571,16 +606,18 @@ fn the_tool_on_s3_answers_as_on_a_local_directory() {
         assert_eq!(lc, 0, "{args:?} on a local directory: {lo}{le}");
         assert_eq!((sc, so.as_str()), (lc, lo.as_str()), "{args:?} on S3 answers as locally: {se}");
         if args[0] == "gc" {
-            assert!(lo.contains(orphan.rsplit('/').next().unwrap()), "the dry run lists the orphan: {lo}");
+            let name = without_writer_tokens(orphans[0].rsplit('/').next().unwrap());
+            assert!(lo.contains(&name), "the dry run lists the orphan: {lo}");
         }
         if args[0] == "dump" {
             assert!(lo.len() > 10_000, "a dump of a few hundred keys: {lo}");
         }
     }
-    for p in [&local, &s3] {
+    for (p, orphan) in [&local, &s3].into_iter().zip(&orphans) {
+        assert!(p.exists(orphan));
         let (code, out, err) = run(p, &["gc"]);
         assert_eq!(code, 0, "{out}{err}");
-        assert!(!p.exists(&orphan), "gc removed the orphan on {}", p.path().display());
+        assert!(!p.exists(orphan), "gc removed the orphan on {}", p.path().display());
         assert_eq!(p.get("notes.txt"), b"foreign");
         let (code, out, err) = run(p, &["compact", "--json"]);
         assert_eq!(code, 0, "{out}{err}");

@@ -105,7 +105,7 @@ impl CheckpointStorage {
     ) -> Result<ChannelStateWriter> {
         let w = self.writer("channel_state_writer")?;
         w.book.lock().writer_start(checkpoint_id)?;
-        let rel = layout::channel_state_file_name(checkpoint_id, operator, subtask);
+        let rel = self.own_name(layout::channel_state_file_name(checkpoint_id, operator, subtask));
         let dest = Destination::new(&self.root, &rel, checkpoint_id);
         let mut writer = ChannelStateWriter {
             storage: Arc::clone(self),

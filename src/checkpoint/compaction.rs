@@ -112,7 +112,7 @@ impl CheckpointStorage {
         let mut handles = Vec::new();
         for op in &source.operators {
             let files = open_chain_with(self.io(), self.root(), source, op)?;
-            let rel = layout::data_file_name(new_id, &op.operator, op.subtask, true);
+            let rel = self.own_name(layout::data_file_name(new_id, &op.operator, op.subtask, true));
             let path = dir.join(&rel);
             let header = DataHeader {
                 kind: FileKind::Full,

@@ -64,6 +64,31 @@ pub fn channel_state_file_name(id: u64, operator: &str, subtask: u32) -> String 
     format!("{DATA_DIR}/{id:020}-{}-{hash:08x}-{subtask}.chan", sanitize(operator))
 }
 
+/// A token for [`with_writer_token`]: 8 lower-case hex digits from the process id, the
+/// time and a counter, different for every writer handle (in practice: two handles opened
+/// in one nanosecond by two processes of one pid on two hosts could share one, and then
+/// race as before, at the data file's create-only put).
+pub fn writer_token() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut seed = Vec::with_capacity(24);
+    for x in [u64::from(std::process::id()), t, n] {
+        seed.extend_from_slice(&x.to_le_bytes());
+    }
+    format!("{:08x}", crate::state::key_hash(&seed) >> 32)
+}
+
+/// `<id>-<operator>-<hash>-<subtask>.<ext>` as `<id>-<operator>-<hash>-<subtask>-w<token>.<ext>`
+/// (object storage: layout.md, "Names").
+pub fn with_writer_token(rel: &str, token: &str) -> String {
+    match rel.rsplit_once('.') {
+        Some((stem, ext)) => format!("{stem}-w{token}.{ext}"),
+        None => format!("{rel}-w{token}"),
+    }
+}
+
 /// The creating checkpoint id of a data or channel-state file name
 /// (`<id>-...full|incr|chan`), if it is ours.
 pub fn parse_data_file_name(name: &str) -> Option<u64> {
@@ -99,5 +124,9 @@ mod tests {
         assert_eq!(c, format!("data/00000000000000000007-sum_op_1-{h:08x}-3.chan"));
         assert_eq!(parse_data_file_name(c.strip_prefix("data/").unwrap()), Some(7));
         assert_eq!(parse_tmp_name("tmp-00000000000000000009-x"), Some(9));
+        let w = with_writer_token(&d, "0badf00d");
+        assert_eq!(w, format!("data/00000000000000000007-sum_op_1-{h:08x}-3-w0badf00d.incr"));
+        assert_eq!(parse_data_file_name(w.strip_prefix("data/").unwrap()), Some(7));
+        assert_ne!(writer_token(), writer_token(), "two writers, two tokens");
     }
 }

@@ -6,11 +6,12 @@
 //! below it (`s3://bucket/prefix/data/<name>`) is the object `prefix/data/<name>`. The
 //! bytes of an object are the bytes of the file (the format does not change).
 //!
-//! - **Writes** go to the final key, never through a rename. A handle buffers up to one
-//!   part ([`PART`]); a file that ends within it is one create-only put (`PutMode::Create`,
-//!   `If-None-Match: *` on S3), so a manifest, the marker and every small data file exist
-//!   at most once and a writer that loses the race gets `AlreadyExists`. A larger file
-//!   becomes a multipart upload of [`PART`]-byte parts, at most [`IN_FLIGHT`] in flight
+//! - **Writes** go to the final key, never through a rename. A manifest or the marker is
+//!   always one create-only put (`PutMode::Create`, `If-None-Match: *` on S3), so it
+//!   exists at most once and a writer that loses the race gets `AlreadyExists`. A data
+//!   or channel-state file (named with its writer's token, so no two writers share one:
+//!   `layout::with_writer_token`) is buffered up to one part ([`PART`]) and then one
+//!   create-only put; a larger one becomes a multipart upload of [`PART`]-byte parts, at most [`IN_FLIGHT`] in flight
 //!   (memory stays bounded whatever the file's size), completed by `sync_all`: it is
 //!   invisible until then, and a handle dropped before it aborts the upload. (object_store
 //!   offers no create-only completion of a multipart upload: the name was checked free
@@ -322,6 +323,9 @@ struct ObjectFile {
     key: Key,
     created: Arc<Mutex<HashSet<String>>>,
     buf: Vec<u8>,
+    /// Multipart above [`PART`] bytes (data and channel-state files); anything else (a
+    /// manifest, the marker) is always one create-only put, whatever its size.
+    multipart: bool,
     upload: Option<WriteMultipart>,
     /// Bytes handed to the multipart upload.
     sent: u64,
@@ -371,7 +375,7 @@ impl Write for ObjectFile {
         }
         if self.upload.is_none() {
             self.buf.extend_from_slice(data);
-            if self.buf.len() > PART {
+            if self.multipart && self.buf.len() > PART {
                 self.start_multipart()?;
                 let pending = std::mem::take(&mut self.buf);
                 self.feed(&pending)?;
@@ -473,11 +477,14 @@ impl Io for ObjectIo {
         self.key(path).is_ok_and(|k| self.created.lock().contains(k.as_ref()))
     }
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        let key = self.key(path)?;
+        let multipart = key.filename().is_some_and(|n| super::layout::parse_data_file_name(n).is_some());
         Ok(Box::new(ObjectFile {
             bucket: Arc::clone(&self.bucket),
-            key: self.key(path)?,
+            key,
             created: Arc::clone(&self.created),
             buf: Vec::new(),
+            multipart,
             upload: None,
             sent: 0,
             done: false,
@@ -692,7 +699,7 @@ mod tests {
         let mut g = io.create_new(&p).unwrap();
         g.write_all(b"two").unwrap();
         assert_eq!(g.sync_all().unwrap_err().kind(), io::ErrorKind::AlreadyExists);
-        let big = root.join("data").join("big");
+        let big = root.join("data").join("00000000000000000001-op-00000000-0.full");
         let mut h = io.create_new(&big).unwrap();
         let chunk = vec![7u8; 1 << 20];
         for _ in 0..(PART * 3 / chunk.len() + 1) {
@@ -705,6 +712,16 @@ mod tests {
             (EntryKind::File, (PART * 3 / chunk.len() + 1) as u64 * (1 << 20))
         );
         assert_eq!(io.stat(&root.join("data")).unwrap().0, EntryKind::Dir);
+        // A manifest is one create-only put whatever its size: of two, one wins.
+        let m = root.join("chk-00000000000000000001.manifest");
+        for (i, want) in [(1u8, Ok(())), (2, Err(io::ErrorKind::AlreadyExists))] {
+            let mut f = io.create_new(&m).unwrap();
+            f.write_all(&vec![i; PART * 2]).unwrap();
+            assert_eq!(f.sync_all().map_err(|e| e.kind()), want);
+        }
+        let mut got = Vec::new();
+        io::Read::read_to_end(&mut io.open_read(&m).unwrap(), &mut got).unwrap();
+        assert!(got.len() == PART * 2 && got.iter().all(|&b| b == 1), "the first manifest stands");
         let names: Vec<_> = io.list_dir(&root).unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
         assert_eq!(names, vec![("a".into(), EntryKind::File), ("data".into(), EntryKind::Dir)]);
         // A dropped, unfinished upload publishes nothing.

@@ -84,6 +84,11 @@ pub(crate) struct Writer {
     _lock: Option<DirLock>,
     pub(crate) book: Mutex<IdBook>,
     commit: Mutex<()>,
+    /// On object storage, where no lock keeps a second writer out: a token unique to this
+    /// writer in the names of the data and channel-state files it writes, so that two
+    /// writers of one operator instance and id never write the same object (the
+    /// create-only manifest alone decides; layout.md, "Names").
+    pub(crate) name_token: Option<String>,
 }
 
 /// A checkpoint directory: read-only ([`CheckpointStorage::open_existing`]) or the one
@@ -244,10 +249,12 @@ impl CheckpointStorage {
         let newest = storage.checkpoint_ids()?.last().copied().unwrap_or(0);
         let newest = newest.max(storage.savepoint_ids()?.last().copied().unwrap_or(0));
         let max_used = storage.max_id()?;
+        let name_token = (storage.io.medium() == Medium::Objects).then(layout::writer_token);
         storage.writer = Some(Writer {
             _lock: lock,
             book: Mutex::new(IdBook::new(max_used, newest)),
             commit: Mutex::new(()),
+            name_token,
         });
         Ok(Arc::new(storage))
     }
@@ -390,6 +397,15 @@ impl CheckpointStorage {
         &*self.io
     }
 
+    /// `rel` (a data or channel-state file name) as this writer names it: with its token on
+    /// object storage.
+    pub(crate) fn own_name(&self, rel: String) -> String {
+        match self.writer.as_ref().and_then(|w| w.name_token.as_deref()) {
+            Some(t) => layout::with_writer_token(&rel, t),
+            None => rel,
+        }
+    }
+
     pub(crate) fn writer(&self, op: &'static str) -> Result<&Writer> {
         self.writer.as_ref().ok_or_else(|| Error::ReadOnly { path: self.root.clone(), op })
     }
@@ -505,7 +521,7 @@ impl CheckpointStorage {
         let dir = self.target_dir(checkpoint_id, target);
         ensure_dir(&*self.io, &self.root, &dir.join(DATA_DIR))?;
         let full = parent.is_none();
-        let rel = layout::data_file_name(checkpoint_id, operator, subtask, full);
+        let rel = self.own_name(layout::data_file_name(checkpoint_id, operator, subtask, full));
         let header = DataHeader {
             kind: if full { FileKind::Full } else { FileKind::Increment },
             checkpoint_id,
