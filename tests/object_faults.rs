@@ -4,8 +4,9 @@
 //! "already exists", is recognised as this writer's own success (the object holds its
 //! bytes), for a manifest and for a data file; another writer's object at the same name
 //! is still a refusal. Runs only with `FLOE_TEST_S3` (what `.ci/run` sets) and the `s3`
-//! or `cloud` feature. One test in this binary: it points the process's S3 client at the
-//! proxy through the environment before any client exists.
+//! or `cloud` feature. One test in this binary, running its parts in order, as it changes
+//! the environment: it points the process's S3 client at the proxy before any client
+//! exists, after the part that runs the `floe` binary over HTTPS.
 
 mod common;
 #[path = "common/s3_proxy.rs"]
@@ -23,6 +24,11 @@ use floe::state::StoreConfig;
 use s3_proxy::{Fault, Proxy};
 
 #[test]
+fn s3_over_https_through_throttling_and_lost_answers() {
+    the_demo_runs_over_https();
+    throttling_is_retried_and_a_lost_answer_is_not_a_lost_race();
+}
+
 fn throttling_is_retried_and_a_lost_answer_is_not_a_lost_race() {
     let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
         println!("skipped: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)");
@@ -35,8 +41,8 @@ fn throttling_is_retried_and_a_lost_answer_is_not_a_lost_race() {
     common::create_bucket(&bucket);
     let endpoint = std::env::var("AWS_ENDPOINT").unwrap();
     let proxy = Proxy::start(endpoint.trim_start_matches("http://").trim_end_matches('/'));
-    // SAFETY: the only test of this binary, before anything reads the environment on
-    // another thread (the S3 client is built by the first storage handle, below).
+    // SAFETY: the only test of this binary, on its one thread, before anything reads the
+    // environment on another (the S3 client is built by the first storage handle, below).
     unsafe { std::env::set_var("AWS_ENDPOINT", &proxy.endpoint) };
     let root = PathBuf::from(format!("{bucket}/faults-{}", std::process::id()));
 
@@ -93,4 +99,70 @@ fn throttling_is_retried_and_a_lost_answer_is_not_a_lost_race() {
     other.wait_for_cleanup();
     let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
     assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (4, model4));
+}
+
+/// The `s3` feature's TLS path (rustls with ring): the demo crashes, recovers and verifies
+/// against an S3 server over HTTPS (moto with a self-signed certificate, which
+/// `AWS_ALLOW_INVALID_CERTIFICATES` accepts), and `verify` reads what it wrote.
+fn the_demo_runs_over_https() {
+    let Ok(endpoint) = std::env::var("FLOE_TEST_S3_HTTPS") else {
+        println!("skipped: FLOE_TEST_S3_HTTPS is not set (.ci/run starts moto_server --ssl and sets it)");
+        return;
+    };
+    if !cfg!(any(feature = "cloud", feature = "s3")) {
+        println!("skipped: built without --features cloud or s3");
+        return;
+    }
+    let floe = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(args)
+            .env("AWS_ENDPOINT", &endpoint)
+            .env("AWS_ALLOW_INVALID_CERTIFICATES", "true")
+            .env_remove("AWS_ALLOW_HTTP")
+            .output()
+            .unwrap();
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), text)
+    };
+    // The bucket, over HTTPS too (the demo does not create buckets).
+    let host = endpoint.trim_start_matches("https://");
+    let made = std::process::Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-X",
+            "PUT",
+            &format!("https://{host}/floe-tls"),
+        ])
+        .output();
+    match made {
+        Ok(o) if o.stdout == b"200" => {}
+        other => panic!("create bucket over HTTPS: {other:?}"),
+    }
+    let out = tempfile::tempdir().unwrap();
+    let url = format!("s3://floe-tls/demo-{}", std::process::id());
+    let (code, text) = floe(&[
+        "demo",
+        "--dir",
+        &url,
+        "--output",
+        out.path().to_str().unwrap(),
+        "--json",
+        "--records",
+        "20000",
+        "--keys",
+        "500",
+        "--interval-ms",
+        "20",
+        "--rate",
+        "40000",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("\"verified\": true"), "{text}");
+    let (code, text) = floe(&["verify", &format!("{url}/checkpoints")]);
+    assert_eq!(code, Some(0), "{text}");
 }
