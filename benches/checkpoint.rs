@@ -382,6 +382,28 @@ fn object_pass(url: &str, n: u64, churn: u64) {
         );
         black_box(r);
     }
+    // A rescaled instance: one of four, restoring a quarter of the key groups by range.
+    let quarter = floe::KeyGroupRange::for_instance(128, 4, 1).unwrap();
+    let (gets, got) = (stats.gets.load(Ordering::Relaxed), stats.bytes_got.load(Ordering::Relaxed));
+    let t = Instant::now();
+    let r = floe::checkpoint::restore_from_path(
+        &storage.manifest_path(2),
+        "op",
+        StoreConfig { max_parallelism: 128, key_groups: quarter },
+    )
+    .unwrap();
+    let d = t.elapsed();
+    let files: u64 = storage.read_manifest(2).unwrap().files.iter().map(|f| f.size).sum();
+    let read = stats.bytes_got.load(Ordering::Relaxed) - got;
+    println!(
+        "recovery of 2, a quarter of the key groups: {:>8.1} ms  {:>8.2} MB read of {:.2} MB ({:.2}) in {} requests [~0.25: only its groups]",
+        d.as_secs_f64() * 1e3,
+        mb(read),
+        mb(files),
+        read as f64 / files as f64,
+        stats.gets.load(Ordering::Relaxed) - gets
+    );
+    black_box(r);
     // Leave the bucket as it was: the checkpoints go, then the marker.
     let (raw_root, io) = floe::checkpoint::testing::io_for(&root).unwrap();
     for dir in [raw_root.join("data"), raw_root.clone()] {
