@@ -723,9 +723,16 @@ mod tests {
         io::Read::read_to_end(&mut io.open_read(&m).unwrap(), &mut got).unwrap();
         assert!(got.len() == PART * 2 && got.iter().all(|&b| b == 1), "the first manifest stands");
         let names: Vec<_> = io.list_dir(&root).unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
-        assert_eq!(names, vec![("a".into(), EntryKind::File), ("data".into(), EntryKind::Dir)]);
-        // A dropped, unfinished upload publishes nothing.
-        let never = root.join("never");
+        assert_eq!(
+            names,
+            vec![
+                ("a".into(), EntryKind::File),
+                ("chk-00000000000000000001.manifest".into(), EntryKind::File),
+                ("data".into(), EntryKind::Dir)
+            ]
+        );
+        // A dropped, unfinished multipart upload publishes nothing.
+        let never = root.join("data").join("00000000000000000002-op-00000000-0.full");
         let mut d = io.create_new(&never).unwrap();
         d.write_all(&vec![1u8; PART + 1]).unwrap();
         drop(d);
