@@ -26,6 +26,7 @@ pub use recovery::{
     Recovered, RecoveryReport, Selection, Skipped, SkippedCheckpoint, check_coverage, load_chain, open_any,
     open_chain, open_data_file, restore_from_path, restore_operator, stat_any,
 };
+pub use crate::format::positions::{PositionEncoding, SourcePositions};
 pub use retention::{CleanupReport, Orphans};
 pub use storage::{
     CheckpointStorage, CommitMeta, JobClaim, ParentChain, StateHandle, Target, read_manifest_file,
