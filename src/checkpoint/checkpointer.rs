@@ -88,6 +88,8 @@ pub struct Checkpointer {
     /// caller's pause, 15-200x the snapshot itself. Files are written in the order they
     /// were asked for. Dropping the checkpointer closes the queue and joins the thread.
     writer: Option<(mpsc::Sender<WriteJob>, std::thread::JoinHandle<()>)>,
+    /// Full checkpoints taken while an earlier one was never confirmed nor aborted.
+    unconfirmed_full: u64,
 }
 
 impl Drop for Checkpointer {
@@ -112,6 +114,7 @@ impl Checkpointer {
             confirmed: None,
             pending: BTreeMap::new(),
             writer: None,
+            unconfirmed_full: 0,
         }
     }
 
@@ -123,6 +126,15 @@ impl Checkpointer {
     /// The last confirmed chain, the parent of the next increment.
     pub fn confirmed(&self) -> Option<&ParentChain> {
         self.confirmed.as_ref()
+    }
+
+    /// Checkpoints this checkpointer wrote full because no checkpoint was confirmed yet
+    /// although an earlier one had been taken and was still neither confirmed
+    /// ([`Checkpointer::notify_complete`]) nor aborted. A job whose checkpoints overlap
+    /// may see one or two at its start; a count that grows with every checkpoint means
+    /// `notify_complete` is never called, and every checkpoint is full.
+    pub fn unconfirmed_full(&self) -> u64 {
+        self.unconfirmed_full
     }
 
     /// Whether the next checkpoint must be full under the chain policy.
@@ -173,6 +185,12 @@ impl Checkpointer {
             Target::Checkpoint => self.parent_for_next(),
         };
         let kind = if parent.is_some() { FileKind::Increment } else { FileKind::Full };
+        if target == Target::Checkpoint
+            && self.confirmed.is_none()
+            && self.pending.values().any(|p| p.target == Target::Checkpoint)
+        {
+            self.unconfirmed_full += 1;
+        }
         self.pending
             .insert(checkpoint_id, Pending { epoch: snap.epoch(), store_instance: store.instance(), target });
         let (done, rx) = mpsc::channel();

@@ -78,8 +78,11 @@ impl CheckpointStorage {
                 };
                 let source_encodings =
                     source.sources.keys().map(|k| (k.clone(), source.source_encoding(k))).collect();
-                let meta =
-                    CommitMeta { job: source.job.clone(), compacted_from: Some(checkpoint_id), source_encodings };
+                let meta = CommitMeta {
+                    job: source.job.clone(),
+                    compacted_from: Some(checkpoint_id),
+                    source_encodings,
+                };
                 self.commit_with_channel_state(
                     new_id,
                     target,
