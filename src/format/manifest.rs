@@ -319,17 +319,9 @@ impl Manifest {
 
     /// How source `name`'s position is encoded (`bytes` when not recorded).
     pub fn source_encoding(&self, name: &str) -> super::positions::PositionEncoding {
-        self.source_encodings.get(name).map_or_else(Default::default, |e| super::positions::PositionEncoding::parse(e))
-    }
-
-    /// Source `name`'s position for people: decoded by its encoding (`300000`), or
-    /// `0x` and hex when it is opaque or does not decode.
-    pub fn source_display(&self, name: &str) -> String {
-        match self.sources.get(name).map(|h| (h, hex_decode(h))) {
-            Some((_, Some(b))) => self.source_encoding(name).display(&b),
-            Some((h, None)) => format!("0x{h}"),
-            None => String::new(),
-        }
+        self.source_encodings
+            .get(name)
+            .map_or_else(Default::default, |e| super::positions::PositionEncoding::parse(e))
     }
 }
 

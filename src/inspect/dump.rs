@@ -370,7 +370,13 @@ pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpRepo
         channel_state.retain(|c| &c.operator == op);
     }
     let sources = super::shown_positions(&m);
-    Ok(DumpReport { id: m.checkpoint_id, kind: m.kind.as_str().to_string(), operators, sources, channel_state })
+    Ok(DumpReport {
+        id: m.checkpoint_id,
+        kind: m.kind.as_str().to_string(),
+        operators,
+        sources,
+        channel_state,
+    })
 }
 
 impl Report for DumpReport {

@@ -67,7 +67,8 @@ pub fn shown_positions(m: &Manifest) -> std::collections::BTreeMap<String, Shown
     m.sources
         .iter()
         .map(|(k, hex)| {
-            let number = crate::format::manifest::hex_decode(hex).and_then(|b| m.source_encoding(k).decode_u64(&b));
+            let number =
+                crate::format::manifest::hex_decode(hex).and_then(|b| m.source_encoding(k).decode_u64(&b));
             let shown = match number {
                 Some(n) => ShownPosition::Number(n),
                 None => ShownPosition::Raw(format!("0x{}", hex.to_ascii_lowercase())),
