@@ -140,6 +140,7 @@ fn map_state_contains_keys_values_iter_len() {
     for (mk, v) in [("a", 1), ("b", 2), ("c", 3)] {
         m.put(&mut store, "k", mk, &v).unwrap();
     }
+    let _held = store.snapshot(); // a parent saw "b": its removal leaves a tombstone
     m.remove(&mut store, "k", "b").unwrap();
     assert!(m.contains(&store, "k", "a").unwrap());
     assert!(!m.contains(&store, "k", "b").unwrap(), "a removed map entry is not contained");
