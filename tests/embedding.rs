@@ -234,6 +234,9 @@ fn positions_are_recorded_with_their_encoding_and_printed_decoded() {
         let mut p = SourcePositions::new();
         p.set_u64("generator/0", 300_000).set_bytes("opaque", &[0xab, 0x05]);
         assert_eq!(job.checkpoint(&p).unwrap(), 1);
+        // A compaction keeps the encodings of the checkpoint it rewrites.
+        let c = job.storage().compact(1, Target::Savepoint, &mut |_, _| {}).unwrap();
+        assert_eq!(c.source_encodings.get("generator/0").map(String::as_str), Some("u64"));
     }
     let m: Manifest = CheckpointStorage::open_existing(dir.path(), StorageConfig::default())
         .unwrap()
