@@ -3,6 +3,7 @@
 //! - `snapshot()` cost at 10^4..10^7 keys (flat, under 1 ms);
 //! - raw get/put throughput against `HashMap<Vec<u8>, Vec<u8>>` on the same workload, with
 //!   and without a live snapshot (>= 0.9x each; >= 0.5x for puts under a snapshot);
+//! - a typed read-modify-write, `ValueState::update` against `get` then `put`;
 //! - memory per entry at 10^6 entries for (16 B key, 100 B value), (8 B, 8 B) and
 //!   (32 B, 1 KiB), by the counting allocator below, against the raw bytes,
 //!   `HashMap<Vec<u8>, Vec<u8>>` and `BTreeMap<Vec<u8>, Vec<u8>>` (<= 1.3x raw for 100 B);
@@ -13,7 +14,7 @@
 //!   thread may pay for frees instead, and the drop of the old snapshot.
 //!
 //! `cargo bench --bench store` runs it all; `FLOE_BENCH_MAX_KEYS=100000` limits the sizes,
-//! `FLOE_BENCH_ONLY=criterion,snapshot,ops,memory,pause` picks sections (default: all),
+//! `FLOE_BENCH_ONLY=criterion,snapshot,ops,update,memory,pause` picks sections (default: all),
 //! `FLOE_BENCH_CYCLES=N` sets the checkpoint cycles per pause case (default 100),
 //! `FLOE_BENCH_ALLOC=system` measures with glibc's malloc instead of mimalloc.
 
@@ -259,12 +260,49 @@ fn summary(_: &mut Criterion) {
     if section("ops") {
         ops_summary();
     }
+    if section("update") {
+        update_summary();
+    }
     if section("memory") {
         memory_summary();
     }
     if section("pause") {
         pause_summary();
     }
+}
+
+/// A typed counter increment (`ValueState<String, u64>`), `get` then `put` against one
+/// `update`: each encodes the key and walks the trie once per call, so `update` does half.
+fn update_summary() {
+    let n = N_OPS_KEYS.min(max_keys());
+    let mut store = Store::new();
+    let counts = store.value_state::<String, u64>("counts").unwrap();
+    let names: Vec<String> = (0..n).map(|i| format!("word-{i:08}")).collect();
+    for w in &names {
+        counts.put(&mut store, w.as_str(), &0).unwrap();
+    }
+    let words: Vec<&str> = order(n, OPS).into_iter().map(|i| names[i as usize].as_str()).collect();
+    let per_op = |d: Duration| d.as_secs_f64() * 1e9 / OPS as f64;
+    let get_put = per_op(median(9, || {
+        let t = Instant::now();
+        for w in &words {
+            let c = counts.get(&store, *w).unwrap().unwrap_or(0);
+            counts.put(&mut store, *w, &(c + 1)).unwrap();
+        }
+        t.elapsed()
+    }));
+    let update = per_op(median(9, || {
+        let t = Instant::now();
+        for w in &words {
+            counts.update(&mut store, *w, |c| Some(c.unwrap_or(0) + 1)).unwrap();
+        }
+        t.elapsed()
+    }));
+    println!(
+        "typed counter increment at {n} keys ({OPS} random keys, median of 9): get+put {get_put:.1} ns/op, \
+         update {update:.1} ns/op ({:.2}x the time of get+put)",
+        update / get_put
+    );
 }
 
 fn snapshot_summary() {

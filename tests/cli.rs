@@ -253,7 +253,7 @@ fn read_only_commands_describe_the_directory_and_change_nothing() {
     assert_eq!(cps[4]["chain_length"], 4);
     assert_eq!(cps[4]["parent"], 3);
     assert_eq!(cps[3]["chain_length"], 1);
-    assert_eq!(cps[4]["sources"]["kafka-0"], "ab05");
+    assert_eq!(cps[4]["sources"]["kafka-0"], "0xab05", "raw positions: one hex spelling in text and JSON");
     assert_eq!(cps[0]["bytes_own"], cps[0]["bytes_on_disk"]);
     assert_eq!(j["totals"]["checkpoints"], 4);
     assert_eq!(j["totals"]["savepoints"], 1);

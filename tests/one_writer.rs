@@ -650,11 +650,10 @@ fn dropping_a_checkpointer_waits_for_its_writer() {
     for round in 0..5 {
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
         let id = storage.next_id().unwrap();
-        let pending = cp.snapshot(&mut store, id, Target::Checkpoint).unwrap();
+        let mut pending = cp.snapshot(&mut store, id, Target::Checkpoint).unwrap();
         drop(cp);
         // The writer finished before `drop` returned: the result is there, the file too.
-        let done = pending.try_wait();
-        assert!(done.is_some(), "round {round}: the writer was still running after drop");
+        assert!(pending.try_wait().is_some(), "round {round}: the writer was still running after drop");
         let name = floe::checkpoint::layout::data_file_name(id, "op", 0, true);
         assert!(dir.path().join(name).is_file());
         // A new one right after never collides.

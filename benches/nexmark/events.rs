@@ -305,6 +305,10 @@ impl<T: Send> Source<T> for NexmarkSource<T> {
         self.next.to_le_bytes().to_vec()
     }
 
+    fn position_encoding(&self) -> floe::executor::PositionEncoding {
+        floe::executor::PositionEncoding::U64
+    }
+
     fn seek(&mut self, position: &[u8]) -> floe::Result<()> {
         let b: [u8; 8] = position.try_into().map_err(|_| {
             floe::Error::InvalidRecord(format!("nexmark position: {} bytes, not 8", position.len()))

@@ -14,6 +14,9 @@ use crate::format::FileKind;
 use crate::state::{Snapshot, Store};
 
 /// A data file being written in the background.
+///
+/// [`PendingWrite::try_wait`] only looks: the result stays here for a later `try_wait` or
+/// [`PendingWrite::wait`], which takes it (and consumes the `PendingWrite`).
 #[derive(Debug)]
 pub struct PendingWrite {
     /// The checkpoint.
@@ -23,25 +26,37 @@ pub struct PendingWrite {
     /// Time the synchronous part took (snapshot + decision).
     pub sync_duration: Duration,
     rx: mpsc::Receiver<(Result<StateHandle>, Duration)>,
+    /// The result once `try_wait` received it.
+    done: Option<(Result<StateHandle>, Duration)>,
 }
 
 impl PendingWrite {
     /// Waits for the write: the durable state handle and the time the background part took.
-    pub fn wait(self) -> Result<(StateHandle, Duration)> {
-        let (r, d) = self.rx.recv().map_err(|_| Error::Background("writer thread vanished".into()))?;
+    pub fn wait(mut self) -> Result<(StateHandle, Duration)> {
+        let (r, d) = match self.done.take() {
+            Some(done) => done,
+            None => self.rx.recv().map_err(|_| vanished())?,
+        };
         r.map(|h| (h, d))
     }
 
-    /// The result if the write has finished.
-    pub fn try_wait(&self) -> Option<Result<(StateHandle, Duration)>> {
-        match self.rx.try_recv() {
-            Ok((r, d)) => Some(r.map(|h| (h, d))),
-            Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => {
-                Some(Err(Error::Background("writer thread vanished".into())))
-            }
+    /// The result if the write has finished, borrowed: it stays for `wait` (or another
+    /// `try_wait`), which returns it again.
+    pub fn try_wait(&mut self) -> Option<std::result::Result<(&StateHandle, Duration), &Error>> {
+        if self.done.is_none() {
+            self.done = match self.rx.try_recv() {
+                Ok(done) => Some(done),
+                Err(mpsc::TryRecvError::Empty) => None,
+                Err(mpsc::TryRecvError::Disconnected) => Some((Err(vanished()), Duration::ZERO)),
+            };
         }
+        let (r, d) = self.done.as_ref()?;
+        Some(r.as_ref().map(|h| (h, *d)))
     }
+}
+
+fn vanished() -> Error {
+    Error::Background("writer thread vanished".into())
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +88,8 @@ pub struct Checkpointer {
     /// caller's pause, 15-200x the snapshot itself. Files are written in the order they
     /// were asked for. Dropping the checkpointer closes the queue and joins the thread.
     writer: Option<(mpsc::Sender<WriteJob>, std::thread::JoinHandle<()>)>,
+    /// Full checkpoints taken while an earlier one was never confirmed nor aborted.
+    unconfirmed_full: u64,
 }
 
 impl Drop for Checkpointer {
@@ -97,6 +114,7 @@ impl Checkpointer {
             confirmed: None,
             pending: BTreeMap::new(),
             writer: None,
+            unconfirmed_full: 0,
         }
     }
 
@@ -108,6 +126,15 @@ impl Checkpointer {
     /// The last confirmed chain, the parent of the next increment.
     pub fn confirmed(&self) -> Option<&ParentChain> {
         self.confirmed.as_ref()
+    }
+
+    /// Checkpoints this checkpointer wrote full because no checkpoint was confirmed yet
+    /// although an earlier one had been taken and was still neither confirmed
+    /// ([`Checkpointer::notify_complete`]) nor aborted. A job whose checkpoints overlap
+    /// may see one or two at its start; a count that grows with every checkpoint means
+    /// `notify_complete` is never called, and every checkpoint is full.
+    pub fn unconfirmed_full(&self) -> u64 {
+        self.unconfirmed_full
     }
 
     /// Whether the next checkpoint must be full under the chain policy.
@@ -158,6 +185,12 @@ impl Checkpointer {
             Target::Checkpoint => self.parent_for_next(),
         };
         let kind = if parent.is_some() { FileKind::Increment } else { FileKind::Full };
+        if target == Target::Checkpoint
+            && self.confirmed.is_none()
+            && self.pending.values().any(|p| p.target == Target::Checkpoint)
+        {
+            self.unconfirmed_full += 1;
+        }
         self.pending
             .insert(checkpoint_id, Pending { epoch: snap.epoch(), store_instance: store.instance(), target });
         let (done, rx) = mpsc::channel();
@@ -178,7 +211,7 @@ impl Checkpointer {
                 }
             }
         }
-        Ok(PendingWrite { checkpoint_id, kind, sync_duration: start.elapsed(), rx })
+        Ok(PendingWrite { checkpoint_id, kind, sync_duration: start.elapsed(), rx, done: None })
     }
 
     /// Starts this instance's writer thread.

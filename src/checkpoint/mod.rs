@@ -6,6 +6,7 @@ mod checkpointer;
 mod compaction;
 mod config;
 mod deleter;
+mod embedded;
 pub mod io;
 pub mod layout;
 mod lifecycle;
@@ -19,9 +20,11 @@ mod storage;
 pub mod testing;
 mod writer;
 
+pub use crate::format::positions::{PositionEncoding, SourcePositions};
 pub use channel::{ChannelStateHandle, ChannelStateWriter, read_channel_state};
 pub use checkpointer::{Checkpointer, PendingWrite};
 pub use config::{ChainPolicy, Compression, DEFAULT_SYNC_EVERY, StorageConfig};
+pub use embedded::{CheckpointId, Checkpointed, CommitBuilder};
 pub use recovery::{
     Recovered, RecoveryReport, Selection, Skipped, SkippedCheckpoint, check_coverage, load_chain, open_any,
     open_chain, open_data_file, restore_from_path, restore_operator, stat_any,

@@ -19,6 +19,7 @@ use super::publish::{DiskModel, WriteOptions, publish};
 use super::writer::write_snapshot_file;
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
+use crate::format::positions::PositionEncoding;
 use crate::format::{
     CHANNEL_STATE_VERSION, DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind,
     OperatorState,
@@ -74,6 +75,9 @@ pub struct CommitMeta {
     pub job: Option<String>,
     /// The checkpoint a compaction rewrote.
     pub compacted_from: Option<u64>,
+    /// How the positions in `sources` are encoded (a source not listed: opaque bytes);
+    /// recorded in the manifest's `source_encodings` for the tools.
+    pub source_encodings: BTreeMap<String, PositionEncoding>,
 }
 
 /// The parts of a handle that may write: the directory lock, the ids' lives, and the lock
@@ -758,6 +762,12 @@ impl CheckpointStorage {
                 (n > 1).then(|| created_by.get(o.chain[n - 2].as_str()).copied()).flatten()
             })
             .max();
+        let source_encodings = meta
+            .source_encodings
+            .into_iter()
+            .filter(|(k, e)| *e != PositionEncoding::Bytes && sources.contains_key(k))
+            .map(|(k, e)| (k, e.as_str().to_string()))
+            .collect();
         let created_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -779,6 +789,7 @@ impl CheckpointStorage {
             job: meta.job,
             compacted_from: meta.compacted_from,
             channel_state: channel_state.iter().map(ChannelStateHandle::to_ref).collect(),
+            source_encodings,
         })
     }
 

@@ -104,7 +104,8 @@ pub(crate) struct Ack {
     pub task: usize,
     /// The task could not take part: the checkpoint fails (the task keeps running).
     pub error: Option<Error>,
-    pub source_position: Option<(String, Vec<u8>)>,
+    /// A source's position: its name, encoding and bytes.
+    pub source_position: Option<(String, crate::format::positions::PositionEncoding, Vec<u8>)>,
     pub handle: Option<StateHandle>,
     pub channel_state: Option<InflightHandle>,
     /// Operator state stored in the manifest's `extra` map (sink transactions).

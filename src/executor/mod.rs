@@ -61,7 +61,8 @@ pub use runner::{
 };
 pub use sinks::{FileSink, FileSinkConfig, SinkFactory, TwoPhaseCommitSink, published_output};
 pub use source::{
-    CheckpointPaced, FileSource, GeneratorSource, IterSource, Poll, Source, SourceWaker, Topic, TopicSource,
+    CheckpointPaced, FileSource, GeneratorSource, IterSource, Poll, PositionEncoding, Source, SourceWaker,
+    Topic, TopicSource,
 };
 pub use time::{TimeDomain, Timer, WatermarkStrategy};
 pub use window::{AggregateFunction, Window, Windowed, Windows};

@@ -739,12 +739,14 @@ impl Run<'_> {
         let id = p.barrier.id;
         let mut handles: Vec<StateHandle> = Vec::new();
         let mut sources = BTreeMap::new();
+        let mut source_encodings = BTreeMap::new();
         let mut extra = BTreeMap::new();
         let mut channel_state = Vec::new();
         let mut stats = empty_stats(p.barrier, "completed".into(), Duration::ZERO);
         for (_, ack) in p.acks {
             let ack = *ack;
-            if let Some((k, v)) = ack.source_position {
+            if let Some((k, e, v)) = ack.source_position {
+                source_encodings.insert(k.clone(), e);
                 sources.insert(k, v);
             }
             if let Some(h) = ack.channel_state {
@@ -766,7 +768,7 @@ impl Run<'_> {
         }
         if p.barrier.kind != BarrierKind::Drain {
             let target = if p.barrier.kind.is_savepoint() { Target::Savepoint } else { Target::Checkpoint };
-            let meta = CommitMeta { job: Some(self.job.clone()), compacted_from: None };
+            let meta = CommitMeta { job: Some(self.job.clone()), compacted_from: None, source_encodings };
             if let Err(e) =
                 storage.commit_with_channel_state(id, target, handles, channel_state, sources, extra, meta)
             {

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use super::messages::Control;
 use crate::error::{Error, Result};
+pub use crate::format::positions::PositionEncoding;
 
 /// What a source has now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,9 +50,10 @@ impl std::fmt::Debug for SourceWaker {
     }
 }
 
-/// A replayable source of records: the S_n of the model. Its position is opaque bytes,
-/// recorded in each checkpoint; after a restore the source seeks to it, so records after
-/// the checkpoint are read again and records before it never.
+/// A replayable source of records: the S_n of the model. Its position is bytes, recorded
+/// in each checkpoint with the encoding [`Source::position_encoding`] names (so that the
+/// tools print `300000`, not `0xe093040000000000`); after a restore the source seeks to it,
+/// so records after the checkpoint are read again and records before it never.
 pub trait Source<T>: Send {
     /// Called once before the first `poll`, with what wakes the task.
     fn open(&mut self, waker: SourceWaker) -> Result<()> {
@@ -64,6 +66,12 @@ pub trait Source<T>: Send {
     fn position(&self) -> Vec<u8>;
     /// Continues from a position returned by `position`.
     fn seek(&mut self, position: &[u8]) -> Result<()>;
+    /// How `position`'s bytes are encoded, recorded in the manifest beside them: opaque
+    /// bytes unless the source says otherwise (a source whose position is one `u64`
+    /// little-endian says [`PositionEncoding::U64`]).
+    fn position_encoding(&self) -> PositionEncoding {
+        PositionEncoding::Bytes
+    }
     /// Checkpoint `checkpoint_id` completed (Flink's `notifyCheckpointComplete`).
     fn checkpoint_complete(&mut self, checkpoint_id: u64) {
         let _ = checkpoint_id;
@@ -171,6 +179,9 @@ impl<T: Send, S: Source<T>> Source<T> for CheckpointPaced<S, T> {
             None => self.inner.position(),
         }
     }
+    fn position_encoding(&self) -> PositionEncoding {
+        self.inner.position_encoding()
+    }
     fn seek(&mut self, position: &[u8]) -> Result<()> {
         self.inner.seek(position)?;
         self.emitted = 0;
@@ -208,6 +219,9 @@ impl<T: Clone + Send + Sync> Source<T> for IterSource<T> {
     }
     fn position(&self) -> Vec<u8> {
         (self.next as u64).to_le_bytes().to_vec()
+    }
+    fn position_encoding(&self) -> PositionEncoding {
+        PositionEncoding::U64
     }
     fn seek(&mut self, position: &[u8]) -> Result<()> {
         let p = pos_u64(position, "iterator")?;
@@ -275,6 +289,9 @@ impl Source<(u64, i64)> for GeneratorSource {
     fn position(&self) -> Vec<u8> {
         self.next.to_le_bytes().to_vec()
     }
+    fn position_encoding(&self) -> PositionEncoding {
+        PositionEncoding::U64
+    }
     fn seek(&mut self, position: &[u8]) -> Result<()> {
         self.next = pos_u64(position, "generator")?.min(self.count);
         self.started = None;
@@ -321,6 +338,9 @@ impl Source<String> for FileSource {
     }
     fn position(&self) -> Vec<u8> {
         self.offset.to_le_bytes().to_vec()
+    }
+    fn position_encoding(&self) -> PositionEncoding {
+        PositionEncoding::U64
     }
     fn seek(&mut self, position: &[u8]) -> Result<()> {
         self.offset = pos_u64(position, "file")?;

@@ -715,7 +715,7 @@ impl<T: super::Data> SourceTask<T> {
                     checkpoint_id: b.id,
                     task: self.common.index,
                     error: None,
-                    source_position: Some((key.to_string(), position)),
+                    source_position: Some((key.to_string(), self.source.position_encoding(), position)),
                     handle: None,
                     channel_state: None,
                     extra: Vec::new(),

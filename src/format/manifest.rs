@@ -124,6 +124,10 @@ pub struct Manifest {
     /// manifest that lists any has format version 3 (`CHANNEL_STATE_VERSION`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channel_state: Vec<ChannelStateRef>,
+    /// How each source position is encoded (`"u64"`; absent, or a source not listed:
+    /// `"bytes"`, opaque). Informational: restore hands positions back as bytes either way.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub source_encodings: std::collections::BTreeMap<String, String>,
 }
 
 impl Manifest {
@@ -311,6 +315,13 @@ impl Manifest {
     /// Decoded source positions.
     pub fn source_positions(&self) -> std::collections::BTreeMap<String, Vec<u8>> {
         self.sources.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
+    }
+
+    /// How source `name`'s position is encoded (`bytes` when not recorded).
+    pub fn source_encoding(&self, name: &str) -> super::positions::PositionEncoding {
+        self.source_encodings
+            .get(name)
+            .map_or_else(Default::default, |e| super::positions::PositionEncoding::parse(e))
     }
 }
 

@@ -264,6 +264,8 @@ pub struct DumpReport {
     pub kind: String,
     /// The operators.
     pub operators: Vec<DumpOperator>,
+    /// Source positions, as `inspect` and `show` give them.
+    pub sources: std::collections::BTreeMap<String, super::ShownPosition>,
     /// In-flight records per operator instance, summarized (an unaligned checkpoint's
     /// channel state; empty otherwise). The records themselves are the executor's encoding.
     pub channel_state: Vec<super::show::ChannelStateInfo>,
@@ -367,13 +369,23 @@ pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpRepo
     if let Some(op) = &filter.operator {
         channel_state.retain(|c| &c.operator == op);
     }
-    Ok(DumpReport { id: m.checkpoint_id, kind: m.kind.as_str().to_string(), operators, channel_state })
+    let sources = super::shown_positions(&m);
+    Ok(DumpReport {
+        id: m.checkpoint_id,
+        kind: m.kind.as_str().to_string(),
+        operators,
+        sources,
+        channel_state,
+    })
 }
 
 impl Report for DumpReport {
     fn text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "checkpoint {} ({})", self.id, self.kind);
+        for (k, v) in &self.sources {
+            let _ = writeln!(s, "source {k} = {v}");
+        }
         for o in &self.operators {
             let groups: Vec<String> = o.key_groups.iter().map(ToString::to_string).collect();
             let _ = writeln!(s, "operator {} (key groups {})", o.operator, groups.join(" "));

@@ -41,6 +41,43 @@ pub trait Report: Serialize {
     }
 }
 
+/// A source position as the tool shows it: decoded by the encoding the manifest records
+/// (a JSON number, `300000` in text), or, when opaque or not decodable, `0x` and hex, the
+/// same string in text and JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum ShownPosition {
+    /// A `u64` position.
+    Number(u64),
+    /// Opaque bytes, `0x` and lower-case hex (as the manifest holds them).
+    Raw(String),
+}
+
+impl std::fmt::Display for ShownPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShownPosition::Number(n) => write!(f, "{n}"),
+            ShownPosition::Raw(h) => f.write_str(h),
+        }
+    }
+}
+
+/// A manifest's source positions as the tool shows them.
+pub fn shown_positions(m: &Manifest) -> std::collections::BTreeMap<String, ShownPosition> {
+    m.sources
+        .iter()
+        .map(|(k, hex)| {
+            let number =
+                crate::format::manifest::hex_decode(hex).and_then(|b| m.source_encoding(k).decode_u64(&b));
+            let shown = match number {
+                Some(n) => ShownPosition::Number(n),
+                None => ShownPosition::Raw(format!("0x{}", hex.to_ascii_lowercase())),
+            };
+            (k.clone(), shown)
+        })
+        .collect()
+}
+
 /// Opens `dir` read-only: never creates or modifies anything.
 pub fn open_read_only(dir: &Path) -> Result<Arc<CheckpointStorage>> {
     CheckpointStorage::open_existing(dir, StorageConfig::default())

@@ -152,8 +152,8 @@ pub struct ShowReport {
     pub created: String,
     /// Key groups of the job.
     pub max_parallelism: u32,
-    /// Source positions, hex.
-    pub sources: BTreeMap<String, String>,
+    /// Source positions: numbers when the manifest records them as `u64`, else `0x` hex.
+    pub sources: BTreeMap<String, super::ShownPosition>,
     /// Names of the extra entries.
     pub extra: Vec<String>,
     /// Per operator.
@@ -250,7 +250,7 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
         base: m.base,
         created: iso8601(m.created_unix_ms),
         max_parallelism: m.max_parallelism,
-        sources: m.sources.clone(),
+        sources: super::shown_positions(&m),
         extra: m.extra.keys().cloned().collect(),
         operators,
         instances,
@@ -281,7 +281,7 @@ impl Report for ShowReport {
             self.max_parallelism
         );
         for (k, v) in &self.sources {
-            let _ = writeln!(s, "  source {k} = 0x{v}");
+            let _ = writeln!(s, "  source {k} = {v}");
         }
         if !self.extra.is_empty() {
             let _ = writeln!(s, "  extra: {}", self.extra.join(", "));

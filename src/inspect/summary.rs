@@ -39,8 +39,8 @@ pub struct CheckpointLine {
     pub compression_ratio: Option<f64>,
     /// Operator instances, `name[subtask]`.
     pub operators: Vec<String>,
-    /// Source positions, hex.
-    pub sources: BTreeMap<String, String>,
+    /// Source positions: numbers when the manifest records them as `u64`, else `0x` hex.
+    pub sources: BTreeMap<String, super::ShownPosition>,
 }
 
 /// Sums over the directory.
@@ -156,7 +156,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
             bytes_own: m.files.iter().filter(|f| f.created_by == m.checkpoint_id).map(|f| f.size).sum(),
             compression_ratio: (ratio_known && own_stored > 0).then(|| own_raw as f64 / own_stored as f64),
             operators: m.operators.iter().map(|o| format!("{}[{}]", o.operator, o.subtask)).collect(),
-            sources: m.sources.clone(),
+            sources: super::shown_positions(&m),
         });
     }
     totals.referenced_files = referenced.len();
@@ -193,7 +193,7 @@ impl Report for InspectReport {
                 continue;
             }
             let ratio = c.compression_ratio.map_or_else(|| "?".to_string(), |r| format!("{r:.2}x"));
-            let sources: Vec<String> = c.sources.iter().map(|(k, v)| format!("{k}=0x{v}")).collect();
+            let sources: Vec<String> = c.sources.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let _ = writeln!(
                 s,
                 "{:>6}  {kind:<11}  base {} chain {}  ok  {}  disk {}  own {}  ratio {ratio}  ops {}  sources {}",

@@ -6,6 +6,7 @@ pub mod list;
 mod record;
 mod snapshot;
 mod store;
+mod store_ops;
 mod trie;
 mod ttl;
 mod typed;

@@ -170,6 +170,15 @@ impl Snapshot {
         Ok(self.entry(state, key)?.and_then(|e| value_ref(e)))
     }
 
+    /// Every live entry of a state, key group by key group, each in `(hash, key)` order.
+    pub fn iter_entries(&self, state: StateId) -> Result<impl Iterator<Item = EntryRef<'_>>> {
+        let groups = &self.state(state)?.groups;
+        Ok(groups
+            .iter()
+            .flat_map(Trie::iter)
+            .filter_map(|e| value_ref(e).map(|value| EntryRef { key: &e.key, value })))
+    }
+
     /// The live entries of one key group of a state, in `(hash, key)` order.
     pub fn entries(&self, state: StateId, key_group: u32) -> Result<impl Iterator<Item = EntryRef<'_>>> {
         let trie = self.trie(state, key_group)?;
@@ -201,7 +210,7 @@ impl Snapshot {
     }
 }
 
-fn value_ref(e: &Entry) -> Option<ValueRef<'_>> {
+pub(super) fn value_ref(e: &Entry) -> Option<ValueRef<'_>> {
     match &e.value {
         Value::Tomb => None,
         Value::Bytes(b) => Some(ValueRef::Bytes(b)),

@@ -87,13 +87,13 @@ pub(crate) struct StateTable {
 pub struct Store {
     config: StoreConfig,
     /// Epoch stamped on writes now; snapshots taken so far have smaller epochs.
-    epoch: u64,
+    pub(super) epoch: u64,
     /// Epoch of the last confirmed snapshot (0: none): the parent of the next increment.
     confirmed: u64,
     /// Unique in the process: epochs and stamps mean something only within one store, so
     /// an increment is only computed against a parent of the same instance.
     instance: u64,
-    states: Vec<StateTable>,
+    pub(super) states: Vec<StateTable>,
     by_name: HashMap<String, StateId>,
 }
 
@@ -129,10 +129,10 @@ fn next_instance() -> u64 {
 
 /// The location of a key: state index, group index within the store, hash.
 #[derive(Clone, Copy)]
-struct Loc {
-    state: usize,
-    group: usize,
-    hash: u64,
+pub(super) struct Loc {
+    pub(super) state: usize,
+    pub(super) group: usize,
+    pub(super) hash: u64,
 }
 
 impl Store {
@@ -321,7 +321,7 @@ impl Store {
         self.len(state) == 0
     }
 
-    fn locate(&self, state: StateId, key: &[u8], kind: StateKind) -> Result<Loc> {
+    pub(super) fn locate(&self, state: StateId, key: &[u8], kind: StateKind) -> Result<Loc> {
         let table =
             self.states.get(state.index()).ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
         if table.desc.kind != kind {
@@ -341,7 +341,7 @@ impl Store {
     }
 
     /// Refuses a write whose record (`len` bytes encoded) a data file could not hold.
-    fn check_record(&self, loc: Loc, what: &'static str, len: usize) -> Result<()> {
+    pub(super) fn check_record(&self, loc: Loc, what: &'static str, len: usize) -> Result<()> {
         if len > MAX_RECORD_LEN {
             return Err(too_large(&self.states[loc.state].desc.name, what, len, MAX_RECORD_LEN));
         }
@@ -352,11 +352,11 @@ impl Store {
         too_large(&self.states[loc.state].desc.name, "list item", len, MAX_RECORD_LEN)
     }
 
-    fn trie(&self, loc: Loc) -> &Trie {
+    pub(super) fn trie(&self, loc: Loc) -> &Trie {
         &self.states[loc.state].groups[loc.group]
     }
 
-    fn trie_mut(&mut self, loc: Loc) -> &mut Trie {
+    pub(super) fn trie_mut(&mut self, loc: Loc) -> &mut Trie {
         &mut self.states[loc.state].groups[loc.group]
     }
 
@@ -839,7 +839,7 @@ impl<'r> Loader<'r> {
     }
 }
 
-fn too_large(state: &str, what: &'static str, len: usize, limit: usize) -> Error {
+pub(super) fn too_large(state: &str, what: &'static str, len: usize, limit: usize) -> Error {
     let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     Error::TooLarge { state: state.to_string(), what, len: wide(len), limit: wide(limit) }
 }
@@ -896,7 +896,7 @@ fn replace(
 }
 
 /// Changes `key`'s entry through `f`, copying it first if a snapshot shares it.
-fn modify(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64, f: impl FnOnce(&mut Entry)) {
+pub(super) fn modify(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64, f: impl FnOnce(&mut Entry)) {
     let (slot, _) = trie.slot_mut(hash, key, epoch);
     let was = slot.is_live();
     let e = Arc::make_mut(slot);
@@ -907,7 +907,7 @@ fn modify(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64, f: impl FnOnce(&mu
 
 /// Deletes `key` from `trie`: physically when no snapshot that could be a parent ever saw
 /// it, otherwise by leaving a tombstone stamped `epoch`.
-fn delete_key(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64) -> bool {
+pub(super) fn delete_key(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64) -> bool {
     let Some(e) = trie.get(hash, key) else { return false };
     if !e.is_live() {
         return false;

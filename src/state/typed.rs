@@ -2,13 +2,14 @@
 //! with postcard (compact, deterministic: the same value always gives the same bytes,
 //! which key lookup depends on).
 
+use std::borrow::Borrow;
 use std::marker::PhantomData;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::descriptor::{Codec, StateDescriptor, StateKind};
-use super::snapshot::{Snapshot, ValueRef};
+use super::snapshot::{EntryRef, Snapshot, ValueRef};
 use super::store::{StateId, Store};
 use crate::error::{Error, Result};
 
@@ -160,27 +161,83 @@ impl Store {
 }
 
 impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
-    /// The value of `key`.
-    pub fn get(&self, store: &Store, key: &K) -> Result<Option<V>> {
+    /// The value of `key` (a borrowed form serves: a `String`-keyed state takes `&str`).
+    pub fn get<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<Option<V>>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         store.get(self.id, &k)?.map(|b| decode(&self.name, b)).transpose()
     }
 
     /// Sets the value of `key`.
-    pub fn put(&self, store: &mut Store, key: &K, value: &V) -> Result<()> {
+    pub fn put<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, value: &V) -> Result<()>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         let v = encode(&self.name, value)?;
         store.put(self.id, &k, &v)
     }
 
+    /// Read-modify-write: `f` gets the current value of `key` (`None`: absent) and returns
+    /// the new one (`None` removes the key), which is also returned. One key encoding and
+    /// one walk of the store's trie, where `get` then `put` costs two of each.
+    pub fn update<Q: Serialize + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        f: impl FnOnce(Option<V>) -> Option<V>,
+    ) -> Result<Option<V>>
+    where
+        K: Borrow<Q>,
+        V: Clone,
+    {
+        let k = encode(&self.name, key)?;
+        let mut out = None;
+        store.update(self.id, &k, |old| {
+            let old = old.map(|b| decode::<V>(&self.name, b)).transpose()?;
+            let new = f(old);
+            let bytes = new.as_ref().map(|v| encode(&self.name, v)).transpose()?;
+            out = new;
+            Ok(bytes)
+        })?;
+        Ok(out)
+    }
+
     /// Removes `key`; returns whether it was present.
-    pub fn remove(&self, store: &mut Store, key: &K) -> Result<bool> {
+    pub fn remove<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         store.delete(self.id, &k)
     }
 
+    /// Whether `key` has a value (nothing is decoded).
+    pub fn contains<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<bool>
+    where
+        K: Borrow<Q>,
+    {
+        let k = encode(&self.name, key)?;
+        Ok(store.get(self.id, &k)?.is_some())
+    }
+
+    /// Number of keys of the state. O(key groups).
+    pub fn len(&self, store: &Store) -> u64 {
+        store.len(self.id)
+    }
+
+    /// True when the state holds no key.
+    pub fn is_empty(&self, store: &Store) -> bool {
+        store.is_empty(self.id)
+    }
+
     /// The value of `key` in a snapshot.
-    pub fn get_at(&self, snapshot: &Snapshot, key: &K) -> Result<Option<V>> {
+    pub fn get_at<Q: Serialize + ?Sized>(&self, snapshot: &Snapshot, key: &Q) -> Result<Option<V>>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         match snapshot.get(self.id, &k)? {
             Some(ValueRef::Bytes(b)) => decode(&self.name, b).map(Some),
@@ -189,47 +246,211 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     }
 }
 
+impl<K: DeserializeOwned, V: DeserializeOwned> ValueState<K, V> {
+    /// Every `(key, value)` of the state, decoded as it is reached, key group by key group
+    /// (the store's deterministic order); the store is borrowed, nothing copied first.
+    pub fn iter<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<(K, V)>> + 's> {
+        Ok(store.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+    }
+
+    /// Every key of the state (values are not decoded).
+    pub fn keys<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<K>> + 's> {
+        Ok(store.iter_entries(self.id)?.map(move |e| decode(&self.name, e.key)))
+    }
+
+    /// Every `(key, value)` of the state in a snapshot, in the order of [`ValueState::iter`].
+    pub fn iter_at<'s>(
+        &'s self,
+        snapshot: &'s Snapshot,
+    ) -> Result<impl Iterator<Item = Result<(K, V)>> + 's> {
+        Ok(snapshot.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+    }
+
+    fn decode_entry(&self, e: EntryRef<'_>) -> Option<Result<(K, V)>> {
+        match e.value {
+            ValueRef::Bytes(v) => {
+                Some(decode(&self.name, e.key).and_then(|k| Ok((k, decode(&self.name, v)?))))
+            }
+            _ => None,
+        }
+    }
+}
+
 impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
     /// The items of `key`'s list (empty when absent).
-    pub fn get(&self, store: &Store, key: &K) -> Result<Vec<V>> {
+    pub fn get<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<Vec<V>>
+    where
+        K: Borrow<Q>,
+    {
+        self.items(store, key)?.collect()
+    }
+
+    /// The items of `key`'s list, decoded one by one as the iterator reaches them (no
+    /// vector of the list is built).
+    pub fn items<'s, Q: Serialize + ?Sized>(
+        &'s self,
+        store: &'s Store,
+        key: &Q,
+    ) -> Result<impl Iterator<Item = Result<V>> + 's>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
-        match store.list_get(self.id, &k)? {
-            Some(items) => items.map(|b| decode(&self.name, b)).collect(),
-            None => Ok(Vec::new()),
-        }
+        let items = store.list_get(self.id, &k)?.into_iter().flatten();
+        Ok(items.map(move |b| decode(&self.name, b)))
+    }
+
+    /// Number of items in `key`'s list (0 when absent). O(1): nothing is decoded.
+    pub fn len<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<u32>
+    where
+        K: Borrow<Q>,
+    {
+        store.list_len(self.id, &encode(&self.name, key)?)
     }
 
     /// Appends one item.
-    pub fn add(&self, store: &mut Store, key: &K, item: &V) -> Result<()> {
+    pub fn add<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, item: &V) -> Result<()>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         let v = encode(&self.name, item)?;
         store.list_append(self.id, &k, &v)
     }
 
+    /// Removes and returns the last item (`None` for an empty list). Popping items added
+    /// since the last checkpoint keeps the next increment an append of the rest.
+    pub fn pop<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<Option<V>>
+    where
+        K: Borrow<Q>,
+    {
+        let k = encode(&self.name, key)?;
+        store.list_pop(self.id, &k)?.map(|b| decode(&self.name, &b)).transpose()
+    }
+
+    /// Keeps only the last `n` items (a sliding window); returns how many were dropped.
+    /// When nothing is dropped nothing is written, so items added since the last
+    /// checkpoint still reach the next increment as an append; when some are, the next
+    /// increment carries the trimmed list (see [`Store::list_drop_first`]).
+    pub fn keep_last<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, n: u32) -> Result<u32>
+    where
+        K: Borrow<Q>,
+    {
+        store.list_keep_last(self.id, &encode(&self.name, key)?, n)
+    }
+
+    /// Drops the first `n` items; returns how many were dropped (as [`ListState::keep_last`]).
+    pub fn drop_first<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, n: u32) -> Result<u32>
+    where
+        K: Borrow<Q>,
+    {
+        store.list_drop_first(self.id, &encode(&self.name, key)?, n)
+    }
+
     /// Replaces the whole list (an empty list removes the key).
-    pub fn update(&self, store: &mut Store, key: &K, items: &[V]) -> Result<()> {
+    pub fn update<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, items: &[V]) -> Result<()>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         let enc: Vec<Vec<u8>> = items.iter().map(|v| encode(&self.name, v)).collect::<Result<_>>()?;
         store.list_replace(self.id, &k, enc.iter().map(Vec::as_slice))
     }
 
     /// Removes the list.
-    pub fn clear(&self, store: &mut Store, key: &K) -> Result<bool> {
+    pub fn clear<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         store.delete(self.id, &k)
     }
 }
 
+impl<K: DeserializeOwned, V: DeserializeOwned> ListState<K, V> {
+    /// Every `(key, items)` of the state, in the store's order (see [`ValueState::iter`]).
+    pub fn iter<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<(K, Vec<V>)>> + 's> {
+        Ok(store.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+    }
+
+    /// Every `(key, items)` of the state in a snapshot.
+    pub fn iter_at<'s>(
+        &'s self,
+        snapshot: &'s Snapshot,
+    ) -> Result<impl Iterator<Item = Result<(K, Vec<V>)>> + 's> {
+        Ok(snapshot.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+    }
+
+    fn decode_entry(&self, e: EntryRef<'_>) -> Option<Result<(K, Vec<V>)>> {
+        match e.value {
+            ValueRef::List(items) => Some(decode(&self.name, e.key).and_then(|k| {
+                let items = items.map(|b| decode(&self.name, b)).collect::<Result<_>>()?;
+                Ok((k, items))
+            })),
+            _ => None,
+        }
+    }
+}
+
 impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<K, UK, V> {
-    /// The value under `map_key` in `key`'s map.
-    pub fn get(&self, store: &Store, key: &K, map_key: &UK) -> Result<Option<V>> {
+    /// The value under `map_key` in `key`'s map (borrowed forms serve for both keys).
+    pub fn get<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+        &self,
+        store: &Store,
+        key: &Q,
+        map_key: &MQ,
+    ) -> Result<Option<V>>
+    where
+        K: Borrow<Q>,
+        UK: Borrow<MQ>,
+    {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
         store.map_get(self.id, &k, &mk)?.map(|b| decode(&self.name, b)).transpose()
     }
 
+    /// Whether `key`'s map holds `map_key` (the value is not decoded).
+    pub fn contains<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+        &self,
+        store: &Store,
+        key: &Q,
+        map_key: &MQ,
+    ) -> Result<bool>
+    where
+        K: Borrow<Q>,
+        UK: Borrow<MQ>,
+    {
+        store.map_contains(self.id, &encode(&self.name, key)?, &encode(&self.name, map_key)?)
+    }
+
+    /// Number of entries in `key`'s map (0 when absent). O(1).
+    pub fn len<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<u64>
+    where
+        K: Borrow<Q>,
+    {
+        store.map_len(self.id, &encode(&self.name, key)?)
+    }
+
+    /// True when `key`'s map is empty or absent.
+    pub fn is_empty<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<bool>
+    where
+        K: Borrow<Q>,
+    {
+        Ok(self.len(store, key)? == 0)
+    }
+
     /// Sets `map_key` to `value` in `key`'s map.
-    pub fn put(&self, store: &mut Store, key: &K, map_key: &UK, value: &V) -> Result<()> {
+    pub fn put<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        map_key: &MQ,
+        value: &V,
+    ) -> Result<()>
+    where
+        K: Borrow<Q>,
+        UK: Borrow<MQ>,
+    {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
         let v = encode(&self.name, value)?;
@@ -237,24 +458,122 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     }
 
     /// Removes `map_key` from `key`'s map.
-    pub fn remove(&self, store: &mut Store, key: &K, map_key: &UK) -> Result<bool> {
+    pub fn remove<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        map_key: &MQ,
+    ) -> Result<bool>
+    where
+        K: Borrow<Q>,
+        UK: Borrow<MQ>,
+    {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
         store.map_remove(self.id, &k, &mk)
     }
 
-    /// All entries of `key`'s map, in the map's deterministic order.
-    pub fn entries(&self, store: &Store, key: &K) -> Result<Vec<(UK, V)>> {
+    /// The entries of `key`'s map, decoded as the iterator reaches them, in the map's
+    /// deterministic order (borrowing the store: no vector is built).
+    pub fn iter<'s, Q: Serialize + ?Sized>(
+        &'s self,
+        store: &'s Store,
+        key: &Q,
+    ) -> Result<impl Iterator<Item = Result<(UK, V)>> + 's>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
-        store
+        Ok(store
             .map_iter(self.id, &k)?
-            .map(|(mk, v)| Ok((decode(&self.name, mk)?, decode(&self.name, v)?)))
-            .collect()
+            .map(move |(mk, v)| Ok((decode(&self.name, mk)?, decode(&self.name, v)?))))
+    }
+
+    /// The map keys of `key`'s map (values are not decoded).
+    pub fn keys<'s, Q: Serialize + ?Sized>(
+        &'s self,
+        store: &'s Store,
+        key: &Q,
+    ) -> Result<impl Iterator<Item = Result<UK>> + 's>
+    where
+        K: Borrow<Q>,
+    {
+        let k = encode(&self.name, key)?;
+        Ok(store.map_iter(self.id, &k)?.map(move |(mk, _)| decode(&self.name, mk)))
+    }
+
+    /// The values of `key`'s map (map keys are not decoded).
+    pub fn values<'s, Q: Serialize + ?Sized>(
+        &'s self,
+        store: &'s Store,
+        key: &Q,
+    ) -> Result<impl Iterator<Item = Result<V>> + 's>
+    where
+        K: Borrow<Q>,
+    {
+        let k = encode(&self.name, key)?;
+        Ok(store.map_iter(self.id, &k)?.map(move |(_, v)| decode(&self.name, v)))
+    }
+
+    /// All entries of `key`'s map, in the map's deterministic order, collected
+    /// ([`MapState::iter`] without the vector).
+    pub fn entries<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<Vec<(UK, V)>>
+    where
+        K: Borrow<Q>,
+    {
+        self.iter(store, key)?.collect()
     }
 
     /// Removes the whole map.
-    pub fn clear(&self, store: &mut Store, key: &K) -> Result<bool> {
+    pub fn clear<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool>
+    where
+        K: Borrow<Q>,
+    {
         let k = encode(&self.name, key)?;
         store.delete(self.id, &k)
+    }
+}
+
+impl<K: DeserializeOwned, UK: DeserializeOwned, V: DeserializeOwned> MapState<K, UK, V> {
+    /// Every `(key, map key, value)` of the state, key group by key group and map by map,
+    /// decoded as reached.
+    pub fn iter_all<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<(K, UK, V)>> + 's>
+    where
+        K: Clone,
+    {
+        Ok(store.iter_entries(self.id)?.flat_map(move |e| self.decode_entry(e)))
+    }
+
+    /// Every `(key, map key, value)` of the state in a snapshot.
+    pub fn iter_all_at<'s>(
+        &'s self,
+        snapshot: &'s Snapshot,
+    ) -> Result<impl Iterator<Item = Result<(K, UK, V)>> + 's>
+    where
+        K: Clone,
+    {
+        Ok(snapshot.iter_entries(self.id)?.flat_map(move |e| self.decode_entry(e)))
+    }
+
+    /// Every key of the state (whose map is not empty); maps are not decoded.
+    pub fn state_keys<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<K>> + 's> {
+        Ok(store.iter_entries(self.id)?.map(move |e| decode(&self.name, e.key)))
+    }
+
+    /// One key's map entries, decoded; no allocation beyond the decoded values.
+    fn decode_entry<'e>(&'e self, e: EntryRef<'e>) -> impl Iterator<Item = Result<(K, UK, V)>> + 'e
+    where
+        K: Clone,
+    {
+        let (bad_key, map) = match e.value {
+            ValueRef::Map(map) => match decode::<K>(&self.name, e.key) {
+                Ok(k) => (None, Some((k, map))),
+                Err(err) => (Some(Err(err)), None),
+            },
+            _ => (None, None),
+        };
+        bad_key.into_iter().chain(map.into_iter().flat_map(move |(k, map)| {
+            map.map(move |(mk, v)| Ok((k.clone(), decode(&self.name, mk)?, decode(&self.name, v)?)))
+        }))
     }
 }
