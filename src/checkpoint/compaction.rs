@@ -76,7 +76,8 @@ impl CheckpointStorage {
                 let decode = |m: &BTreeMap<String, String>| -> BTreeMap<String, Vec<u8>> {
                     m.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
                 };
-                let meta = CommitMeta { job: source.job.clone(), compacted_from: Some(checkpoint_id) };
+                let meta =
+                    CommitMeta { job: source.job.clone(), compacted_from: Some(checkpoint_id), stats: None };
                 self.commit_with_channel_state(
                     new_id,
                     target,

@@ -74,6 +74,8 @@ pub struct CommitMeta {
     pub job: Option<String>,
     /// The checkpoint a compaction rewrote.
     pub compacted_from: Option<u64>,
+    /// How the checkpoint went (the executor's measurements; `None` from a direct commit).
+    pub stats: Option<crate::format::CheckpointStatistics>,
 }
 
 /// The parts of a handle that may write: the directory lock, the ids' lives, and the lock
@@ -763,6 +765,7 @@ impl CheckpointStorage {
             job: meta.job,
             compacted_from: meta.compacted_from,
             channel_state: channel_state.iter().map(ChannelStateHandle::to_ref).collect(),
+            stats: meta.stats,
         })
     }
 
