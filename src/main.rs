@@ -12,6 +12,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use floe::inspect::{self, Report};
 
+/// `floe ui`: the web page (on the binary side: the library has no HTTP server).
+#[path = "cli/ui.rs"]
+mod ui;
+
 /// mimalloc: with glibc's malloc, the small blocks a dropped snapshot frees are consolidated
 /// by the owner's next large allocation, a pause of milliseconds to tens of milliseconds in
 /// a checkpoint cycle (README "Memory and allocator", `cargo bench --bench store`).
@@ -93,6 +97,18 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Serve a read-only web page of the directory's checkpoints (history, charts, per-task
+    /// timeline, chains, verify), refreshed while a job writes to it.
+    Ui {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// TCP port (0: any free port; the address is printed).
+        #[arg(long, default_value_t = 8081)]
+        port: u16,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: String,
+    },
     /// The main job: a keyed stateful job with incremental checkpoints, crashed once,
     /// recovered, run to the end and checked against an independent computation.
     Demo {
@@ -129,11 +145,16 @@ enum Command {
     },
 }
 
+/// The `--json` output of a report (what `floe ui` serves too).
+fn json_text<R: Report>(r: &R) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(r).map(|s| s + "\n")
+}
+
 /// Prints `r` as JSON or text; exit 1 when it reports damage.
 fn emit<R: Report>(r: &R, json: bool) -> ExitCode {
     let out = if json {
-        match serde_json::to_string_pretty(r) {
-            Ok(s) => s + "\n",
+        match json_text(r) {
+            Ok(s) => s,
             Err(e) => {
                 eprintln!("floe: error: cannot encode the report as JSON: {e}");
                 return ExitCode::from(2);
@@ -202,6 +223,7 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
             emit(&report?, json)
         }
         Command::Gc { dir, dry_run } => emit(&inspect::gc(&dir, dry_run)?, json),
+        Command::Ui { dir, port, bind } => ui::run(dir, &bind, port)?,
         Command::Demo { dir, output, records, keys, seed, mode, interval_ms, rate, no_crash } => {
             let mode = match mode.as_str() {
                 "exactly-once" => floe::executor::Mode::ExactlyOnce,

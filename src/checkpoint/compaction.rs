@@ -82,6 +82,7 @@ impl CheckpointStorage {
                     job: source.job.clone(),
                     compacted_from: Some(checkpoint_id),
                     source_encodings,
+                    stats: None,
                 };
                 self.commit_with_channel_state(
                     new_id,

@@ -85,7 +85,7 @@ impl CommitBuilder<'_> {
     /// retention, as [`CheckpointStorage::commit_with`].
     pub fn commit(self) -> Result<Manifest> {
         let (sources, source_encodings) = self.positions.into_parts();
-        let meta = CommitMeta { job: self.job, compacted_from: None, source_encodings };
+        let meta = CommitMeta { job: self.job, compacted_from: None, source_encodings, stats: None };
         self.storage.commit_with(self.checkpoint_id, self.target, self.handles, sources, self.extra, meta)
     }
 }

@@ -78,6 +78,8 @@ pub struct CommitMeta {
     /// How the positions in `sources` are encoded (a source not listed: opaque bytes);
     /// recorded in the manifest's `source_encodings` for the tools.
     pub source_encodings: BTreeMap<String, PositionEncoding>,
+    /// How the checkpoint went (the executor's measurements; `None` from a direct commit).
+    pub stats: Option<crate::format::CheckpointStatistics>,
 }
 
 /// The parts of a handle that may write: the directory lock, the ids' lives, and the lock
@@ -790,6 +792,7 @@ impl CheckpointStorage {
             compacted_from: meta.compacted_from,
             channel_state: channel_state.iter().map(ChannelStateHandle::to_ref).collect(),
             source_encodings,
+            stats: meta.stats,
         })
     }
 

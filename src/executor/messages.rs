@@ -1,6 +1,6 @@
 //! What flows between tasks, and between tasks and the coordinator.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::inflight::InflightHandle;
 use crate::checkpoint::StateHandle;
@@ -142,6 +142,14 @@ pub(crate) enum Report {
 pub struct TaskCheckpointStats {
     /// `operator[subtask]`.
     pub task: String,
+    /// Operator id (of `task`).
+    pub operator: String,
+    /// Parallel instance index (of `task`).
+    pub subtask: u32,
+    /// When the task had the checkpoint's first barrier (a source: the trigger).
+    pub barrier_at: Option<Instant>,
+    /// When the task sent its acknowledgement.
+    pub acked_at: Option<Instant>,
     /// Time from the first barrier to the last (alignment).
     pub alignment: Duration,
     /// Synchronous part of the snapshot.
@@ -156,4 +164,8 @@ pub struct TaskCheckpointStats {
     pub buffered_records: u64,
     /// Bytes of in-flight records written (unaligned).
     pub inflight_bytes: u64,
+    /// Bytes of every data file of the task's chain (set by the runner at commit).
+    pub full_state_bytes: u64,
+    /// Bytes of its channel-state file, framing included (set by the runner at commit).
+    pub channel_state_bytes: u64,
 }

@@ -45,6 +45,7 @@ mod operator;
 mod runner;
 pub mod sinks;
 pub mod source;
+mod stats;
 mod task;
 mod time;
 mod window;

@@ -621,7 +621,7 @@ impl Run<'_> {
                     }
                     Action::Commit(p) => {
                         let id = p.barrier.id;
-                        let r = self.complete(tasks, p);
+                        let r = self.complete(tasks, p, restore_stats.as_ref());
                         if r.is_ok()
                             && let Some(w) = self.waiting.remove(&id)
                         {
@@ -734,7 +734,7 @@ impl Run<'_> {
     }
 
     /// Every task acknowledged `p`: write its manifest, tell the tasks.
-    fn complete(&mut self, tasks: &Tasks, p: Pending) -> Result<()> {
+    fn complete(&mut self, tasks: &Tasks, p: Pending, restore: Option<&RestoreStats>) -> Result<()> {
         let storage = &self.config.storage;
         let id = p.barrier.id;
         let mut handles: Vec<StateHandle> = Vec::new();
@@ -744,7 +744,13 @@ impl Run<'_> {
         let mut channel_state = Vec::new();
         let mut stats = empty_stats(p.barrier, "completed".into(), Duration::ZERO);
         for (_, ack) in p.acks {
-            let ack = *ack;
+            let mut ack = *ack;
+            if let Some(h) = &ack.handle {
+                ack.stats.full_state_bytes = h.files.iter().map(|f| f.size).sum();
+            }
+            if let Some(h) = &ack.channel_state {
+                ack.stats.channel_state_bytes = h.handle.file.size;
+            }
             if let Some((k, e, v)) = ack.source_position {
                 source_encodings.insert(k.clone(), e);
                 sources.insert(k, v);
@@ -768,7 +774,12 @@ impl Run<'_> {
         }
         if p.barrier.kind != BarrierKind::Drain {
             let target = if p.barrier.kind.is_savepoint() { Target::Savepoint } else { Target::Checkpoint };
-            let meta = CommitMeta { job: Some(self.job.clone()), compacted_from: None, source_encodings };
+            let meta = CommitMeta {
+                job: Some(self.job.clone()),
+                compacted_from: None,
+                source_encodings,
+                stats: Some(super::stats::manifest_stats(p.triggered, &stats.tasks, restore)),
+            };
             if let Err(e) =
                 storage.commit_with_channel_state(id, target, handles, channel_state, sources, extra, meta)
             {

@@ -43,6 +43,16 @@ impl TaskCommon {
     pub fn name(&self) -> String {
         format!("{}[{}]", self.operator, self.subtask)
     }
+
+    /// Empty statistics of this task.
+    pub fn stats(&self) -> TaskCheckpointStats {
+        TaskCheckpointStats {
+            task: self.name(),
+            operator: self.operator.clone(),
+            subtask: self.subtask,
+            ..Default::default()
+        }
+    }
 }
 
 /// Runs a task body to its end and reports a failure (error or panic).
@@ -395,7 +405,7 @@ impl<L: Logic> Loop<L> {
     }
 
     fn decline(&self, id: u64, error: Error) {
-        let stats = TaskCheckpointStats { task: self.t.common.name(), ..Default::default() };
+        let stats = self.t.common.stats();
         let ack = Ack {
             checkpoint_id: id,
             task: self.t.common.index,
@@ -454,7 +464,12 @@ impl<L: Logic> Loop<L> {
             }
             Err(e) => return Err(e),
         };
-        let mut stats = TaskCheckpointStats { task: self.t.common.name(), alignment, ..Default::default() };
+        // The first barrier came `alignment` before the snapshot started.
+        let mut stats = TaskCheckpointStats {
+            alignment,
+            barrier_at: started.checked_sub(alignment),
+            ..self.t.common.stats()
+        };
         stats.sync = started.elapsed();
         let write = parts.write.is_some();
         if let Some(w) = parts.write {
@@ -525,7 +540,7 @@ impl<L: Logic> Loop<L> {
             handle: p.handle,
             channel_state: p.channel_state,
             extra: p.extra,
-            stats: p.stats,
+            stats: TaskCheckpointStats { acked_at: Some(Instant::now()), ..p.stats },
         };
         let _ = self.t.common.report.send(Report::Ack(Box::new(ack)));
     }
@@ -708,6 +723,7 @@ impl<T: super::Data> SourceTask<T> {
     ) -> Result<bool> {
         match m {
             Control::Trigger(b) => {
+                let triggered = Instant::now();
                 let position = self.source.position();
                 let overtake = self.common.mode == Mode::Unaligned && !b.aligned;
                 self.out.barrier(b, overtake)?;
@@ -719,7 +735,11 @@ impl<T: super::Data> SourceTask<T> {
                     handle: None,
                     channel_state: None,
                     extra: Vec::new(),
-                    stats: TaskCheckpointStats { task: self.common.name(), ..Default::default() },
+                    stats: TaskCheckpointStats {
+                        barrier_at: Some(triggered),
+                        acked_at: Some(Instant::now()),
+                        ..self.common.stats()
+                    },
                 };
                 let _ = self.common.report.send(Report::Ack(Box::new(ack)));
                 if b.kind == BarrierKind::StopSavepoint && *state == SourceState::Running {

@@ -128,6 +128,71 @@ pub struct Manifest {
     /// `"bytes"`, opaque). Informational: restore hands positions back as bytes either way.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub source_encodings: std::collections::BTreeMap<String, String>,
+    /// How the checkpoint went (trigger, per-task phases, bytes): written by the executor,
+    /// absent when the library was called directly or before this field (manifest.md,
+    /// "Statistics"). Informational: nothing restores from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<CheckpointStatistics>,
+}
+
+/// A checkpoint's statistics as recorded in its manifest. Instants are microseconds since
+/// 1970-01-01 UTC (one wall clock: the job's, read once per checkpoint and extended with
+/// its monotonic clock, so they are ordered as they happened); durations are microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckpointStatistics {
+    /// When the coordinator triggered the checkpoint.
+    pub triggered_unix_us: u64,
+    /// When the coordinator had every acknowledgement and committed (the manifest is
+    /// written right after).
+    pub completed_unix_us: u64,
+    /// One entry per task (operator instance, stateless ones and sources included).
+    #[serde(default)]
+    pub tasks: Vec<TaskStatistics>,
+    /// The restore the writing run started from, if it restored (the tool derives its
+    /// recovery-time estimates from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreStatistics>,
+}
+
+/// One task's part in a checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskStatistics {
+    /// Operator id.
+    pub operator: String,
+    /// Parallel instance index.
+    pub subtask: u32,
+    /// When the task had the checkpoint's first barrier (a source: the trigger).
+    pub barrier_unix_us: u64,
+    /// First barrier to last (alignment; 0 for sources and single-input tasks).
+    pub alignment_us: u64,
+    /// Synchronous part of the snapshot.
+    pub sync_us: u64,
+    /// Background write of the state and the in-flight records.
+    pub async_us: u64,
+    /// When the task acknowledged (its files durable).
+    pub ack_unix_us: u64,
+    /// State bytes this checkpoint wrote for the task (its new data file).
+    pub bytes_written: u64,
+    /// Bytes of every data file of the task's chain (its whole state on disk).
+    pub full_state_bytes: u64,
+    /// Bytes of in-flight records written (unaligned checkpoints).
+    pub inflight_bytes: u64,
+    /// Records held back by alignment or logged in flight.
+    pub buffered_records: u64,
+}
+
+/// A restore: what it read and how long the slowest task took.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RestoreStatistics {
+    /// The checkpoint restored.
+    pub checkpoint_id: u64,
+    /// Data-file bytes read, over all tasks.
+    pub bytes: u64,
+    /// Wall time of the slowest task's restore.
+    pub elapsed_us: u64,
 }
 
 impl Manifest {

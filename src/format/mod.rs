@@ -16,7 +16,10 @@ pub use datafile::{
     BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner, FileState,
     FileSummary, RangeSource, RangedParts, encode_block,
 };
-pub use manifest::{ChannelStateRef, FileRef, Manifest, ManifestKind, OperatorState};
+pub use manifest::{
+    ChannelStateRef, CheckpointStatistics, FileRef, Manifest, ManifestKind, OperatorState, RestoreStatistics,
+    TaskStatistics,
+};
 
 /// Version of the data-file format written by this build, and of manifests that list no
 /// channel state. Version 2 added the owner (operator, subtask, key groups) to data file

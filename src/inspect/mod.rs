@@ -12,6 +12,7 @@ pub mod diff;
 pub mod dump;
 pub mod maintain;
 pub mod show;
+pub mod stats;
 pub mod summary;
 pub mod verify;
 

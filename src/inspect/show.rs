@@ -162,6 +162,35 @@ pub struct ShowReport {
     pub instances: Vec<InstanceInfo>,
     /// In-flight records per operator instance (empty unless the checkpoint is unaligned).
     pub channel_state: Vec<ChannelStateInfo>,
+    /// The statistics the manifest records (`null`: none).
+    pub stats: Option<crate::format::CheckpointStatistics>,
+    /// Sums of `stats` (`null` without statistics).
+    pub stats_totals: Option<super::stats::StatsTotals>,
+    /// What a recovery from it would read.
+    pub recovery: super::stats::Recovery,
+    /// The files it needs by the checkpoint that wrote them, oldest first (its chain of
+    /// checkpoints: each applies on the one before).
+    pub needs: Vec<NeededCheckpoint>,
+}
+
+/// The files a checkpoint needs that one checkpoint wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct NeededCheckpoint {
+    /// The checkpoint that wrote them.
+    pub checkpoint: u64,
+    /// The files (paths relative to the checkpoint's folder) and their sizes.
+    pub files: Vec<NeededFile>,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// One needed file.
+#[derive(Debug, Clone, Serialize)]
+pub struct NeededFile {
+    /// Path relative to the checkpoint's folder.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
 }
 
 /// Describes checkpoint `id` of `dir`.
@@ -242,7 +271,25 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
             o.states.entry(s.descriptor.name.clone()).or_default().add(&s.sizes);
         }
     }
+    // The measured restore rate of the directory, for the recovery estimate.
+    let all: Vec<crate::format::Manifest> =
+        super::list_all(&storage)?.iter().filter_map(|l| l.read().ok()).collect();
+    let rate = super::stats::RestoreRate::newest(all.iter());
+    let mut needs: BTreeMap<u64, NeededCheckpoint> = BTreeMap::new();
+    for f in &m.files {
+        let n = needs.entry(f.created_by).or_insert_with(|| NeededCheckpoint {
+            checkpoint: f.created_by,
+            files: Vec::new(),
+            bytes: 0,
+        });
+        n.files.push(NeededFile { path: f.path.clone(), size: f.size });
+        n.bytes += f.size;
+    }
     Ok(ShowReport {
+        stats_totals: m.stats.as_ref().map(super::stats::StatsTotals::of),
+        recovery: super::stats::Recovery::of(&m, rate.as_ref()),
+        needs: needs.into_values().collect(),
+        stats: m.stats.clone(),
         id: m.checkpoint_id,
         kind: m.kind.as_str().to_string(),
         manifest: rel(storage.root(), &l.manifest_path),
@@ -340,6 +387,21 @@ impl Report for ShowReport {
         for c in &self.channel_state {
             let _ = writeln!(s, "{}", c.line());
         }
+        let _ = writeln!(s, "statistics:");
+        s.push_str(&super::stats::stats_text(self.stats.as_ref(), "  "));
+        let _ = writeln!(s, "needs (chain of checkpoints):");
+        for (depth, n) in self.needs.iter().enumerate() {
+            let branch =
+                if depth == 0 { String::new() } else { format!("{}└─ ", "   ".repeat(depth - 1)) };
+            let _ = writeln!(
+                s,
+                "  {branch}{}: {} file(s), {}",
+                n.checkpoint,
+                n.files.len(),
+                human_bytes(n.bytes)
+            );
+        }
+        let _ = writeln!(s, "recovery reads {} ({})", self.recovery.text(), self.recovery.basis);
         s
     }
 

@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{Report, iso8601, list_all, open_read_only, rel};
+use super::stats::{Footprint, Recovery, RestoreRate, StatsTotals, TreeNode, tree};
+use super::{Report, human_bytes, iso8601, list_all, open_read_only, rel};
 use crate::error::Result;
+use crate::format::{CheckpointStatistics, Manifest};
 
 /// One checkpoint or savepoint.
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +43,13 @@ pub struct CheckpointLine {
     pub operators: Vec<String>,
     /// Source positions: numbers when the manifest records them as `u64`, else `0x` hex.
     pub sources: BTreeMap<String, super::ShownPosition>,
+    /// The statistics the manifest records (`null`: none, written by the library directly
+    /// or before they were recorded).
+    pub stats: Option<CheckpointStatistics>,
+    /// Sums of `stats` (`null` without statistics).
+    pub stats_totals: Option<StatsTotals>,
+    /// What a recovery from it would read (`null` when the manifest does not read).
+    pub recovery: Option<Recovery>,
 }
 
 /// Sums over the directory.
@@ -73,6 +82,13 @@ pub struct InspectReport {
     pub foreign: Vec<String>,
     /// Why orphans could not be determined (for example a damaged manifest), else `null`.
     pub orphans_error: Option<String>,
+    /// The checkpoints as a tree of chains (a child's increments apply to its parent),
+    /// depth first.
+    pub tree: Vec<TreeNode>,
+    /// Retained bytes against the live state, and orphaned bytes.
+    pub footprint: Footprint,
+    /// The restore throughput the recovery estimates use (`null`: none measured here).
+    pub restore_rate: Option<RestoreRate>,
 }
 
 /// Stored and raw block bytes of a data file, from its index.
@@ -93,6 +109,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
     let mut totals = Totals::default();
     let mut cache = BTreeMap::new();
     let mut referenced: BTreeMap<PathBuf, u64> = BTreeMap::new();
+    let mut manifests: Vec<(usize, Manifest)> = Vec::new();
     for l in list_all(&storage)? {
         if l.savepoint {
             totals.savepoints += 1;
@@ -119,6 +136,9 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                     compression_ratio: None,
                     operators: Vec::new(),
                     sources: BTreeMap::new(),
+                    stats: None,
+                    stats_totals: None,
+                    recovery: None,
                 });
                 continue;
             }
@@ -157,13 +177,31 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
             compression_ratio: (ratio_known && own_stored > 0).then(|| own_raw as f64 / own_stored as f64),
             operators: m.operators.iter().map(|o| format!("{}[{}]", o.operator, o.subtask)).collect(),
             sources: super::shown_positions(&m),
+            stats: m.stats.clone(),
+            stats_totals: m.stats.as_ref().map(StatsTotals::of),
+            recovery: None,
         });
+        manifests.push((lines.len() - 1, m));
     }
+    let rate = RestoreRate::newest(manifests.iter().map(|(_, m)| m));
+    for (i, m) in &manifests {
+        lines[*i].recovery = Some(Recovery::of(m, rate.as_ref()));
+    }
+    let live =
+        manifests.iter().rev().map(|(_, m)| m).find(|m| m.kind != crate::format::ManifestKind::Savepoint);
     totals.referenced_files = referenced.len();
     totals.referenced_bytes = referenced.values().sum();
+    let totals_bytes = totals.referenced_bytes;
+    let live_bytes: u64 = live.map_or(0, |m| m.files.iter().map(|f| f.size).sum());
+    let mut orphaned_bytes = 0u64;
     let (orphans, foreign, orphans_error) = match storage.orphans() {
         Ok(o) => (
-            o.ours.iter().map(|p| rel(&root, p)).collect(),
+            {
+                // Through the storage's `Io` (a stat never follows a link, works on objects).
+                orphaned_bytes =
+                    o.ours.iter().filter_map(|p| storage.io().stat(p).ok()).map(|(_, n)| n).sum();
+                o.ours.iter().map(|p| rel(&root, p)).collect()
+            },
             o.foreign.iter().map(|p| rel(&root, p)).collect(),
             None,
         ),
@@ -176,6 +214,15 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
         orphans,
         foreign,
         orphans_error,
+        tree: tree(&manifests.iter().map(|(_, m)| m).collect::<Vec<_>>()),
+        footprint: Footprint {
+            retained_bytes: totals_bytes,
+            live_checkpoint: live.map(|m| m.checkpoint_id),
+            live_bytes,
+            retained_over_live: (live_bytes > 0).then(|| totals_bytes as f64 / live_bytes as f64),
+            orphaned_bytes,
+        },
+        restore_rate: rate,
     })
 }
 
@@ -206,6 +253,10 @@ impl Report for InspectReport {
                 c.operators.join(","),
                 if sources.is_empty() { "-".to_string() } else { sources.join(",") },
             );
+            s.push_str(&super::stats::stats_text(c.stats.as_ref(), "        "));
+            if let Some(r) = &c.recovery {
+                let _ = writeln!(s, "        recovery reads {}", r.text());
+            }
         }
         let t = &self.totals;
         let _ = writeln!(
@@ -217,6 +268,38 @@ impl Report for InspectReport {
             t.referenced_files,
             super::human_bytes(t.referenced_bytes)
         );
+        if !self.tree.is_empty() {
+            let _ = writeln!(s, "chains:");
+        }
+        for n in &self.tree {
+            let branch =
+                if n.depth == 0 { String::new() } else { format!("{}└─ ", "   ".repeat(n.depth - 1)) };
+            let _ = writeln!(s, "  {branch}{} ({})", n.id, n.kind);
+        }
+        let f = &self.footprint;
+        let _ = writeln!(
+            s,
+            "footprint: retained {} against live {} (checkpoint {}){}; orphaned {}",
+            human_bytes(f.retained_bytes),
+            human_bytes(f.live_bytes),
+            f.live_checkpoint.map_or_else(|| "-".into(), |i| i.to_string()),
+            f.retained_over_live.map_or_else(String::new, |r| format!(", {r:.2}x")),
+            human_bytes(f.orphaned_bytes),
+        );
+        match &self.restore_rate {
+            Some(r) => {
+                let _ = writeln!(
+                    s,
+                    "recovery estimates: restore rate {}/s, measured when checkpoint {} restored {}",
+                    human_bytes(r.bytes_per_sec() as u64),
+                    r.recorded_in,
+                    r.restored
+                );
+            }
+            None => {
+                let _ = writeln!(s, "recovery estimates: none (no restore measured in this directory)");
+            }
+        }
         if let Some(e) = &self.orphans_error {
             let _ = writeln!(s, "orphans: unknown ({e})");
         }
