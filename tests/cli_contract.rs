@@ -433,9 +433,17 @@ fn demo_crash_line_is_true_and_aborts_are_explained() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(!r.stdout.contains("--no-crash"), "the crash was planned: {}", r.stdout);
     let crash = r.stdout.lines().find(|l| l.starts_with("crash: ")).unwrap();
+    assert!(crash.contains("failed: injected failure: counter[0] at record 1"), "{crash}");
+    // Seed 2 plans the crash for an instance that gets no record: said so, not "--no-crash".
+    let r = floe(&["demo", "--dir", s(&d), "--records", "1", "--seed", "2"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
-        crash.contains("at record 1") && (crash.contains("failed") || crash.contains("not reached")),
-        "{crash}"
+        r.stdout.contains(
+            "crash: planned for counter[0] at record 1, not reached (that instance handled fewer records): \
+             the job ran without a crash\n"
+        ),
+        "{}",
+        r.stdout
     );
     let j = floe(&["demo", "--dir", s(&d), "--records", "1", "--json"]).json();
     assert!(j["crash_planned"].as_str().unwrap().starts_with("counter["), "{j}");
