@@ -6,7 +6,9 @@
 //! with [`CheckpointStorage::open_existing`], which never creates or changes anything.
 //!
 //! One file per concern: [`summary`] (`inspect`), [`show`], [`verify`], [`dump`] (state
-//! materialization and value decoding), [`diff`], [`maintain`] (`compact`, `gc`).
+//! materialization and how keys and values are shown), [`decode`] (postcard by the
+//! recorded type name), [`diff`], [`maintain`] (`compact`, `gc`). [`status`] and
+//! [`exit_status`] are the exit codes of every command.
 
 pub mod decode;
 pub mod diff;
