@@ -38,9 +38,13 @@ impl std::fmt::Display for FailAt {
         match self {
             FailAt::Record(n) => write!(f, "record {n}"),
             FailAt::CheckpointWrite(n) => write!(f, "the write of snapshot {n}"),
+            FailAt::AfterCheckpoint { completed, records: 0 } => {
+                write!(f, "the completion of checkpoint {completed}")
+            }
             FailAt::AfterCheckpoint { completed, records } => {
                 write!(f, "{records} records after checkpoint {completed} completed")
             }
+            FailAt::AfterSavepoint { records: 0 } => write!(f, "the completion of a savepoint"),
             FailAt::AfterSavepoint { records } => write!(f, "{records} records after a savepoint completed"),
         }
     }
