@@ -668,14 +668,16 @@ fn recovery(dir: &Path, n: u64, chains: &[u64], runs: usize) -> RecoveryResult {
             bytes = r.report.bytes;
             drop(r);
         }
+        // Into a savepoint: compaction never rewinds, so a checkpoint older than the newest
+        // is compacted into a savepoint (the same one full file per instance).
         let mut compacted = None;
         for _ in 0..runs {
             let t = Instant::now();
-            let m = ck.storage.compact(1 + k, Target::Checkpoint, &mut |_, _| {}).unwrap();
+            let m = ck.storage.compact(1 + k, Target::Savepoint, &mut |_, _| {}).unwrap();
             compact.push(t.elapsed());
             compacted = Some(m.checkpoint_id);
         }
-        let path = ck.storage.manifest_path(compacted.unwrap());
+        let path = ck.storage.savepoint_manifest_path(compacted.unwrap());
         for _ in 0..runs {
             let t = Instant::now();
             let r = restore_from_path(&path, OP, StoreConfig::default()).unwrap();
@@ -1017,101 +1019,310 @@ fn log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     if !lo.is_finite() {
         return 0.1..1.0;
     }
-    (lo / 2.0)..(hi * 2.0)
+    (lo / 1.6)..(hi * 1.6)
 }
 
-/// Checkpoint time and bytes vs churn, full (solid) and incremental (dashed).
+/// Ticks at 1, 2 and 5 times the powers of ten inside `r` (a log axis that a reader can
+/// read off, below 100 too); decades only when that would be too many.
+fn log_ticks(r: &std::ops::Range<f64>) -> Vec<f64> {
+    let within = |mantissas: &[f64]| {
+        let mut out = Vec::new();
+        let mut d = 10f64.powf(r.start.log10().floor());
+        while d <= r.end {
+            for m in mantissas {
+                let t = m * d;
+                if t >= r.start && t <= r.end {
+                    out.push(t);
+                }
+            }
+            d *= 10.0;
+        }
+        out
+    };
+    let out = within(&[1.0, 2.0, 5.0]);
+    if out.len() > 14 {
+        within(&[1.0])
+    } else if out.len() < 5 {
+        // A narrow range (one decade or less): more ticks, so values read off.
+        within(&[1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0])
+    } else {
+        out
+    }
+}
+
+/// A time tick: `500 ms`, `2 ms`, `0.5 ms`, `2 s` (never "100.000").
+fn ms_tick(t: f64) -> String {
+    if t >= 1000.0 { format!("{} s", round3(t / 1000.0)) } else { format!("{} ms", round3(t)) }
+}
+
+/// A bytes tick in the tables' units: `20 kB`, `1 MB`, `500 MB`, `1 GB`.
+fn bytes_tick(b: f64) -> String {
+    let (v, u) = if b >= 1e9 {
+        (b / 1e9, "GB")
+    } else if b >= 1e6 {
+        (b / 1e6, "MB")
+    } else if b >= 1e3 {
+        (b / 1e3, "kB")
+    } else {
+        (b, "B")
+    };
+    format!("{} {u}", round3(v))
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// How a series is drawn; the legend shows the same.
+#[derive(Clone, Copy)]
+enum Line {
+    Solid,
+    Dashed,
+    Dotted,
+    Thin,
+}
+
+type Area<'a> = plotters::drawing::DrawingArea<plotters::backend::SVGBackend<'a>, plotters::coord::Shift>;
+type LogChart<'a, X> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'a>,
+    plotters::coord::cartesian::Cartesian2d<X, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Draws `points` (y already log10) on `chart` in `color` as `line`.
+fn series<'a, X>(
+    chart: &mut LogChart<'a, X>,
+    points: Vec<(f64, f64)>,
+    color: plotters::style::RGBColor,
+    line: Line,
+) -> PlotResult
+where
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    use plotters::prelude::*;
+    match line {
+        Line::Solid => {
+            chart.draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?;
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
+        Line::Dashed => {
+            chart.draw_series(DashedLineSeries::new(points.clone(), 6, 4, color.stroke_width(2)))?;
+            chart.draw_series(points.iter().map(|&p| Cross::new(p, 4, color.stroke_width(2))))?;
+        }
+        Line::Dotted => {
+            chart.draw_series(DashedLineSeries::new(points, 2, 4, color.stroke_width(2)))?;
+        }
+        Line::Thin => {
+            chart.draw_series(DashedLineSeries::new(points, 12, 4, color.stroke_width(1)))?;
+        }
+    }
+    Ok(())
+}
+
+/// The y ticks of a chart whose y is log10 of the value: light lines across, and labels
+/// (formatted by `fmt`) left of the axis, on `base` (the whole canvas).
+fn y_ticks<'a, X>(
+    base: &Area<'a>,
+    chart: &mut LogChart<'a, X>,
+    range: &std::ops::Range<f64>,
+    x: (f64, f64),
+    fmt: &dyn Fn(f64) -> String,
+) -> PlotResult
+where
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    for t in log_ticks(range) {
+        let y = t.log10();
+        chart.draw_series(LineSeries::new(vec![(x.0, y), (x.1, y)], BLACK.mix(0.12)))?;
+        let (px, py) = chart.backend_coord(&(x.0, y));
+        let style = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Right, VPos::Center));
+        base.draw(&Text::new(fmt(t), (px - 6, py), style))?;
+    }
+    Ok(())
+}
+
+/// A legend in its own strip (never over the data): `entries` in `cols` columns.
+fn legend(area: &Area<'_>, entries: &[(String, plotters::style::RGBColor, Line)], cols: usize) -> PlotResult {
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let (w, _) = area.dim_in_pixel();
+    let col_w = (w as i32 - 40) / cols.max(1) as i32;
+    for (i, (label, color, line)) in entries.iter().enumerate() {
+        let x = 30 + (i % cols) as i32 * col_w;
+        let y = 14 + (i / cols) as i32 * 20;
+        let seg = |a: i32, b: i32, width: u32| {
+            PathElement::new(vec![(x + a, y), (x + b, y)], color.stroke_width(width))
+        };
+        match line {
+            Line::Solid => {
+                area.draw(&seg(0, 30, 2))?;
+                area.draw(&Circle::new((x + 15, y), 3, color.filled()))?;
+            }
+            Line::Dashed => {
+                for a in [0, 10, 20] {
+                    area.draw(&seg(a, a + 6, 2))?;
+                }
+                area.draw(&Cross::new((x + 15, y), 4, color.stroke_width(2)))?;
+            }
+            Line::Dotted => {
+                for a in (0..30).step_by(6) {
+                    area.draw(&seg(a, a + 2, 2))?;
+                }
+            }
+            Line::Thin => {
+                area.draw(&seg(0, 12, 1))?;
+                area.draw(&seg(16, 28, 1))?;
+            }
+        }
+        let style = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+        area.draw(&Text::new(label.clone(), (x + 38, y), style))?;
+    }
+    Ok(())
+}
+
+const GREY: plotters::style::RGBColor = plotters::style::RGBColor(0x55, 0x55, 0x55);
+
+/// Checkpoint time and bytes vs churn: floe full (solid) and incremental (dashed) against
+/// the baselines the tables compare with, naive serde (dotted) and raw write + fsync of
+/// floe's full bytes (thin); one colour per size and value kind; the legend below.
 fn plot_churn(path: &Path, sizes: &[SizeResult], title: &str) -> PlotResult {
     use plotters::prelude::*;
-    let root = SVGBackend::new(path, (1100, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let root = root.titled(title, ("sans-serif", 18))?;
-    let panels = root.split_evenly((1, 2));
+    let base = SVGBackend::new(path, (1100, 560)).into_drawing_area();
+    base.fill(&WHITE)?;
+    let root = base.titled(title, ("sans-serif", 18))?;
+    let (plots, strip) = root.split_vertically(440);
+    let panels = plots.split_evenly((1, 2));
     for (p, area) in panels.iter().enumerate() {
         let get = |st: &CkptStats| if p == 0 { st.total.median() * 1e3 } else { st.bytes() };
-        let y =
-            log_range(sizes.iter().flat_map(|s| s.per_churn.iter().flat_map(|(_, i, f)| [get(i), get(f)])));
+        let baselines = sizes.iter().flat_map(|s| {
+            if p == 0 {
+                vec![s.naive.total.median() * 1e3, s.raw.median() * 1e3]
+            } else {
+                vec![s.naive.bytes as f64]
+            }
+        });
+        let y = log_range(
+            sizes
+                .iter()
+                .flat_map(|s| s.per_churn.iter().flat_map(|(_, i, f)| [get(i), get(f)]))
+                .chain(baselines),
+        );
+        let (x0, x1) = (0.0007f64, 1.4);
         let mut chart = ChartBuilder::on(area)
             .caption(
-                if p == 0 { "time to durable (ms, median)" } else { "bytes written" },
+                if p == 0 {
+                    "time until durable (median; lower is better)"
+                } else {
+                    "bytes written (lower is better)"
+                },
                 ("sans-serif", 15),
             )
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d((0.0007f64..1.4).log_scale(), y.log_scale())?;
+            .build_cartesian_2d((x0..x1).log_scale(), y.start.log10()..y.end.log10())?;
         chart
             .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
             .x_desc("fraction of keys changed since the last checkpoint")
             .x_label_formatter(&|x| pct(*x))
-            .y_label_formatter(&|v| if p == 0 { format!("{v:.3}") } else { fmt_bytes(*v) })
             .draw()?;
+        let fmt: &dyn Fn(f64) -> String = if p == 0 { &ms_tick } else { &bytes_tick };
+        y_ticks(&base, &mut chart, &y, (x0, x1), fmt)?;
         for (i, s) in sizes.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
-            let label = format!("{} keys, {}", sizes_label(s.n), s.kind.name());
-            let full: Vec<(f64, f64)> = s.per_churn.iter().map(|(c, _, f)| (*c, get(f))).collect();
-            let inc: Vec<(f64, f64)> = s.per_churn.iter().map(|(c, i, _)| (*c, get(i))).collect();
-            chart
-                .draw_series(LineSeries::new(full, color.stroke_width(2)).point_size(3))?
-                .label(format!("full, {label}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart
-                .draw_series(DashedLineSeries::new(inc.clone(), 6, 4, color.stroke_width(2)))?
-                .label(format!("incremental, {label}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 8, y)], color.stroke_width(2)));
-            chart.draw_series(inc.iter().map(|&(x, y)| Cross::new((x, y), 4, color.stroke_width(2))))?;
+            let full: Vec<(f64, f64)> = s.per_churn.iter().map(|(c, _, f)| (*c, get(f).log10())).collect();
+            let inc: Vec<(f64, f64)> = s.per_churn.iter().map(|(c, i, _)| (*c, get(i).log10())).collect();
+            series(&mut chart, full, color, Line::Solid)?;
+            series(&mut chart, inc, color, Line::Dashed)?;
+            let flat = |v: f64| vec![(x0, v.log10()), (x1, v.log10())];
+            if p == 0 {
+                series(&mut chart, flat(s.naive.total.median() * 1e3), color, Line::Dotted)?;
+                series(&mut chart, flat(s.raw.median() * 1e3), color, Line::Thin)?;
+            } else {
+                series(&mut chart, flat(s.naive.bytes as f64), color, Line::Dotted)?;
+            }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 11))
-            .draw()?;
     }
-    root.present()?;
+    let mut entries: Vec<(String, RGBColor, Line)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            (
+                format!("{} keys, {} values", sizes_label(s.n), s.kind.name()),
+                COLORS[i % COLORS.len()],
+                Line::Solid,
+            )
+        })
+        .collect();
+    entries.extend([
+        ("floe full checkpoint".to_string(), GREY, Line::Solid),
+        ("floe incremental checkpoint".to_string(), GREY, Line::Dashed),
+        ("baseline: naive serde of the whole map + fsync".to_string(), GREY, Line::Dotted),
+        ("baseline: raw write + fsync of floe's full bytes (time only)".to_string(), GREY, Line::Thin),
+    ]);
+    legend(&strip, &entries, 2)?;
+    base.present()?;
     Ok(())
 }
 
-/// Recovery time vs chain length, with (dashed) and without (solid) compaction.
-fn plot_recovery(path: &Path, rec: &[RecoveryResult], title: &str) -> PlotResult {
+/// Recovery time vs chain length: the chain (solid), the same checkpoint after compaction
+/// (dashed), and the naive baseline, loading the postcard map (dotted).
+fn plot_recovery(path: &Path, rec: &[RecoveryResult], sizes: &[SizeResult], title: &str) -> PlotResult {
     use plotters::prelude::*;
-    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let root = root.titled(title, ("sans-serif", 18))?;
+    let base = SVGBackend::new(path, (800, 560)).into_drawing_area();
+    base.fill(&WHITE)?;
+    let root = base.titled(title, ("sans-serif", 18))?;
+    let (plot, strip) = root.split_vertically(460);
+    let naive = |n: u64| {
+        sizes.iter().find(|s| s.n == n && s.kind == Values::Random).map(|s| s.naive.load.median() * 1e3)
+    };
     let y = log_range(
-        rec.iter().flat_map(|r| r.rows.iter().flat_map(|x| [x.2.median() * 1e3, x.4.median() * 1e3])),
+        rec.iter()
+            .flat_map(|r| r.rows.iter().flat_map(|x| [x.2.median() * 1e3, x.4.median() * 1e3]))
+            .chain(rec.iter().filter_map(|r| naive(r.n))),
     );
     let xmax = rec.iter().flat_map(|r| r.rows.iter().map(|x| x.0)).max().unwrap_or(1) as f64;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("restore time (ms, median) vs increments in the chain", ("sans-serif", 15))
+    let (x0, x1) = (-1.0f64, xmax + 2.0);
+    let mut chart = ChartBuilder::on(&plot)
+        .caption("restore time (median; lower is better) vs increments in the chain", ("sans-serif", 15))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(-1.0f64..xmax + 2.0, y.log_scale())?;
-    chart.configure_mesh().x_desc("increments after the full snapshot (1% churn each)").draw()?;
+        .build_cartesian_2d(x0..x1, y.start.log10()..y.end.log10())?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc("increments after the full snapshot (1% churn each)")
+        // Counts: whole numbers.
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()?;
+    y_ticks(&base, &mut chart, &y, (x0, x1), &ms_tick)?;
+    let mut entries = Vec::new();
     for (i, r) in rec.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let label = format!("{} keys", sizes_label(r.n));
-        let chain: Vec<(f64, f64)> = r.rows.iter().map(|x| (x.0 as f64, x.2.median() * 1e3)).collect();
-        let comp: Vec<(f64, f64)> = r.rows.iter().map(|x| (x.0 as f64, x.4.median() * 1e3)).collect();
-        chart
-            .draw_series(LineSeries::new(chain, color.stroke_width(2)).point_size(3))?
-            .label(format!("chain, {label}"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart
-            .draw_series(DashedLineSeries::new(comp.clone(), 6, 4, color.stroke_width(2)))?
-            .label(format!("after compaction, {label}"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 8, y)], color.stroke_width(2)));
-        chart.draw_series(comp.iter().map(|&(x, y)| Cross::new((x, y), 4, color.stroke_width(2))))?;
+        let chain: Vec<(f64, f64)> =
+            r.rows.iter().map(|x| (x.0 as f64, (x.2.median() * 1e3).log10())).collect();
+        let comp: Vec<(f64, f64)> =
+            r.rows.iter().map(|x| (x.0 as f64, (x.4.median() * 1e3).log10())).collect();
+        series(&mut chart, chain, color, Line::Solid)?;
+        series(&mut chart, comp, color, Line::Dashed)?;
+        if let Some(v) = naive(r.n) {
+            series(&mut chart, vec![(x0, v.log10()), (x1, v.log10())], color, Line::Dotted)?;
+        }
+        entries.push((format!("{} keys", sizes_label(r.n)), color, Line::Solid));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
+    entries.extend([
+        ("restore through the chain".to_string(), GREY, Line::Solid),
+        ("restore after compaction (one full file)".to_string(), GREY, Line::Dashed),
+        ("baseline: naive load (read + deserialize the map)".to_string(), GREY, Line::Dotted),
+    ]);
+    legend(&strip, &entries, 2)?;
+    base.present()?;
     Ok(())
 }
 
@@ -1197,7 +1408,7 @@ fn main() {
         eprintln!("churn plot: {e}");
     }
     let title = format!("floe recovery vs chain length — {date}, {}", machine());
-    if let Err(e) = plot_recovery(&out.join("recovery.svg"), &rec, &title) {
+    if let Err(e) = plot_recovery(&out.join("recovery.svg"), &rec, &results, &title) {
         eprintln!("recovery plot: {e}");
     }
     println!("{md}");

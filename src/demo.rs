@@ -56,6 +56,9 @@ pub struct DemoOptions {
     pub crash: bool,
     /// Records per second per source (0: unpaced).
     pub rate: f64,
+    /// Set (by a SIGINT handler) to stop the demo: its job is cancelled, its staged output
+    /// files are removed, and [`run_demo`] returns [`Error::Cancelled`].
+    pub interrupt: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for DemoOptions {
@@ -70,6 +73,7 @@ impl Default for DemoOptions {
             interval: Duration::from_millis(100),
             crash: true,
             rate: 100_000.0,
+            interrupt: None,
         }
     }
 }
@@ -95,14 +99,19 @@ pub struct DemoReport {
     pub checkpoints_full: usize,
     /// Completed checkpoints with increments.
     pub checkpoints_incremental: usize,
-    /// Aborted checkpoints (the crash aborts the ones in flight).
+    /// Aborted checkpoints (the crash aborts the ones in flight, a completed one subsumes
+    /// older ones still in flight): begun, never completed, their files removed.
     pub checkpoints_aborted: usize,
+    /// Why they were aborted, and how many for each reason.
+    pub aborted_reasons: BTreeMap<String, usize>,
     /// Bytes of full data files written.
     pub bytes_full: u64,
     /// Bytes of incremental data files written.
     pub bytes_incremental: u64,
-    /// The injected crash, if any.
+    /// The injected crash, if it happened.
     pub crash: Option<String>,
+    /// Where the crash was planned (`counter[0] at record 13153`; `null` with `--no-crash`).
+    pub crash_planned: Option<String>,
     /// Checkpoint recovered from.
     pub recovered_from: Option<u64>,
     /// Files in the longest chain read at recovery.
@@ -341,6 +350,51 @@ fn prepare_output(output: &Path) -> Result<Vec<DirLock>> {
     Ok(vec![lock])
 }
 
+/// The mode as the command line names it.
+pub fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::ExactlyOnce => "exactly-once",
+        Mode::AtLeastOnce => "at-least-once",
+        Mode::Unaligned => "unaligned",
+    }
+}
+
+/// Removes the sink's staged and pending files of `output` (an interrupted demo's open
+/// transactions); returns how many.
+fn remove_staged(output: &Path) -> Result<usize> {
+    let mut n = 0;
+    let entries = match std::fs::read_dir(output) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("read dir", output, e)),
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".staged-") || name.starts_with(".pending-") {
+            std::fs::remove_file(e.path()).map_err(|err| Error::io("remove", e.path(), err))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// How to run the `floe` binary that is running now, for a `next:` hint a user can paste:
+/// `floe` when that name on `PATH` is this binary, else its path.
+pub fn tool_invocation() -> String {
+    let Ok(me) = std::env::current_exe().and_then(std::fs::canonicalize) else { return "floe".into() };
+    let on_path = std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| std::fs::canonicalize(d.join("floe")).is_ok_and(|f| f == me))
+    });
+    if on_path {
+        return "floe".into();
+    }
+    let rel = std::env::current_dir().ok().and_then(|cwd| me.strip_prefix(&cwd).ok().map(Path::to_path_buf));
+    match rel {
+        Some(r) => format!("./{}", r.display()),
+        None => me.display().to_string(),
+    }
+}
+
 /// The expected final state, from the generator alone.
 fn expected(o: &DemoOptions) -> BTreeMap<u64, (u64, i64)> {
     let mut m: BTreeMap<u64, (u64, i64)> = BTreeMap::new();
@@ -385,7 +439,8 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     let mut x = o.seed ^ 0x5DEE_CE66;
     x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let share = o.records.max(2);
-    let at = share / 4 + (x >> 33) % (share / 2).max(1);
+    // Records are counted from 1: record 0 would never be reached.
+    let at = (share / 4 + (x >> 33) % (share / 2).max(1)).max(1);
     let crash = InjectedFailure {
         operator: "counter".into(),
         subtask: ((x >> 7) & 1) as u32,
@@ -398,16 +453,23 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     let counter = Arc::new(AtomicU64::new(0));
     config.progress = Some(Arc::clone(&counter));
     let total = o.records * 2;
-    let g = graph(o, &output_dir).plan()?;
     let started = Instant::now();
-    let result = std::thread::scope(|s| {
-        let job = s.spawn(|| g.execute(&config));
-        while !job.is_finished() {
-            progress(counter.load(Ordering::Relaxed).min(total), total);
-            std::thread::sleep(Duration::from_millis(50));
+    let job = graph(o, &output_dir).start(config)?;
+    while !job.is_finished() {
+        if o.interrupt.as_ref().is_some_and(|i| i.load(Ordering::SeqCst)) {
+            // Every task stops and is joined; the open transactions' staged files go.
+            let _ = job.cancel();
+            let removed = remove_staged(&output_dir)?;
+            return Err(Error::Cancelled(format!(
+                "interrupted: the demo's job was cancelled and {} removed; its checkpoints so far are in {}",
+                crate::inspect::count(removed, "staged output file", "staged output files"),
+                checkpoints_dir.display()
+            )));
         }
-        job.join().map_err(|_| Error::Background("the job thread panicked".into()))?
-    })?;
+        progress(counter.load(Ordering::Relaxed).min(total), total);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let result = job.join()?;
     progress(total, total);
 
     let completed: Vec<_> = result.checkpoints.iter().filter(|c| c.status == "completed").collect();
@@ -418,13 +480,22 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
         records: total,
         keys: o.keys,
         seed: o.seed,
-        mode: format!("{:?}", o.mode),
+        mode: mode_name(o.mode).to_string(),
         checkpoints_full: completed.iter().filter(|c| c.bytes_incremental == 0).count(),
         checkpoints_incremental: completed.iter().filter(|c| c.bytes_incremental > 0).count(),
         checkpoints_aborted: result.checkpoints.len() - completed.len(),
+        aborted_reasons: {
+            let mut m = BTreeMap::new();
+            for c in result.checkpoints.iter().filter(|c| c.status != "completed") {
+                let why = c.status.strip_prefix("aborted: ").unwrap_or(&c.status).to_string();
+                *m.entry(why).or_insert(0) += 1;
+            }
+            m
+        },
         bytes_full: completed.iter().map(|c| c.bytes_full).sum(),
         bytes_incremental: completed.iter().map(|c| c.bytes_incremental).sum(),
         crash: result.failures.first().cloned(),
+        crash_planned: o.crash.then(|| format!("{}[{}] at {}", crash.operator, crash.subtask, crash.at)),
         recovered_from: result.restores.first().map(|r| r.checkpoint_id),
         recovery_chain_len: result.restores.first().map_or(0, |r| r.chain_len),
         recovery_ms: result.restores.first().map_or(0.0, |r| r.elapsed.as_secs_f64() * 1e3),
@@ -482,41 +553,65 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
 }
 
 impl DemoReport {
-    /// The readable report.
+    /// The readable report, its `next:` hint naming the running binary.
     pub fn text(&self) -> String {
-        let mb = |b: u64| b as f64 / 1e6;
+        self.text_with(&tool_invocation())
+    }
+
+    /// The readable report, its `next:` hint running `tool`.
+    pub fn text_with(&self, tool: &str) -> String {
+        use crate::inspect::{count, human_bytes};
         let mut s = String::new();
         s += &format!(
-            "floe demo: {} records over {} keys (seed {}), mode {}, in {:.1} s\n",
-            self.records,
-            self.keys,
+            "floe demo: {} over {} (seed {}), mode {}, in {:.1} s\n",
+            count(self.records as usize, "record", "records"),
+            count(self.keys as usize, "key", "keys"),
             self.seed,
             self.mode,
             self.elapsed_ms / 1e3
         );
+        let aborted = if self.checkpoints_aborted == 0 {
+            "0 aborted".to_string()
+        } else {
+            let why: Vec<String> = self.aborted_reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            format!(
+                "{} aborted (begun, never completed, their files removed: {})",
+                self.checkpoints_aborted,
+                why.join(", ")
+            )
+        };
         s += &format!(
-            "checkpoints: {} completed ({} full, {} incremental), {} aborted; written {:.2} MB full, {:.2} MB incremental\n",
+            "checkpoints: {} completed ({} full, {} incremental), {aborted}; written {} full, {} incremental\n",
             self.checkpoints_full + self.checkpoints_incremental,
             self.checkpoints_full,
             self.checkpoints_incremental,
-            self.checkpoints_aborted,
-            mb(self.bytes_full),
-            mb(self.bytes_incremental)
+            human_bytes(self.bytes_full),
+            human_bytes(self.bytes_incremental)
         );
-        match (&self.crash, self.recovered_from) {
-            (Some(c), Some(id)) => {
+        match (&self.crash, self.recovered_from, &self.crash_planned) {
+            (Some(c), Some(id), _) => {
                 s += &format!("crash: {c}\n");
                 s += &format!(
-                    "recovery: from checkpoint {id} (chain of {} files) in {:.1} ms\n",
-                    self.recovery_chain_len, self.recovery_ms
+                    "recovery: from checkpoint {id} (chain of {}) in {:.1} ms\n",
+                    count(self.recovery_chain_len, "file", "files"),
+                    self.recovery_ms
                 );
             }
-            (Some(c), None) => {
+            (Some(c), None, _) => {
                 s += &format!("crash: {c}\nrecovery: restarted from scratch (no checkpoint yet)\n")
             }
-            (None, _) => s += "crash: none (--no-crash)\n",
+            (None, _, Some(plan)) => {
+                s += &format!(
+                    "crash: planned for {plan}, not reached (that instance handled fewer records): the job ran without a crash\n"
+                )
+            }
+            (None, _, None) => s += "crash: none (--no-crash)\n",
         }
-        s += &format!("output: {} lines published to {}\n", self.output_lines, self.output_dir.display());
+        s += &format!(
+            "output: {} published to {}\n",
+            count(self.output_lines, "line", "lines"),
+            self.output_dir.display()
+        );
         if self.object_storage {
             s += &format!(
                 "note: checkpoints on object storage ({}), output on local disk (the file sink writes local files; --output DIR)\n",
@@ -537,7 +632,7 @@ impl DemoReport {
         if self.checkpoints_dir.to_string_lossy().starts_with("memory://") {
             s += "next: memory:// lives only in this process; run on a path or s3:// to keep the checkpoints for floe inspect\n";
         } else {
-            s += &format!("next: floe inspect {}\n", self.checkpoints_dir.display());
+            s += &format!("next: {tool} inspect {}\n", self.checkpoints_dir.display());
         }
         s
     }

@@ -1,13 +1,15 @@
 //! `floe`: run the demo job; look into, check and maintain floe checkpoint directories.
 //!
 //! A thin layer over `floe::inspect`: parses arguments, calls the library, prints text or
-//! one JSON document, and maps outcomes to exit codes (0 success; 1 data damaged or
-//! verification failed; 2 bad usage, missing directory or I/O error).
+//! one JSON document, and maps outcomes to exit codes (`floe::inspect::status`, the
+//! README's table: 0 success; 1 damaged data; 2 bad usage; 3 cannot read; 4 locked).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand};
 use floe::inspect::{self, Report};
@@ -44,8 +46,8 @@ enum Command {
     Show {
         /// The checkpoint directory.
         dir: PathBuf,
-        /// Checkpoint or savepoint id.
-        id: u64,
+        /// Checkpoint or savepoint id; default: the newest readable checkpoint.
+        id: Option<u64>,
     },
     /// Check manifests, files, whole-file and block checksums, record structure.
     Verify {
@@ -66,11 +68,12 @@ enum Command {
         /// Only this state.
         #[arg(long)]
         state: Option<String>,
-        /// Only this key: UTF-8 text, or 0x followed by the hex of the encoded key.
+        /// Only this key: a value of the state's recorded key type (`5`, `alice`, `(1, b)`),
+        /// raw states' bytes as text, or 0x followed by the hex of the encoded key.
         #[arg(long)]
         key: Option<String>,
     },
-    /// Keys added, changed and removed between two checkpoints.
+    /// Keys (and map entries) added, changed and removed between two checkpoints.
     Diff {
         /// The checkpoint directory.
         dir: PathBuf,
@@ -78,6 +81,15 @@ enum Command {
         a: u64,
         /// The newer checkpoint.
         b: u64,
+        /// Only this operator.
+        #[arg(long)]
+        operator: Option<String>,
+        /// Only this state.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this key (as for dump).
+        #[arg(long)]
+        key: Option<String>,
     },
     /// Rewrite a checkpoint's chains as a new full checkpoint (or savepoint).
     Compact {
@@ -150,14 +162,17 @@ fn json_text<R: Report>(r: &R) -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(r).map(|s| s + "\n")
 }
 
-/// Prints `r` as JSON or text; exit 1 when it reports damage.
+/// Prints `r` as JSON or text (and its warnings on stderr); its exit status.
 fn emit<R: Report>(r: &R, json: bool) -> ExitCode {
+    for w in r.warnings() {
+        eprintln!("floe: warning: {w}");
+    }
     let out = if json {
         match json_text(r) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("floe: error: cannot encode the report as JSON: {e}");
-                return ExitCode::from(2);
+                return ExitCode::from(inspect::status::UNREADABLE);
             }
         }
     } else {
@@ -170,10 +185,10 @@ fn emit<R: Report>(r: &R, json: bool) -> ExitCode {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         Err(e) => {
             eprintln!("floe: error: writing to stdout: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(inspect::status::UNREADABLE);
         }
     }
-    if r.damaged() { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    ExitCode::from(r.status())
 }
 
 fn progress_bar(json: bool) -> indicatif::ProgressBar {
@@ -195,7 +210,7 @@ fn demo_bar(json: bool) -> indicatif::ProgressBar {
     }
     let bar = indicatif::ProgressBar::new(0);
     if let Ok(style) =
-        indicatif::ProgressStyle::with_template("running {bar:40} {pos}/{len} records ({elapsed}, {per_sec})")
+        indicatif::ProgressStyle::with_template("running {bar:40} {pos}/{len} records ({elapsed}, {msg})")
     {
         bar.set_style(style);
     }
@@ -204,6 +219,7 @@ fn demo_bar(json: bool) -> indicatif::ProgressBar {
 
 fn run(cli: Cli) -> floe::Result<ExitCode> {
     let json = cli.json;
+    let interrupted = Arc::new(AtomicBool::new(false));
     Ok(match cli.command {
         Command::Inspect { dir } => emit(&inspect::inspect(&dir)?, json),
         Command::Show { dir, id } => emit(&inspect::show(&dir, id)?, json),
@@ -212,7 +228,10 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
             let filter = inspect::DumpFilter { operator, state, key };
             emit(&inspect::dump(&dir, id, &filter)?, json)
         }
-        Command::Diff { dir, a, b } => emit(&inspect::diff(&dir, a, b)?, json),
+        Command::Diff { dir, a, b, operator, state, key } => {
+            let filter = inspect::DumpFilter { operator, state, key };
+            emit(&inspect::diff(&dir, a, b, &filter)?, json)
+        }
         Command::Compact { dir, id, savepoint } => {
             let bar = progress_bar(json);
             let report = inspect::compact(&dir, id, savepoint, &mut |done, total| {
@@ -231,7 +250,7 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
                 "unaligned" => floe::executor::Mode::Unaligned,
                 other => {
                     eprintln!("floe: error: unknown mode {other:?} (exactly-once, at-least-once, unaligned)");
-                    return Ok(ExitCode::from(2));
+                    return Ok(ExitCode::from(inspect::status::USAGE));
                 }
             };
             let options = floe::demo::DemoOptions {
@@ -244,13 +263,35 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
                 interval: std::time::Duration::from_millis(interval_ms.max(1)),
                 crash: !no_crash,
                 rate,
+                interrupt: Some(Arc::clone(&interrupted)),
             };
+            // SIGINT: the first cancels the job and cleans up (below); a second one exits.
+            let flag = Arc::clone(&interrupted);
+            let _ = ctrlc::set_handler(move || {
+                if flag.swap(true, Ordering::SeqCst) {
+                    std::process::exit(130);
+                }
+            });
             let bar = demo_bar(json);
+            let started = std::time::Instant::now();
             let report = floe::demo::run_demo(&options, &mut |done, total| {
                 bar.set_length(total);
                 bar.set_position(done);
+                let secs = started.elapsed().as_secs_f64();
+                if secs > 0.0 {
+                    // Whole records per second: indicatif's {per_sec} prints 4 decimals.
+                    bar.set_message(format!("{} records/s", (done as f64 / secs).round() as u64));
+                }
             });
             bar.finish_and_clear();
+            if interrupted.load(Ordering::SeqCst) {
+                match report {
+                    Err(floe::Error::Cancelled(m)) => eprintln!("floe: {m}"),
+                    Err(e) => eprintln!("floe: interrupted: {e}"),
+                    Ok(_) => eprintln!("floe: interrupted after the demo finished"),
+                }
+                return Ok(ExitCode::from(130));
+            }
             let report = report?;
             let out = if json {
                 serde_json::to_string_pretty(&report).map(|s| s + "\n").unwrap_or_default()
@@ -258,18 +299,47 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
                 report.text()
             };
             let _ = std::io::stdout().lock().write_all(out.as_bytes());
-            if report.verified { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            ExitCode::from(if report.verified { inspect::status::OK } else { inspect::status::DAMAGED })
         }
     })
 }
 
+impl Command {
+    /// The checkpoint directory the command works on (`None` for the demo).
+    fn dir(&self) -> Option<PathBuf> {
+        match self {
+            Command::Inspect { dir }
+            | Command::Show { dir, .. }
+            | Command::Verify { dir, .. }
+            | Command::Dump { dir, .. }
+            | Command::Diff { dir, .. }
+            | Command::Compact { dir, .. }
+            | Command::Gc { dir, .. }
+            | Command::Ui { dir, .. } => Some(dir.clone()),
+            Command::Demo { .. } => None,
+        }
+    }
+}
+
+/// What to add to an error whose cause is most likely another process.
+fn hint(e: &floe::Error) -> &'static str {
+    match e {
+        floe::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            " (if the directory is in use, another process, such as a running job's retention or \
+             floe gc, may have removed it meanwhile: run the command again)"
+        }
+        _ => "",
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let dir = cli.command.dir();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("floe: error: {e}");
-            ExitCode::from(if e.is_corruption() { 1 } else { 2 })
+            eprintln!("floe: error: {e}{}", hint(&e));
+            ExitCode::from(inspect::exit_status(&e, dir.as_deref()))
         }
     }
 }

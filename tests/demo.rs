@@ -60,7 +60,7 @@ fn demo_refuses_a_directory_that_is_not_a_demo() {
     let mut args = vec!["demo", "--dir", dir.path().to_str().unwrap()];
     args.extend(SMALL);
     let (code, _, err) = floe(&args);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 3, "{err}");
     assert!(err.contains("not a floe directory") || err.contains("other than"), "{err}");
     assert_eq!(std::fs::read(dir.path().join("precious.txt")).unwrap(), b"keep me");
 }
@@ -127,7 +127,7 @@ fn demo_on_s3_crashes_recovers_verifies_and_the_tool_reads_it() {
     let (code, stdout, err) = floe(&args);
     assert_eq!(code, 0, "{stdout}{err}");
     assert!(stdout.contains("verdict: VERIFIED"), "{stdout}");
-    assert!(stdout.contains(&format!("next: floe inspect {ck}")), "{stdout}");
+    assert!(stdout.contains(&format!(" inspect {ck}\n")) && stdout.contains("next: "), "{stdout}");
     assert!(stdout.contains("output on local disk"), "{stdout}");
 
     // A prefix holding anything but a previous demo (here the checkpoint directory itself):
@@ -135,7 +135,7 @@ fn demo_on_s3_crashes_recovers_verifies_and_the_tool_reads_it() {
     let mut args = vec!["demo", "--dir", &ck, "--output", outs];
     args.extend(SMALL);
     let (code, _, err) = floe(&args);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 3, "{err}");
     assert!(err.contains("other than a previous floe demo"), "{err}");
     let (code, stdout, err) = floe(&["verify", &ck]);
     assert_eq!(code, 0, "the refused demo left the checkpoints alone: {stdout}{err}");
@@ -158,7 +158,7 @@ fn demo_output_option_is_for_object_storage_and_refuses_foreign_files() {
     let mut args = vec!["demo", "--dir", "memory://demo/x", "--output", o.to_str().unwrap()];
     args.extend(SMALL);
     let (code, _, err) = floe(&args);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 3, "{err}");
     assert!(err.contains("previous floe demo's output"), "{err}");
     assert_eq!(std::fs::read(o.join("precious.txt")).unwrap(), b"keep me");
     std::fs::remove_file(o.join("precious.txt")).unwrap();

@@ -565,7 +565,7 @@ fn a_failure_right_after_a_savepoint_republishes_nothing() {
         };
         let r = run(seed, Mode::ExactlyOnce, Some(f.clone()), Some(2));
         assert_eq!(r.result.restarts, 1, "{:?}", r.result.failures);
-        assert!(r.result.failures[0].contains("AfterSavepoint"), "{:?}", r.result.failures);
+        assert!(r.result.failures[0].contains("at the completion of a savepoint"), "{:?}", r.result.failures);
         let sp =
             r.result.checkpoints.iter().find(|c| c.kind == floe::executor::BarrierKind::Savepoint).unwrap();
         // The restart restored a checkpoint older than the savepoint, never the savepoint.

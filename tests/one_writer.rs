@@ -118,7 +118,7 @@ fn gc_and_compact_beside_a_running_job_are_refused_and_touch_nothing() {
     let d = dir.path().to_str().unwrap();
     for args in [vec!["gc", d], vec!["compact", d]] {
         let (code, _, err) = tool(&args);
-        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(code, 4, "{args:?}: {err}");
         assert!(err.contains("locked by another writer") && err.contains("pid"), "{args:?}: {err}");
     }
     // Read-only commands work beside it.
@@ -139,7 +139,7 @@ fn a_second_demo_never_deletes_a_live_directory() {
     let live = CheckpointStorage::open(demo.join("checkpoints"), StorageConfig::default()).unwrap();
     let manifests = files_in(&demo.join("checkpoints"));
     let (code, _, err) = tool(&["demo", "--dir", demo.to_str().unwrap(), "--records", "2000"]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 4, "{err}");
     assert!(err.contains("locked"), "{err}");
     assert_eq!(files_in(&demo.join("checkpoints")), manifests, "the second demo deleted live files");
     drop(live);
@@ -1094,7 +1094,7 @@ fn readers_refuse_a_symlinked_data_folder() {
     std::os::unix::fs::symlink(&target, dir.path().join("data")).unwrap();
     for cmd in ["inspect", "verify", "dump"] {
         let (code, _, err) = tool(&[cmd, dir.path().to_str().unwrap()]);
-        assert_eq!(code, 2, "{cmd}: {err}");
+        assert_eq!(code, 3, "{cmd}: {err}");
         assert!(err.contains("symbolic link"), "{cmd}: {err}");
     }
 }

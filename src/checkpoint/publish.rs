@@ -502,9 +502,14 @@ pub fn publish<T>(
 /// The error of a publication whose final name is taken: floe never replaces a file.
 fn exists(path: &Path) -> Error {
     Error::io(
-        "publish (floe never replaces a file)",
+        "publish",
         path,
-        std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a file of that name already exists"),
+        std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "another writer published a file of this name first (a job, floe compact, or a second \
+             process using the same checkpoint id); floe never replaces a file, so nothing was \
+             overwritten: run one writer per directory, and retry with a new id",
+        ),
     )
 }
 

@@ -35,7 +35,7 @@ type Dir = Arc<PathBuf>;
 pub fn run(dir: PathBuf, bind: &str, port: u16) -> floe::Result<ExitCode> {
     let Ok(ip) = bind.parse::<IpAddr>() else {
         eprintln!("floe: error: --bind {bind:?} is not an IP address (for example 127.0.0.1 or ::1)");
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(inspect::status::USAGE));
     };
     // The directory must be a floe directory (checked once; every request checks again).
     inspect::open_read_only(&dir)?;
@@ -52,7 +52,7 @@ pub fn run(dir: PathBuf, bind: &str, port: u16) -> floe::Result<ExitCode> {
                 _ => e.to_string(),
             };
             eprintln!("floe: error: cannot listen on {addr}: {why}");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(inspect::status::USAGE));
         }
     };
     let bound = listener.local_addr().map_err(|e| floe::Error::io("local_addr", &dir, e))?;
@@ -92,7 +92,7 @@ fn router(dir: Dir) -> Router {
             "/api/show/{id}",
             get(|State(d): State<Dir>, UrlPath(id): UrlPath<String>| async move {
                 match id.parse::<u64>() {
-                    Ok(id) => report(d, move |p| inspect::show(p, id)).await,
+                    Ok(id) => report(d, move |p| inspect::show(p, Some(id))).await,
                     Err(_) => error(StatusCode::NOT_FOUND, format!("no checkpoint {id:?}")),
                 }
             }),

@@ -32,6 +32,24 @@ pub enum FailAt {
     },
 }
 
+impl std::fmt::Display for FailAt {
+    /// As the demo and error messages print it: `record 123153`, `its 3rd snapshot's write`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailAt::Record(n) => write!(f, "record {n}"),
+            FailAt::CheckpointWrite(n) => write!(f, "the write of snapshot {n}"),
+            FailAt::AfterCheckpoint { completed, records: 0 } => {
+                write!(f, "the completion of checkpoint {completed}")
+            }
+            FailAt::AfterCheckpoint { completed, records } => {
+                write!(f, "{records} records after checkpoint {completed} completed")
+            }
+            FailAt::AfterSavepoint { records: 0 } => write!(f, "the completion of a savepoint"),
+            FailAt::AfterSavepoint { records } => write!(f, "{records} records after a savepoint completed"),
+        }
+    }
+}
+
 /// A failure to inject into a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InjectedFailure {
@@ -103,7 +121,7 @@ impl Events {
         if fired.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let what = format!("{}[{}] at {:?}", self.operator, self.subtask, f.at);
+        let what = format!("{}[{}] at {}", self.operator, self.subtask, f.at);
         if f.panic {
             std::panic::panic_any(format!("injected failure: {what}"));
         }

@@ -230,6 +230,11 @@ impl JobHandle {
         self.join_thread()
     }
 
+    /// True once the job has ended (`join` then returns at once).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(std::thread::JoinHandle::is_finished)
+    }
+
     /// Waits for the job to end (bounded sources).
     pub fn join(mut self) -> Result<JobResult> {
         self.join_thread()

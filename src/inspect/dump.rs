@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{Located, Report, open_read_only, resolve};
+use super::decode::Ty;
+use super::{Located, Passed, Report, open_read_only, resolve_noting};
 use crate::checkpoint::restore_operator;
 use crate::error::{Error, Result};
 use crate::format::Manifest;
@@ -92,83 +93,137 @@ pub fn materialize(l: &Located, manifest: &Manifest) -> Result<BTreeMap<String, 
 }
 
 /// A byte string as shown: hex always; for raw states the bytes as text when they are
-/// printable UTF-8; for postcard states best-effort guesses of common shapes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// printable UTF-8; for postcard states the value decoded with the state's recorded type
+/// ([`super::decode`]), or why it could not be.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Shown {
     /// Lower-case hex of the bytes.
     pub hex: String,
     /// Raw states: the bytes as UTF-8 text when they are printable UTF-8 (else `null`).
     pub text: Option<String>,
-    /// Guesses (postcard only): `u64 N`, `i64 N` (one varint), `string "..."` (length-prefixed
-    /// UTF-8). Guesses, not decodings: postcard bytes carry no type.
-    pub guess: Vec<String>,
+    /// Postcard states: the value decoded with the recorded type (numbers, strings, arrays
+    /// for sequences and tuples, `null` for `None`); `null` when it was not decoded.
+    pub decoded: Option<serde_json::Value>,
+    /// Postcard states: why the bytes were not decoded (`null` when they were): the recorded
+    /// type is not one floe decodes, or the bytes do not decode as it.
+    pub undecoded: Option<String>,
+    /// The decoded value as text (`42`, `"alice"`, `(3, -5)`).
+    #[serde(skip)]
+    pub rendered: Option<String>,
 }
 
 fn printable(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| !c.is_control())
 }
 
-/// Reads one postcard varint (LEB128, at most 10 bytes) from the start of `b`.
-fn varint(b: &[u8]) -> Option<(u64, usize)> {
-    let mut v: u64 = 0;
-    for (i, &x) in b.iter().enumerate().take(10) {
-        let part = u64::from(x & 0x7f);
-        if i == 9 && x > 1 {
-            return None;
-        }
-        v |= part << (7 * i);
-        if x & 0x80 == 0 {
-            return Some((v, i + 1));
-        }
-    }
-    None
+/// How one kind of bytes of a state (its keys, map keys or values) is shown.
+#[derive(Debug, Clone)]
+pub struct Shower {
+    codec: Codec,
+    type_name: String,
+    ty: Option<Ty>,
 }
 
-/// Best-effort guesses of what postcard bytes encode.
-pub fn postcard_guesses(b: &[u8]) -> Vec<String> {
-    let mut g = Vec::new();
-    if let Some((v, n)) = varint(b) {
-        if n == b.len() {
-            g.push(format!("u64 {v}"));
-            let z = (v >> 1) as i64 ^ -((v & 1) as i64);
-            if v != 0 {
-                g.push(format!("i64 {z}"));
+impl Shower {
+    /// Bytes of `codec` recorded with type name `type_name`.
+    pub fn new(codec: Codec, type_name: &str) -> Shower {
+        let ty = if codec == Codec::Postcard { Ty::parse(type_name) } else { None };
+        Shower { codec, type_name: type_name.to_string(), ty }
+    }
+
+    /// Shows `b`.
+    pub fn show(&self, b: &[u8]) -> Shown {
+        let mut out =
+            Shown { hex: hex_encode(b), text: None, decoded: None, undecoded: None, rendered: None };
+        match self.codec {
+            Codec::Raw => {
+                out.text = std::str::from_utf8(b).ok().filter(|s| printable(s)).map(str::to_string);
             }
+            Codec::Postcard => match self.ty.as_ref().map(|t| super::decode::decode(t, b)) {
+                Some(Some(v)) => {
+                    out.decoded = Some(v.to_json());
+                    out.rendered = Some(v.render());
+                }
+                Some(None) => out.undecoded = Some(format!("the bytes do not decode as {}", self.type_name)),
+                None => out.undecoded = Some(format!("type {} is not one floe decodes", self.type_name)),
+            },
         }
-        if let Ok(len) = usize::try_from(v)
-            && b.len().checked_sub(n) == Some(len)
-            && let Ok(s) = std::str::from_utf8(&b[n..])
-        {
-            g.push(format!("string {s:?}"));
+        out
+    }
+
+    /// The bytes a `--key` text means for this state (`Err`: why it does not parse): `0x`
+    /// and hex is the encoded key itself; otherwise raw states take the text's bytes and
+    /// postcard states the text parsed as the recorded key type and encoded.
+    pub fn key_bytes(&self, key: &str) -> std::result::Result<Vec<u8>, String> {
+        if let Some(h) = key.strip_prefix("0x") {
+            return hex_decode(h).ok_or_else(|| "not valid hex after 0x".to_string());
+        }
+        match (self.codec, &self.ty) {
+            (Codec::Raw, _) => Ok(key.as_bytes().to_vec()),
+            (Codec::Postcard, Some(t)) => super::decode::encode_text(t, key)
+                .map_err(|e| format!("not a key of type {}: {e}", self.type_name)),
+            (Codec::Postcard, None) => Err(format!(
+                "the key type {} is not one floe parses; give the encoded key as 0x followed by its hex",
+                self.type_name
+            )),
         }
     }
-    g
+}
+
+/// How a state's keys, map keys and values are shown: by its descriptor.
+#[derive(Debug, Clone)]
+pub struct StateShower {
+    /// Keys.
+    pub key: Shower,
+    /// Map keys (map states).
+    pub map_key: Shower,
+    /// Values, list items, map values.
+    pub value: Shower,
+}
+
+impl StateShower {
+    /// For the state `d`.
+    pub fn of(d: &StateDescriptor) -> StateShower {
+        StateShower {
+            key: Shower::new(d.codec, &d.key_type),
+            map_key: Shower::new(d.codec, d.map_key_type.as_deref().unwrap_or("?")),
+            value: Shower::new(d.codec, &d.value_type),
+        }
+    }
+
+    /// Shows a materialized value.
+    pub fn value(&self, v: &Value) -> ShownValue {
+        match v {
+            Value::Bytes(b) => ShownValue::Bytes(self.value.show(b)),
+            Value::List(items) => ShownValue::List(items.iter().map(|i| self.value.show(i)).collect()),
+            Value::Map(m) => ShownValue::Map(
+                m.iter()
+                    .map(|(k, v)| ShownMapEntry { map_key: self.map_key.show(k), value: self.value.show(v) })
+                    .collect(),
+            ),
+        }
+    }
 }
 
 impl Shown {
-    /// Shows `b` encoded with `codec`.
-    pub fn of(b: &[u8], codec: Codec) -> Shown {
-        Shown {
-            hex: hex_encode(b),
-            text: (codec == Codec::Raw)
-                .then(|| std::str::from_utf8(b).ok().filter(|s| printable(s)).map(str::to_string))
-                .flatten(),
-            guess: if codec == Codec::Postcard { postcard_guesses(b) } else { Vec::new() },
-        }
-    }
-
-    /// One-line rendering: the text, or hex with the guesses.
+    /// One-line rendering: the decoded value, the raw text, or hex labelled as undecoded.
     pub fn line(&self) -> String {
+        if let Some(r) = &self.rendered {
+            return r.clone();
+        }
         if let Some(t) = &self.text {
             return format!("{t:?}");
         }
         let hex = if self.hex.is_empty() { "(empty)".to_string() } else { format!("0x{}", self.hex) };
-        if self.guess.is_empty() { hex } else { format!("{hex} (guess: {})", self.guess.join(" | ")) }
+        match &self.undecoded {
+            Some(why) => format!("{hex} (undecoded: {why})"),
+            None => hex,
+        }
     }
 }
 
 /// A map entry as shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShownMapEntry {
     /// The map key.
     pub map_key: Shown,
@@ -177,7 +232,7 @@ pub struct ShownMapEntry {
 }
 
 /// A value as shown: a value-state value, a list's items, or a map's entries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ShownValue {
     /// Value state.
@@ -189,19 +244,6 @@ pub enum ShownValue {
 }
 
 impl ShownValue {
-    /// Shows `v` encoded with `codec`.
-    pub fn of(v: &Value, codec: Codec) -> ShownValue {
-        match v {
-            Value::Bytes(b) => ShownValue::Bytes(Shown::of(b, codec)),
-            Value::List(items) => ShownValue::List(items.iter().map(|i| Shown::of(i, codec)).collect()),
-            Value::Map(m) => ShownValue::Map(
-                m.iter()
-                    .map(|(k, v)| ShownMapEntry { map_key: Shown::of(k, codec), value: Shown::of(v, codec) })
-                    .collect(),
-            ),
-        }
-    }
-
     /// One-line rendering.
     pub fn line(&self) -> String {
         match self {
@@ -221,7 +263,7 @@ impl ShownValue {
 }
 
 /// One entry of a dump.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DumpEntry {
     /// The key.
     pub key: Shown,
@@ -230,7 +272,7 @@ pub struct DumpEntry {
 }
 
 /// One state of a dump.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DumpState {
     /// State name.
     pub state: String,
@@ -238,6 +280,12 @@ pub struct DumpState {
     pub kind: StateKind,
     /// `raw` or `postcard`.
     pub codec: Codec,
+    /// The recorded key type (`bytes` for raw states).
+    pub key_type: String,
+    /// The recorded map key type (map states; else `null`).
+    pub map_key_type: Option<String>,
+    /// The recorded value (list item, map value) type.
+    pub value_type: String,
     /// Number of entries listed.
     pub count: usize,
     /// The entries, by encoded key.
@@ -245,7 +293,7 @@ pub struct DumpState {
 }
 
 /// One operator of a dump.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DumpOperator {
     /// Operator id.
     pub operator: String,
@@ -269,6 +317,9 @@ pub struct DumpReport {
     /// In-flight records per operator instance, summarized (an unaligned checkpoint's
     /// channel state; empty otherwise). The records themselves are the executor's encoding.
     pub channel_state: Vec<super::show::ChannelStateInfo>,
+    /// Without an id: the newer checkpoints passed over because they do not read, and why
+    /// (also a warning on stderr).
+    pub passed_over: Vec<Passed>,
 }
 
 /// What to dump.
@@ -282,46 +333,37 @@ pub struct DumpFilter {
     pub key: Option<String>,
 }
 
-/// The encoded keys that `--key` may mean for a state of `codec`: the exact bytes for
-/// `0x` hex; for text, the text's bytes, and for postcard states also the postcard
-/// encoding of the text as a string and, if it parses as one, as an integer.
-pub fn key_candidates(key: &str, codec: Codec) -> Result<Vec<Vec<u8>>> {
-    if let Some(h) = key.strip_prefix("0x") {
-        let b = hex_decode(h)
-            .ok_or_else(|| Error::InvalidConfig(format!("--key {key:?}: not valid hex after 0x")))?;
-        return Ok(vec![b]);
-    }
-    let mut c = vec![key.as_bytes().to_vec()];
-    if codec == Codec::Postcard {
-        let mut s = leb128(key.len() as u64);
-        s.extend_from_slice(key.as_bytes());
-        c.push(s);
-        if let Ok(n) = key.parse::<u64>() {
-            c.push(leb128(n));
-        } else if let Ok(n) = key.parse::<i64>() {
-            c.push(leb128(((n << 1) ^ (n >> 63)) as u64));
+/// The encoded key `--key` means for each state of `states` that it parses for (a text key
+/// may fit some states' key types and not others'). A usage error (`InvalidConfig`) when it
+/// parses for none of them, naming why for each.
+pub fn key_filter<'a>(
+    key: &str,
+    states: impl Iterator<Item = &'a StateDescriptor>,
+) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut fits = BTreeMap::new();
+    let mut why = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for d in states {
+        if !seen.insert(d.name.as_str()) {
+            continue;
+        }
+        match Shower::new(d.codec, &d.key_type).key_bytes(key) {
+            Ok(b) => {
+                fits.insert(d.name.clone(), b);
+            }
+            Err(e) => why.push(format!("state {:?}: {e}", d.name)),
         }
     }
-    Ok(c)
-}
-
-fn leb128(mut v: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return out;
-        }
-        out.push(b | 0x80);
+    if fits.is_empty() {
+        return Err(Error::InvalidConfig(format!("--key {key:?}: {}", why.join("; "))));
     }
+    Ok(fits)
 }
 
 /// Dumps checkpoint `id` (default: the newest readable checkpoint) of `dir`.
 pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpReport> {
     let storage = open_read_only(dir)?;
-    let (l, m) = resolve(&storage, id)?;
+    let (l, m, passed_over) = resolve_noting(&storage, id)?;
     if let Some(op) = &filter.operator
         && !m.operators.iter().any(|o| &o.operator == op)
     {
@@ -335,9 +377,17 @@ pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpRepo
     {
         return Err(Error::NotFound(format!("state {st:?} in checkpoint {}", m.checkpoint_id)));
     }
-    if let Some(k) = &filter.key {
-        key_candidates(k, Codec::Raw)?;
-    }
+    let descriptors = || {
+        m.operators
+            .iter()
+            .filter(|o| filter.operator.as_ref().is_none_or(|f| f == &o.operator))
+            .flat_map(|o| o.states.iter())
+            .filter(|d| filter.state.as_ref().is_none_or(|f| f == &d.name))
+    };
+    let keys = match &filter.key {
+        Some(k) => Some(key_filter(k, descriptors())?),
+        None => None,
+    };
     let mut wanted = m.clone();
     if let Some(op) = &filter.operator {
         wanted.operators.retain(|o| &o.operator == op);
@@ -350,18 +400,25 @@ pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpRepo
             if filter.state.as_ref().is_some_and(|f| f != &sname) {
                 continue;
             }
-            let codec = sd.desc.codec;
-            let candidates = match &filter.key {
-                Some(k) => Some(key_candidates(k, codec)?),
-                None => None,
-            };
+            let shower = StateShower::of(&sd.desc);
+            let key = keys.as_ref().map(|k| k.get(&sname));
             let entries: Vec<DumpEntry> = sd
                 .entries
                 .iter()
-                .filter(|(k, _)| candidates.as_ref().is_none_or(|c| c.iter().any(|c| c == *k)))
-                .map(|(k, v)| DumpEntry { key: Shown::of(k, codec), value: ShownValue::of(v, codec) })
+                .filter(|(k, _)| key.is_none_or(|want| want.is_some_and(|w| w == *k)))
+                .map(|(k, v)| DumpEntry { key: shower.key.show(k), value: shower.value(v) })
                 .collect();
-            states.push(DumpState { state: sname, kind: sd.desc.kind, codec, count: entries.len(), entries });
+            let d = &sd.desc;
+            states.push(DumpState {
+                state: sname,
+                kind: d.kind,
+                codec: d.codec,
+                key_type: d.key_type.clone(),
+                map_key_type: d.map_key_type.clone(),
+                value_type: d.value_type.clone(),
+                count: entries.len(),
+                entries,
+            });
         }
         operators.push(DumpOperator { operator: name, key_groups: op.key_groups, states });
     }
@@ -376,6 +433,7 @@ pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpRepo
         operators,
         sources,
         channel_state,
+        passed_over,
     })
 }
 
@@ -390,12 +448,18 @@ impl Report for DumpReport {
             let groups: Vec<String> = o.key_groups.iter().map(ToString::to_string).collect();
             let _ = writeln!(s, "operator {} (key groups {})", o.operator, groups.join(" "));
             for st in &o.states {
-                let codec = match st.codec {
-                    Codec::Raw => "raw",
-                    Codec::Postcard => "postcard",
+                let types = match (st.codec, &st.map_key_type) {
+                    (Codec::Raw, _) => "raw".to_string(),
+                    (Codec::Postcard, Some(mk)) => format!("{} -> {mk} -> {}", st.key_type, st.value_type),
+                    (Codec::Postcard, None) => format!("{} -> {}", st.key_type, st.value_type),
                 };
-                let _ =
-                    writeln!(s, "  state {} ({}, {codec}): {} entries", st.state, st.kind.as_str(), st.count);
+                let _ = writeln!(
+                    s,
+                    "  state {} ({}, {types}): {}",
+                    st.state,
+                    st.kind.as_str(),
+                    super::count(st.count, "entry", "entries")
+                );
                 for e in &st.entries {
                     let _ = writeln!(s, "    {} => {}", e.key.line(), e.value.line());
                 }
@@ -407,6 +471,10 @@ impl Report for DumpReport {
         }
         s
     }
+
+    fn warnings(&self) -> Vec<String> {
+        Passed::warnings(&self.passed_over, self.id)
+    }
 }
 
 #[cfg(test)]
@@ -414,13 +482,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn guesses_common_postcard_shapes() {
-        assert_eq!(postcard_guesses(&postcard::to_allocvec(&300u64).unwrap()), vec!["u64 300", "i64 150"]);
-        let g = postcard_guesses(&postcard::to_allocvec(&-3i64).unwrap());
-        assert!(g.contains(&"i64 -3".to_string()), "{g:?}");
-        let g = postcard_guesses(&postcard::to_allocvec("alice").unwrap());
-        assert_eq!(g, vec!["string \"alice\""]);
-        assert!(postcard_guesses(&[0xff, 0xff]).is_empty());
-        assert_eq!(leb128(300), postcard::to_allocvec(&300u64).unwrap());
+    fn shows_postcard_by_the_recorded_type_and_labels_the_rest() {
+        let u = Shower::new(Codec::Postcard, "u64");
+        assert_eq!(u.show(&postcard::to_allocvec(&300u64).unwrap()).line(), "300");
+        assert_eq!(u.key_bytes("5").unwrap(), vec![5]);
+        assert!(u.key_bytes("alice").is_err());
+        let other = Shower::new(Codec::Postcard, "my::Event");
+        assert_eq!(other.show(&[1, 2]).line(), "0x0102 (undecoded: type my::Event is not one floe decodes)");
+        assert_eq!(other.key_bytes("0x0102").unwrap(), vec![1, 2]);
+        let raw = Shower::new(Codec::Raw, "bytes");
+        assert_eq!(raw.show(b"msg").line(), "\"msg\"");
+        assert_eq!(raw.key_bytes("5").unwrap(), b"5");
     }
 }

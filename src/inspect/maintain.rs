@@ -3,7 +3,7 @@
 //!
 //! Both refuse a directory that is missing or not floe's (they never create one). Both
 //! take the directory's writer lock, so neither runs beside a job (or another compact or
-//! gc) on the same directory: the second gets `Error::Locked` naming the holder (exit 2).
+//! gc) on the same directory: the second gets `Error::Locked` naming the holder (exit 4).
 //! `gc --dry-run` only looks, and takes no lock.
 
 use std::fmt::Write as _;
@@ -34,6 +34,8 @@ pub struct CompactReport {
     pub files: usize,
     /// Their bytes.
     pub bytes: u64,
+    /// Without an id: the newer checkpoints passed over because they do not read, and why.
+    pub passed_over: Vec<super::Passed>,
 }
 
 /// Compacts checkpoint `id` (default: the newest readable checkpoint) of `dir` into a new
@@ -45,7 +47,9 @@ pub fn compact(
     savepoint: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<CompactReport> {
-    let storage = CheckpointStorage::open_existing_writer(dir, maintenance_config())?;
+    let storage = CheckpointStorage::open_existing_writer(dir, maintenance_config())
+        .map_err(|e| super::demo_hint(dir, e))?;
+    let mut passed_over = Vec::new();
     let source = match id {
         Some(id) => {
             let l = locate(&storage, id)?;
@@ -57,11 +61,15 @@ pub fn compact(
             id
         }
         None => {
-            storage
-                .select_checkpoint(&|_| true)?
-                .ok_or_else(|| Error::NotFound(format!("any readable checkpoint in {}", dir.display())))?
-                .manifest
-                .checkpoint_id
+            let sel = storage.select_checkpoint(&|_| true)?.ok_or_else(|| {
+                Error::NotFound(format!("any checkpoint in {} (it holds none yet)", dir.display()))
+            })?;
+            passed_over = sel
+                .skipped
+                .iter()
+                .map(|s| super::Passed { id: s.checkpoint_id, reason: s.error.to_string() })
+                .collect();
+            sel.manifest.checkpoint_id
         }
     };
     let target = if savepoint { Target::Savepoint } else { Target::Checkpoint };
@@ -72,19 +80,24 @@ pub fn compact(
         kind: m.kind.as_str().to_string(),
         files: m.files.len(),
         bytes: m.files.iter().map(|f| f.size).sum(),
+        passed_over,
     })
 }
 
 impl Report for CompactReport {
     fn text(&self) -> String {
         format!(
-            "new {} {} from checkpoint {}: {} files, {}\n",
+            "new {} {} from checkpoint {}: {}, {}\n",
             if self.kind == "savepoint" { "savepoint" } else { "checkpoint" },
             self.id,
             self.source,
-            self.files,
+            super::count(self.files, "file", "files"),
             super::human_bytes(self.bytes),
         )
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        super::Passed::warnings(&self.passed_over, self.source)
     }
 }
 
@@ -102,10 +115,11 @@ pub struct GcReport {
 /// Removes the orphaned files of `dir` (only lists them with `dry_run`).
 pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
     let storage = if dry_run {
-        CheckpointStorage::open_existing(dir, maintenance_config())?
+        CheckpointStorage::open_existing(dir, maintenance_config())
     } else {
-        CheckpointStorage::open_existing_writer(dir, maintenance_config())?
-    };
+        CheckpointStorage::open_existing_writer(dir, maintenance_config())
+    }
+    .map_err(|e| super::demo_hint(dir, e))?;
     let o = storage.gc(dry_run)?;
     let root = storage.root();
     Ok(GcReport {
@@ -125,11 +139,13 @@ impl Report for GcReport {
         for f in &self.foreign {
             let _ = writeln!(s, "left foreign file {f}");
         }
+        let n = self.removed.len();
+        let done = if self.dry_run { "would be removed" } else { "removed" };
         let _ = writeln!(
             s,
-            "{} files {verb}, {} foreign files left alone",
-            self.removed.len(),
-            self.foreign.len()
+            "{} {done}, {} left alone",
+            super::count(n, "file", "files"),
+            super::count(self.foreign.len(), "foreign file", "foreign files")
         );
         s
     }

@@ -6,8 +6,11 @@
 //! with [`CheckpointStorage::open_existing`], which never creates or changes anything.
 //!
 //! One file per concern: [`summary`] (`inspect`), [`show`], [`verify`], [`dump`] (state
-//! materialization and value decoding), [`diff`], [`maintain`] (`compact`, `gc`).
+//! materialization and how keys and values are shown), [`decode`] (postcard by the
+//! recorded type name), [`diff`], [`maintain`] (`compact`, `gc`). [`status`] and
+//! [`exit_status`] are the exit codes of every command.
 
+pub mod decode;
 pub mod diff;
 pub mod dump;
 pub mod maintain;
@@ -39,6 +42,82 @@ pub trait Report: Serialize {
     /// True when the command found damaged data (the tool then exits with status 1).
     fn damaged(&self) -> bool {
         false
+    }
+    /// True when the command could not read something it needed (permission denied, an
+    /// I/O error; the tool then exits with status 3 unless it also found damage).
+    fn unreadable(&self) -> bool {
+        false
+    }
+    /// Warnings for stderr (for example: an older checkpoint was used, and why).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The exit status of this report (README "Exit status"): damage wins over unreadable.
+    fn status(&self) -> u8 {
+        if self.damaged() {
+            status::DAMAGED
+        } else if self.unreadable() {
+            status::UNREADABLE
+        } else {
+            status::OK
+        }
+    }
+}
+
+/// The tool's exit statuses, one table for every command (README, "Exit status").
+pub mod status {
+    /// Success (`demo`: verified).
+    pub const OK: u8 = 0;
+    /// Damaged data: a manifest or file that does not decode, a file a manifest lists is
+    /// missing, no readable checkpoint, `verify` found a problem (`demo`: not verified).
+    pub const DAMAGED: u8 = 1;
+    /// Bad usage: arguments, an unknown id, operator or state, a key that does not parse.
+    pub const USAGE: u8 = 2;
+    /// Cannot read: the directory is missing or not floe's, permission denied, another
+    /// I/O error, a full disk.
+    pub const UNREADABLE: u8 = 3;
+    /// Locked: another writer (a job, `floe compact`, `floe gc`, a demo) holds the
+    /// directory; nothing was changed, retry when it is done.
+    pub const LOCKED: u8 = 4;
+}
+
+/// True when `e` is an I/O error that says the file is there but may not be read
+/// (permission denied, `EIO`, ...), as opposed to damage.
+pub fn is_unreadable(e: &Error) -> bool {
+    match e {
+        Error::Io { source, .. } => source.kind() != std::io::ErrorKind::NotFound,
+        Error::NoSpace { .. } => true,
+        _ => false,
+    }
+}
+
+/// The exit status of a command that failed with `e` on directory `dir` (README "Exit
+/// status"). `dir` tells apart a missing directory (3) from an unknown id (2).
+pub fn exit_status(e: &Error, dir: Option<&Path>) -> u8 {
+    match e {
+        Error::Locked { .. } => status::LOCKED,
+        Error::Corrupt { .. } | Error::UnsupportedVersion { .. } => status::DAMAGED,
+        // A file a manifest lists (or the manifest itself) is gone.
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => status::DAMAGED,
+        Error::Io { .. } | Error::NoSpace { .. } | Error::NotOurs { .. } | Error::ReadOnly { .. } => {
+            status::UNREADABLE
+        }
+        Error::NotFound(_) => match dir {
+            // The directory or its FLOE marker is missing.
+            Some(d) if open_read_only(d).is_err() => status::UNREADABLE,
+            // Checkpoints exist, and none of them reads.
+            Some(d)
+                if open_read_only(d).is_ok_and(|s| {
+                    s.checkpoint_ids().is_ok_and(|ids| !ids.is_empty())
+                        && matches!(s.select_checkpoint(&|_| true), Err(Error::NotFound(_)))
+                }) =>
+            {
+                status::DAMAGED
+            }
+            _ => status::USAGE,
+        },
+        Error::InvalidConfig(_) | Error::CheckpointId { .. } => status::USAGE,
+        _ => status::UNREADABLE,
     }
 }
 
@@ -81,7 +160,25 @@ pub fn shown_positions(m: &Manifest) -> std::collections::BTreeMap<String, Shown
 
 /// Opens `dir` read-only: never creates or modifies anything.
 pub fn open_read_only(dir: &Path) -> Result<Arc<CheckpointStorage>> {
-    CheckpointStorage::open_existing(dir, StorageConfig::default())
+    CheckpointStorage::open_existing(dir, StorageConfig::default()).map_err(|e| demo_hint(dir, e))
+}
+
+/// `e` for `dir`, pointing at `dir/checkpoints` when `dir` is a `floe demo` directory (a
+/// new user's first `floe inspect floe-data`).
+pub fn demo_hint(dir: &Path, e: Error) -> Error {
+    let demo = dir.join(crate::demo::DEMO_MARKER).is_file() && dir.join("checkpoints").is_dir();
+    match e {
+        Error::NotFound(what) if demo => {
+            let cps = dir.join("checkpoints");
+            Error::NotFound(format!(
+                "{what}: {} is a floe demo directory; its checkpoints are in {} (try: inspect {})",
+                dir.display(),
+                cps.display(),
+                cps.display()
+            ))
+        }
+        other => other,
+    }
 }
 
 /// Where a checkpoint id lives: a regular checkpoint in the root or a savepoint folder.
@@ -98,9 +195,19 @@ pub struct Located {
 }
 
 impl Located {
-    /// Reads and validates the manifest.
+    /// Reads and validates the manifest; a manifest that names another id than its file
+    /// or savepoint folder (`sp-<id>`) is damage, listed and refused alike by every command.
     pub fn read(&self) -> Result<Manifest> {
-        read_manifest_file(&self.manifest_path)
+        let m = read_manifest_file(&self.manifest_path)?;
+        if m.checkpoint_id != self.id {
+            let place = if self.savepoint { "its savepoint folder" } else { "its file name" };
+            return Err(Error::corrupt(
+                &self.manifest_path,
+                crate::format::MANIFEST_HEADER_LEN as u64,
+                format!("the manifest names checkpoint {}, {place} says {}", m.checkpoint_id, self.id),
+            ));
+        }
+        Ok(m)
     }
 }
 
@@ -137,21 +244,56 @@ pub fn locate(storage: &CheckpointStorage, id: u64) -> Result<Located> {
 /// checkpoint in which every chain reads: `CheckpointStorage::select_checkpoint`), with
 /// its manifest.
 pub fn resolve(storage: &CheckpointStorage, id: Option<u64>) -> Result<(Located, Manifest)> {
+    resolve_noting(storage, id).map(|(l, m, _)| (l, m))
+}
+
+/// A newer checkpoint that a command without an id passed over, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Passed {
+    /// Its id.
+    pub id: u64,
+    /// Why it was not used.
+    pub reason: String,
+}
+
+impl Passed {
+    /// The warning line: `checkpoint 5 is damaged (...); used checkpoint 3, ...`.
+    pub fn warnings(passed: &[Passed], used: u64) -> Vec<String> {
+        passed
+            .iter()
+            .map(|p| {
+                format!(
+                    "checkpoint {} does not read ({}); used checkpoint {used}, the newest that does, as recovery would",
+                    p.id, p.reason
+                )
+            })
+            .collect()
+    }
+}
+
+/// [`resolve`], also returning the newer checkpoints passed over (when `id` is `None`).
+pub fn resolve_noting(
+    storage: &CheckpointStorage,
+    id: Option<u64>,
+) -> Result<(Located, Manifest, Vec<Passed>)> {
     match id {
         Some(id) => {
             let l = locate(storage, id)?;
             let m = l.read()?;
-            Ok((l, m))
+            Ok((l, m, Vec::new()))
         }
         None => {
-            let m = storage
-                .select_checkpoint(&|_| true)?
-                .ok_or_else(|| {
-                    Error::NotFound(format!("any readable checkpoint in {}", storage.root().display()))
-                })?
-                .manifest;
+            let sel = storage.select_checkpoint(&|_| true)?.ok_or_else(|| {
+                Error::NotFound(format!("any checkpoint in {} (it holds none yet)", storage.root().display()))
+            })?;
+            let passed = sel
+                .skipped
+                .iter()
+                .map(|s| Passed { id: s.checkpoint_id, reason: s.error.to_string() })
+                .collect();
+            let m = sel.manifest;
             let l = locate(storage, m.checkpoint_id)?;
-            Ok((l, m))
+            Ok((l, m, passed))
         }
     }
 }
@@ -168,7 +310,17 @@ pub fn rel(root: &Path, path: &Path) -> String {
 
 pub use crate::format::time::iso8601;
 
-/// Bytes as a short human figure (`1.5 MiB`).
+/// `n` and the noun in the right number: `1 checkpoint`, `2 checkpoints`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", plural(n, one, many))
+}
+
+/// The noun for `n` things.
+pub fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
+/// Bytes as a short human figure (`1.5 MiB`): the tool's one unit system (KiB, MiB, ...).
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{Report, human_bytes, iso8601, open_read_only, rel, resolve};
+use super::{Passed, Report, human_bytes, iso8601, open_read_only, rel, resolve_noting};
 use crate::error::Result;
 use crate::format::FileKind;
 use crate::state::{Codec, KeyGroupRange, StateDescriptor};
@@ -25,6 +25,10 @@ pub struct ChainFile {
     pub created_by: u64,
     /// Why its index could not be read (`null` when it could).
     pub error: Option<String>,
+    /// True when that is because the file could not be read at all (permission denied,
+    /// an I/O error) rather than damage.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unreadable: bool,
 }
 
 /// Sizes of one state's blocks.
@@ -125,10 +129,10 @@ impl ChannelStateInfo {
     /// One line of text: `channel state OP[SUB]: N records, SIZE (PATH)`.
     pub fn line(&self) -> String {
         format!(
-            "channel state {}[{}]: {} records, {} ({})",
+            "channel state {}[{}]: {}, {} ({})",
             self.operator,
             self.subtask,
-            self.records,
+            super::count(self.records as usize, "record", "records"),
             human_bytes(self.bytes),
             self.path
         )
@@ -171,6 +175,8 @@ pub struct ShowReport {
     /// The files it needs by the checkpoint that wrote them, oldest first (its chain of
     /// checkpoints: each applies on the one before).
     pub needs: Vec<NeededCheckpoint>,
+    /// Without an id: the newer checkpoints passed over because they do not read, and why.
+    pub passed_over: Vec<Passed>,
 }
 
 /// The files a checkpoint needs that one checkpoint wrote.
@@ -193,10 +199,11 @@ pub struct NeededFile {
     pub size: u64,
 }
 
-/// Describes checkpoint `id` of `dir`.
-pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
+/// Describes checkpoint `id` of `dir` (default: the newest readable checkpoint, what
+/// recovery would restore).
+pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
     let storage = open_read_only(dir)?;
-    let (l, m) = resolve(&storage, Some(id))?;
+    let (l, m, passed_over) = resolve_noting(&storage, id)?;
     let mut instances = Vec::new();
     for op in &m.operators {
         let mut chain = Vec::new();
@@ -209,6 +216,7 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
                 size: fref.map_or(0, |f| f.size),
                 created_by: fref.map_or(0, |f| f.created_by),
                 error: None,
+                unreadable: false,
             };
             match crate::checkpoint::open_data_file(&l.dir.join(p)) {
                 Ok(f) => {
@@ -227,7 +235,10 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
                         }
                     }
                 }
-                Err(e) => cf.error = Some(e.to_string()),
+                Err(e) => {
+                    cf.unreadable = super::is_unreadable(&e);
+                    cf.error = Some(e.to_string());
+                }
             }
             chain.push(cf);
         }
@@ -302,16 +313,17 @@ pub fn show(dir: &Path, id: u64) -> Result<ShowReport> {
         operators,
         instances,
         channel_state: ChannelStateInfo::of(&m),
+        passed_over,
     })
 }
 
 fn sizes_text(s: &Sizes) -> String {
     format!(
-        "{} stored, {} raw, {} records in {} blocks",
+        "{} stored, {} raw, {} in {}",
         human_bytes(s.stored_bytes),
         human_bytes(s.raw_bytes),
-        s.records,
-        s.blocks
+        super::count(s.records as usize, "record", "records"),
+        super::count(s.blocks as usize, "block", "blocks")
     )
 }
 
@@ -337,9 +349,9 @@ impl Report for ShowReport {
             let groups: Vec<String> = o.key_groups.iter().map(ToString::to_string).collect();
             let _ = writeln!(
                 s,
-                "operator {}: {} instance(s), key groups {}, {}",
+                "operator {}: {}, key groups {}, {}",
                 o.operator,
-                o.instances,
+                super::count(o.instances, "instance", "instances"),
                 groups.join(" "),
                 sizes_text(&o.sizes)
             );
@@ -360,7 +372,8 @@ impl Report for ShowReport {
                 );
                 match &f.error {
                     Some(e) => {
-                        let _ = writeln!(s, "  UNREADABLE: {e}");
+                        let word = if f.unreadable { "UNREADABLE" } else { "DAMAGED" };
+                        let _ = writeln!(s, "  {word}: {e}");
                     }
                     None => s.push('\n'),
                 }
@@ -406,6 +419,14 @@ impl Report for ShowReport {
     }
 
     fn damaged(&self) -> bool {
-        self.instances.iter().any(|i| i.chain.iter().any(|f| f.error.is_some()))
+        self.instances.iter().any(|i| i.chain.iter().any(|f| f.error.is_some() && !f.unreadable))
+    }
+
+    fn unreadable(&self) -> bool {
+        self.instances.iter().any(|i| i.chain.iter().any(|f| f.unreadable))
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        Passed::warnings(&self.passed_over, self.id)
     }
 }

@@ -19,9 +19,10 @@ pub struct CheckpointLine {
     pub id: u64,
     /// `full`, `incremental` or `savepoint` (`null` when the manifest does not read).
     pub kind: Option<String>,
-    /// `ok` or `damaged`.
+    /// `ok`, `damaged`, or `unreadable` (the manifest is there but could not be read:
+    /// permission denied, an I/O error).
     pub status: String,
-    /// Why it is damaged (`null` when ok).
+    /// Why it is damaged or unreadable (`null` when ok).
     pub reason: Option<String>,
     /// The manifest file, relative to the directory.
     pub manifest: String,
@@ -59,8 +60,10 @@ pub struct Totals {
     pub checkpoints: usize,
     /// Savepoints.
     pub savepoints: usize,
-    /// Checkpoints or savepoints whose manifest does not read.
+    /// Checkpoints or savepoints whose manifest does not read (damaged).
     pub damaged: usize,
+    /// Checkpoints or savepoints whose manifest could not be read (permission, I/O).
+    pub unreadable: usize,
     /// Distinct data files referenced by readable manifests.
     pub referenced_files: usize,
     /// Their bytes.
@@ -120,11 +123,17 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
         let m = match l.read() {
             Ok(m) => m,
             Err(e) => {
-                totals.damaged += 1;
+                let status = if super::is_unreadable(&e) {
+                    totals.unreadable += 1;
+                    "unreadable"
+                } else {
+                    totals.damaged += 1;
+                    "damaged"
+                };
                 lines.push(CheckpointLine {
                     id: l.id,
                     kind: l.savepoint.then(|| "savepoint".to_string()),
-                    status: "damaged".into(),
+                    status: status.into(),
                     reason: Some(e.to_string()),
                     manifest,
                     base: None,
@@ -236,7 +245,7 @@ impl Report for InspectReport {
             let kind = c.kind.as_deref().unwrap_or("?");
             if c.status != "ok" {
                 let reason = c.reason.as_deref().unwrap_or("");
-                let _ = writeln!(s, "{:>6}  {kind:<11}  damaged: {reason}", c.id);
+                let _ = writeln!(s, "{:>6}  {kind:<11}  {}: {reason}", c.id, c.status);
                 continue;
             }
             let ratio = c.compression_ratio.map_or_else(|| "?".to_string(), |r| format!("{r:.2}x"));
@@ -259,13 +268,15 @@ impl Report for InspectReport {
             }
         }
         let t = &self.totals;
+        let unreadable =
+            if t.unreadable > 0 { format!(", {} unreadable", t.unreadable) } else { String::new() };
         let _ = writeln!(
             s,
-            "total: {} checkpoints, {} savepoints, {} damaged; {} files referenced, {}",
-            t.checkpoints,
-            t.savepoints,
+            "total: {}, {}, {} damaged{unreadable}; {} referenced, {}",
+            super::count(t.checkpoints, "checkpoint", "checkpoints"),
+            super::count(t.savepoints, "savepoint", "savepoints"),
             t.damaged,
-            t.referenced_files,
+            super::count(t.referenced_files, "file", "files"),
             super::human_bytes(t.referenced_bytes)
         );
         if !self.tree.is_empty() {
@@ -314,5 +325,9 @@ impl Report for InspectReport {
 
     fn damaged(&self) -> bool {
         self.totals.damaged > 0
+    }
+
+    fn unreadable(&self) -> bool {
+        self.totals.unreadable > 0
     }
 }

@@ -28,6 +28,9 @@ pub struct Problem {
     pub what: String,
     /// The checkpoints affected.
     pub checkpoints: Vec<u64>,
+    /// `damaged` (the bytes are wrong or missing) or `unreadable` (the file is there but
+    /// could not be read: permission denied, an I/O error).
+    pub kind: String,
 }
 
 /// The verdict on one checkpoint or savepoint.
@@ -37,7 +40,7 @@ pub struct CheckedCheckpoint {
     pub id: u64,
     /// True for a savepoint.
     pub savepoint: bool,
-    /// `ok` or `damaged`.
+    /// `ok`, `damaged`, or `unreadable` (only unreadable problems).
     pub status: String,
     /// Files it references.
     pub files: usize,
@@ -81,6 +84,8 @@ struct Checker {
     root: PathBuf,
     facts: BTreeMap<PathBuf, FileFacts>,
     problems: BTreeMap<(String, Option<u64>, String), BTreeSet<u64>>,
+    /// The problems that are unreadable files rather than damage.
+    unreadable: BTreeSet<(String, Option<u64>, String)>,
     blocks: u64,
     records: u64,
 }
@@ -91,8 +96,16 @@ impl Checker {
         self.problems.entry(key).or_default().insert(id);
     }
 
+    fn report_unreadable(&mut self, id: u64, file: &Path, what: String) {
+        self.unreadable.insert((rel(&self.root, file), None, what.clone()));
+        self.report(id, file, None, what);
+    }
+
     fn report_error(&mut self, id: u64, fallback: &Path, e: &Error) {
         match e {
+            Error::Io { op, path, source } if source.kind() != std::io::ErrorKind::NotFound => {
+                self.report_unreadable(id, path, format!("{op} failed: {source}"))
+            }
             Error::Corrupt { path, offset, what } => self.report(id, path, Some(*offset), what.clone()),
             Error::Io { op, path, source } => self.report(id, path, None, format!("{op} failed: {source}")),
             Error::UnsupportedVersion { path, .. } => self.report(id, path, None, e.to_string()),
@@ -144,18 +157,18 @@ impl Checker {
                 return None;
             }
             Ok(Err(e)) => {
-                self.report(id, path, None, format!("stat failed: {e}"));
+                self.report_unreadable(id, path, format!("stat failed: {e}"));
                 return None;
             }
             Err(e) => {
-                self.report(id, path, None, format!("stat failed: {e}"));
+                self.report_error(id, path, &e);
                 return None;
             }
         }
         match whole_file_crc(path) {
             Ok(sc) => facts.size_crc = Some(sc),
             Err(e) => {
-                self.report(id, path, None, format!("read failed: {e}"));
+                self.report_error(id, path, &e);
                 return None;
             }
         }
@@ -231,14 +244,6 @@ impl Checker {
                 return 0;
             }
         };
-        if m.checkpoint_id != l.id {
-            self.report(
-                l.id,
-                &l.manifest_path,
-                None,
-                format!("manifest names checkpoint {}, its file name says {}", m.checkpoint_id, l.id),
-            );
-        }
         let channel: BTreeMap<&str, &ChannelStateRef> =
             m.channel_state.iter().map(|c| (c.path.as_str(), c)).collect();
         for f in &m.files {
@@ -381,6 +386,7 @@ pub fn verify(dir: &Path, id: Option<u64>) -> Result<VerifyReport> {
         root: storage.root().to_path_buf(),
         facts: BTreeMap::new(),
         problems: BTreeMap::new(),
+        unreadable: BTreeSet::new(),
         blocks: 0,
         records: 0,
     };
@@ -393,10 +399,18 @@ pub fn verify(dir: &Path, id: Option<u64>) -> Result<VerifyReport> {
         .zip(files)
         .map(|(l, files)| {
             let problems = c.problems_of(l.id);
+            let damaged = c.problems.iter().any(|(k, ids)| ids.contains(&l.id) && !c.unreadable.contains(k));
             CheckedCheckpoint {
                 id: l.id,
                 savepoint: l.savepoint,
-                status: if problems == 0 { "ok" } else { "damaged" }.into(),
+                status: if problems == 0 {
+                    "ok"
+                } else if damaged {
+                    "damaged"
+                } else {
+                    "unreadable"
+                }
+                .into(),
                 files,
                 problems,
             }
@@ -405,11 +419,10 @@ pub fn verify(dir: &Path, id: Option<u64>) -> Result<VerifyReport> {
     let problems: Vec<Problem> = c
         .problems
         .into_iter()
-        .map(|((file, offset, what), ids)| Problem {
-            file,
-            offset,
-            what,
-            checkpoints: ids.into_iter().collect(),
+        .map(|(key, ids)| {
+            let kind = if c.unreadable.contains(&key) { "unreadable" } else { "damaged" };
+            let (file, offset, what) = key;
+            Problem { file, offset, what, checkpoints: ids.into_iter().collect(), kind: kind.into() }
         })
         .collect();
     Ok(VerifyReport {
@@ -428,26 +441,45 @@ impl Report for VerifyReport {
         for p in &self.problems {
             let at = p.offset.map_or_else(String::new, |o| format!(" at offset {o}"));
             let ids: Vec<String> = p.checkpoints.iter().map(ToString::to_string).collect();
-            let _ = writeln!(s, "DAMAGED {}{at}: {} (checkpoints {})", p.file, p.what, ids.join(","));
+            let word = if p.kind == "unreadable" { "UNREADABLE" } else { "DAMAGED" };
+            let which = super::plural(ids.len(), "checkpoint", "checkpoints");
+            let _ = writeln!(s, "{word} {}{at}: {} ({which} {})", p.file, p.what, ids.join(","));
         }
         for c in &self.checkpoints {
             let kind = if c.savepoint { "savepoint" } else { "checkpoint" };
-            let _ = writeln!(s, "{kind} {}: {} ({} files, {} problems)", c.id, c.status, c.files, c.problems);
+            let _ = writeln!(
+                s,
+                "{kind} {}: {} ({}, {})",
+                c.id,
+                c.status,
+                super::count(c.files, "file", "files"),
+                super::count(c.problems, "problem", "problems")
+            );
         }
+        let verdict = if self.ok {
+            "OK"
+        } else if self.damaged() {
+            "DAMAGED"
+        } else {
+            "UNREADABLE"
+        };
         let _ = writeln!(
             s,
-            "{}: {} checkpoints, {} files, {} blocks, {} records checked, {} problems",
-            if self.ok { "OK" } else { "DAMAGED" },
-            self.checkpoints.len(),
-            self.files_checked,
-            self.blocks_checked,
-            self.records_checked,
-            self.problems.len()
+            "{verdict}: {}, {}, {}, {} checked, {}",
+            super::count(self.checkpoints.len(), "checkpoint", "checkpoints"),
+            super::count(self.files_checked, "file", "files"),
+            super::count(self.blocks_checked as usize, "block", "blocks"),
+            super::count(self.records_checked as usize, "record", "records"),
+            super::count(self.problems.len(), "problem", "problems")
         );
         s
     }
 
     fn damaged(&self) -> bool {
-        !self.ok
+        self.problems.iter().any(|p| p.kind == "damaged")
+    }
+
+    fn unreadable(&self) -> bool {
+        self.problems.iter().any(|p| p.kind == "unreadable")
     }
 }
