@@ -205,6 +205,18 @@ pub enum Error {
         /// What did not match.
         why: String,
     },
+    /// The name a checkpoint publishes was taken by another writer first: of two writers
+    /// racing for one checkpoint id (on object storage, where the create-only manifest put
+    /// is the lock) exactly one wins, and this is what the other gets. Nothing was
+    /// overwritten.
+    #[error(
+        "{} was published first by another writer (a job, floe compact, or a second process using the same checkpoint id); floe never replaces a file, so nothing was overwritten: run one writer per directory, and retry with a new id",
+        path.display()
+    )]
+    AlreadyPublished {
+        /// The file (a manifest, or a data file) whose name was taken.
+        path: PathBuf,
+    },
     /// The operation writes, and this handle was opened read-only (`open_existing`).
     #[error("{} was opened read-only; {op} needs a writing handle (CheckpointStorage::open)", path.display())]
     ReadOnly {

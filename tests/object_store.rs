@@ -301,7 +301,7 @@ fn bad_input(m: Medium) {
 }
 
 /// Two writers racing for one checkpoint id: exactly one manifest wins, the other writer
-/// gets `AlreadyExists` naming it, and its abort removes none of the winner's files. On a
+/// gets `Error::AlreadyPublished` naming it, and its abort removes none of the winner's files. On a
 /// local directory the lock keeps the second writer out before it starts.
 fn racing_writers(m: Medium) {
     let Some(p) = place(m, "race") else { return };
@@ -340,10 +340,7 @@ fn racing_writers(m: Medium) {
         // ran first, its own data file was reclaimed as an orphan of an id at or below
         // the newest manifest); either way it is told, and nothing of it is published.
         match loser_err {
-            floe::Error::Io { path, source, .. } => {
-                assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists, "{loser_err}");
-                assert_eq!(path, &a.manifest_path(id));
-            }
+            floe::Error::AlreadyPublished { path } => assert_eq!(path, &a.manifest_path(id)),
             floe::Error::NotFound(_) => {}
             other => panic!("round {round}: {other}"),
         }
@@ -365,10 +362,7 @@ fn racing_writers(m: Medium) {
     let err =
         b.commit(30, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap_err();
     match &err {
-        floe::Error::Io { path, source, .. } => {
-            assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists, "{err}");
-            assert_eq!(path, &a.manifest_path(30));
-        }
+        floe::Error::AlreadyPublished { path } => assert_eq!(path, &a.manifest_path(30)),
         other => panic!("{other}"),
     }
     b.wait_for_cleanup();
@@ -388,10 +382,7 @@ fn racing_writers(m: Medium) {
     a.commit(40, Target::Checkpoint, vec![ha.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
     let err =
         b.commit(40, Target::Checkpoint, vec![hb.clone()], BTreeMap::new(), BTreeMap::new()).unwrap_err();
-    assert!(
-        matches!(&err, floe::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists),
-        "{err}"
-    );
+    assert!(matches!(&err, floe::Error::AlreadyPublished { path } if path == &a.manifest_path(40)), "{err}");
     b.wait_for_cleanup();
     assert!(!p.exists(&hb.files[0].path), "the loser's abort removes its own data file");
     let mut r = restore_from_path(&a.manifest_path(40), "op", StoreConfig::default()).unwrap();

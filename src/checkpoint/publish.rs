@@ -501,16 +501,7 @@ pub fn publish<T>(
 
 /// The error of a publication whose final name is taken: floe never replaces a file.
 fn exists(path: &Path) -> Error {
-    Error::io(
-        "publish",
-        path,
-        std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            "another writer published a file of this name first (a job, floe compact, or a second \
-             process using the same checkpoint id); floe never replaces a file, so nothing was \
-             overwritten: run one writer per directory, and retry with a new id",
-        ),
-    )
+    Error::AlreadyPublished { path: path.to_path_buf() }
 }
 
 /// Runs `f` into a buffered file with write-behind; returns its value, the file (written,

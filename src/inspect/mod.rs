@@ -95,7 +95,7 @@ pub fn is_unreadable(e: &Error) -> bool {
 /// status"). `dir` tells apart a missing directory (3) from an unknown id (2).
 pub fn exit_status(e: &Error, dir: Option<&Path>) -> u8 {
     match e {
-        Error::Locked { .. } => status::LOCKED,
+        Error::Locked { .. } | Error::AlreadyPublished { .. } => status::LOCKED,
         Error::Corrupt { .. } | Error::UnsupportedVersion { .. } => status::DAMAGED,
         // A file a manifest lists (or the manifest itself) is gone.
         Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => status::DAMAGED,
