@@ -21,17 +21,7 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_floe");
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
-    }
-}
+use common::Run;
 
 /// Runs the tool, killing it after 60 s (a hang fails the test instead of blocking it).
 fn floe(args: &[&str]) -> Run {

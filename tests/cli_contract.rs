@@ -6,6 +6,8 @@
 //! plurals, one unit system, a runnable `next:` hint, the demo root, an older checkpoint
 //! used, a savepoint folder naming another id, SIGINT of the demo).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,17 +19,7 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_floe");
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
-    }
-}
+use common::Run;
 
 fn run_cmd(mut c: Command) -> Run {
     let out = c.stdin(Stdio::null()).output().unwrap();

@@ -71,15 +71,7 @@ fn demo_refuses_a_directory_that_is_not_a_demo() {
 /// anything else is refused and keeps its object.
 #[test]
 fn demo_on_s3_crashes_recovers_verifies_and_the_tool_reads_it() {
-    let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
-        println!("skipped: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)");
-        return;
-    };
-    if !cfg!(any(feature = "cloud", feature = "s3")) {
-        println!("skipped: built without --features cloud or s3");
-        return;
-    }
-    common::create_bucket(&bucket);
+    let Some(bucket) = common::s3_bucket("the S3 demo") else { return };
     let url = format!("{}/demo-cli-{}", bucket.trim_end_matches('/'), std::process::id());
     let local = tempfile::tempdir().unwrap();
     let out = local.path().join("out");

@@ -30,15 +30,7 @@ fn s3_over_https_through_throttling_and_lost_answers() {
 }
 
 fn throttling_is_retried_and_a_lost_answer_is_not_a_lost_race() {
-    let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
-        println!("skipped: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)");
-        return;
-    };
-    if !cfg!(any(feature = "cloud", feature = "s3")) {
-        println!("skipped: built without --features cloud or s3");
-        return;
-    }
-    common::create_bucket(&bucket);
+    let Some(bucket) = common::s3_bucket("the proxy test") else { return };
     let endpoint = std::env::var("AWS_ENDPOINT").unwrap();
     let proxy = Proxy::start(endpoint.trim_start_matches("http://").trim_end_matches('/'));
     // SAFETY: the only test of this binary, on its one thread, before anything reads the
@@ -109,8 +101,7 @@ fn the_demo_runs_over_https() {
         println!("skipped: FLOE_TEST_S3_HTTPS is not set (.ci/run starts moto_server --ssl and sets it)");
         return;
     };
-    if !cfg!(any(feature = "cloud", feature = "s3")) {
-        println!("skipped: built without --features cloud or s3");
+    if !common::s3_built("the HTTPS test") {
         return;
     }
     let floe = |args: &[&str]| {

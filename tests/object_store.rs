@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::chain::{checkpoint, evolve, in_range, new_store, recover_model};
-use common::{Model, create_bucket, materialize};
+use common::{Model, materialize};
 use floe::KeyGroupRange;
 use floe::checkpoint::io::{EntryKind, Io};
 use floe::checkpoint::{CheckpointStorage, Checkpointer, StorageConfig, Target, restore_from_path};
@@ -85,17 +85,7 @@ fn place(medium: Medium, test: &str) -> Option<Place> {
             Some(Place { root: PathBuf::from(format!("memory://tests/{test}-{n}")), _tmp: None })
         }
         Medium::S3 => {
-            let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
-                println!(
-                    "skipped {test} on S3: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)"
-                );
-                return None;
-            };
-            if !cfg!(any(feature = "cloud", feature = "s3")) {
-                println!("skipped {test} on S3: built without --features cloud or s3");
-                return None;
-            }
-            create_bucket(&bucket);
+            let bucket = common::s3_bucket(test)?;
             let run = std::process::id();
             Some(Place { root: PathBuf::from(format!("{bucket}/{test}-{run}-{n}")), _tmp: None })
         }

@@ -128,3 +128,40 @@ pub fn create_bucket(url: &str) {
         );
     });
 }
+
+/// The S3 bucket of the S3 tests (`FLOE_TEST_S3`, which `.ci/run` sets with a moto server
+/// running), created; `None` when they cannot run here, saying why.
+pub fn s3_bucket(test: &str) -> Option<String> {
+    let Ok(bucket) = std::env::var("FLOE_TEST_S3") else {
+        println!("skipped {test} on S3: FLOE_TEST_S3 is not set (.ci/run starts moto_server and sets it)");
+        return None;
+    };
+    if !s3_built(test) {
+        return None;
+    }
+    create_bucket(&bucket);
+    Some(bucket)
+}
+
+/// Whether this build speaks S3 (`--features s3` or `cloud`); says so when not.
+pub fn s3_built(test: &str) -> bool {
+    let built = cfg!(any(feature = "cloud", feature = "s3"));
+    if !built {
+        println!("skipped {test} on S3: built without --features cloud or s3");
+    }
+    built
+}
+
+/// What a run of the `floe` binary printed and returned.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Its standard output as the one JSON document `--json` prints.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
