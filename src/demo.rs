@@ -414,7 +414,13 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     if o.records == 0 || o.keys == 0 {
         return Err(Error::InvalidConfig("records and keys must be at least 1".into()));
     }
-    let object_storage = matches!(crate::checkpoint::object::locate(&o.dir)?, Location::Object { .. });
+    // A `file://` URL is its local path everywhere below (the checks, the lock, the marker
+    // and the output), not only for the checkpoints.
+    let (local_dir, object_storage) = match crate::checkpoint::object::locate(&o.dir)? {
+        Location::Local(p) => (p, false),
+        Location::Object { .. } => (o.dir.clone(), true),
+    };
+    let o = &DemoOptions { dir: local_dir, ..o.clone() };
     let prepared = if object_storage {
         let output = o.output.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_URL_OUTPUT));
         prepare_url(&o.dir, &output)?

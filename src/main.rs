@@ -244,6 +244,10 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
         Command::Gc { dir, dry_run } => emit(&inspect::gc(&dir, dry_run)?, json),
         Command::Ui { dir, port, bind } => ui::run(dir, &bind, port)?,
         Command::Demo { dir, output, records, keys, seed, mode, interval_ms, rate, no_crash } => {
+            if !rate.is_finite() || rate < 0.0 {
+                eprintln!("floe: error: --rate {rate} is not a rate (records per second, 0 for unpaced)");
+                return Ok(ExitCode::from(inspect::status::USAGE));
+            }
             let mode = match mode.as_str() {
                 "exactly-once" => floe::executor::Mode::ExactlyOnce,
                 "at-least-once" => floe::executor::Mode::AtLeastOnce,

@@ -146,15 +146,16 @@ fn every_command_follows_the_exit_code_table() {
     let incr = incr_of(&d);
     let len = std::fs::metadata(&incr).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&incr).unwrap().set_len(len - 7).unwrap();
-    // inspect reads manifests only, gc file names: both succeed; the others read the file.
-    run_all(&d, &[0, 1, 1, 1, 1, 1, 0, 0], "damaged data file", &direct);
+    // inspect sees the listed file's size differ; gc reads file names and succeeds; the
+    // others read the file.
+    run_all(&d, &[1, 1, 1, 1, 1, 1, 0, 0], "damaged data file", &direct);
     let d = case("damaged-manifest");
     std::fs::write(manifest(&d, 2), b"\x89FLOEMAN garbage").unwrap();
     run_all(&d, &[1, 1, 1, 1, 1, 1, 1, 1], "damaged manifest", &direct);
     // A data file a manifest lists is gone: damage too (it was exit 2).
     let d = case("lost");
     std::fs::remove_file(incr_of(&d)).unwrap();
-    run_all(&d, &[0, 1, 1, 1, 1, 1, 0, 0], "lost data file", &direct);
+    run_all(&d, &[1, 1, 1, 1, 1, 1, 0, 0], "lost data file", &direct);
     let r = floe(&["dump", s(&d), "2"]);
     assert!(r.stderr.contains("run the command again"), "{}", r.stderr);
     // No readable checkpoint at all: damage (it was exit 2).

@@ -63,6 +63,22 @@ fn demo_refuses_a_directory_that_is_not_a_demo() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("not a floe directory") || err.contains("other than"), "{err}");
     assert_eq!(std::fs::read(dir.path().join("precious.txt")).unwrap(), b"keep me");
+    // The same directory as a `file://` URL: refused the same, from any working directory.
+    let url = format!("file://{}", dir.path().display());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut args = vec!["demo", "--dir", url.as_str()];
+    args.extend(SMALL);
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_floe")).args(&args).current_dir(elsewhere.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("not a floe directory") || err.contains("other than"), "{err}");
+    assert_eq!(std::fs::read(dir.path().join("precious.txt")).unwrap(), b"keep me");
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "nothing written where the command ran"
+    );
 }
 
 /// `floe demo --dir s3://...`: checkpoints on the S3 server, output on local disk; it

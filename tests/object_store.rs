@@ -426,8 +426,10 @@ fn ranged_reads(m: Medium) {
     let quarter = KeyGroupRange::for_instance(128, 4, 1).unwrap();
     let qconfig = StoreConfig { max_parallelism: 128, key_groups: quarter };
 
+    // A restore of a chosen checkpoint (what a job's rescaled task does) reads ranges.
+    let path2 = storage.manifest_path(2);
     let before = fetched();
-    let mut r = storage.recover("op", qconfig).unwrap().unwrap();
+    let mut r = restore_from_path(&path2, "op", qconfig).unwrap();
     assert_eq!(r.report.checkpoint_id, 2);
     assert_eq!(materialize(&r.store.snapshot()), in_range(&model2, quarter, 128));
     if let (Some(b), Some(a), Medium::Memory) = (before, fetched(), m) {
@@ -436,12 +438,16 @@ fn ranged_reads(m: Medium) {
         assert!(share < 0.30, "a quarter of the key groups fetched {share:.2} of the file");
     }
     let before = fetched();
-    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    let mut r = restore_from_path(&path2, "op", StoreConfig::default()).unwrap();
     assert_eq!(materialize(&r.store.snapshot()), model2);
     if let (Some(b), Some(a), Medium::Memory) = (before, fetched(), m) {
         let share = (a - b) as f64 / file.size as f64;
         assert!((0.9..1.2).contains(&share), "a whole restore fetched {share:.2} of the file");
     }
+    // `recover` checks every block while choosing (its calls per operator must agree).
+    let mut r = storage.recover("op", qconfig).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 2);
+    assert_eq!(materialize(&r.store.snapshot()), in_range(&model2, quarter, 128));
 
     // Damage one block of key group 0 (in the quarter 0..32, outside 32..64).
     let mut bytes = p.get(&file.path);
@@ -450,9 +456,14 @@ fn ranged_reads(m: Medium) {
     bytes[block.offset as usize + block.stored_len as usize / 2] ^= 0x40;
     p.put(&file.path, &bytes);
     // A restore of groups it does not read does not see the damage (only what is read
-    // is checked on object storage; `floe verify` checks every byte).
+    // is checked by a ranged restore; `floe verify` checks every byte)...
+    if !matches!(m, Medium::Local) {
+        let r = restore_from_path(&path2, "op", qconfig).unwrap();
+        assert_eq!(r.report.checkpoint_id, 2);
+    }
+    // ...but `recover` rules the checkpoint out for every key group and operator alike.
     let r = storage.recover("op", qconfig).unwrap().unwrap();
-    assert_eq!(r.report.checkpoint_id, if matches!(m, Medium::Local) { 1 } else { 2 });
+    assert_eq!(r.report.checkpoint_id, 1, "recover never mixes checkpoints");
     // A restore that reads the block falls back to checkpoint 1.
     let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
     assert_eq!(r.report.checkpoint_id, 1);
@@ -490,6 +501,50 @@ fn long_index(m: Medium) {
     assert_eq!(materialize(&r.store.snapshot()), model);
 }
 
+/// A damaged block in one operator's file rules its checkpoint out for `recover` of every
+/// operator: each comes from the same older checkpoint (on object storage, where restores
+/// read ranges, the choice checks every block).
+fn recover_agrees_across_operators(m: Medium) {
+    let Some(p) = place(m, "agree") else { return };
+    let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
+    let mut stores = Vec::new();
+    for op in ["a", "b"] {
+        let mut store = floe::state::Store::with_config(StoreConfig::default()).unwrap();
+        let v =
+            store.register(floe::state::StateDescriptor::raw("v", floe::state::StateKind::Value)).unwrap();
+        let mut rng = common::Rng::new(op.len() as u64 + 40);
+        for i in 0..8_000u32 {
+            let value: Vec<u8> = (0..32).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
+            store.put(v, format!("{op}-{i}").as_bytes(), &value).unwrap();
+        }
+        stores.push((op, store, v));
+    }
+    let mut models: Vec<Vec<Model>> = vec![Vec::new(), Vec::new()];
+    for id in 1..=2u64 {
+        let mut handles = Vec::new();
+        for (i, (op, store, v)) in stores.iter_mut().enumerate() {
+            store.put(*v, format!("{op}-round").as_bytes(), &id.to_le_bytes()).unwrap();
+            handles
+                .push(storage.write_state(id, Target::Checkpoint, op, 0, &store.snapshot(), None).unwrap());
+            models[i].push(materialize(&store.snapshot()));
+        }
+        storage.commit(id, Target::Checkpoint, handles, BTreeMap::new(), BTreeMap::new()).unwrap();
+    }
+    let rel = storage.read_manifest(2).unwrap().operators.iter().find(|o| o.operator == "b").unwrap().chain
+        [0]
+    .clone();
+    let mut bytes = p.get(&rel);
+    let df = floe::format::DataFile::from_bytes(Path::new(&rel), bytes.clone()).unwrap();
+    let block = *df.blocks().last().unwrap();
+    bytes[block.offset as usize + 10] ^= 0x01;
+    p.put(&rel, &bytes);
+    for (i, op) in ["a", "b"].into_iter().enumerate() {
+        let mut r = storage.recover(op, StoreConfig::default()).unwrap().unwrap();
+        assert_eq!(r.report.checkpoint_id, 1, "{op} comes from checkpoint 1");
+        assert_eq!(materialize(&r.store.snapshot()), models[i][0], "{op}");
+    }
+}
+
 macro_rules! on_every_medium {
     ($($name:ident),* $(,)?) => {
         mod local { $(#[test] fn $name() { super::$name(super::Medium::Local) })* }
@@ -507,7 +562,8 @@ on_every_medium!(
     bad_input,
     racing_writers,
     ranged_reads,
-    long_index
+    long_index,
+    recover_agrees_across_operators
 );
 
 fn floe_cli(args: &[&str]) -> (i32, String, String) {

@@ -479,13 +479,22 @@ impl CheckpointStorage {
     /// (`EIO`, `EMFILE`, permissions) is returned, never silently answered with older
     /// state. `Ok(None)` when no checkpoint is considered at all.
     pub fn select_checkpoint(&self, consider: &dyn Fn(u64) -> bool) -> Result<Option<Selection>> {
+        self.select_with(consider, false)
+    }
+
+    /// [`CheckpointStorage::select_checkpoint`]; `thorough`: a file read by ranges (object
+    /// storage) has every block checked too, as a whole-file CRC-32 would (for
+    /// [`CheckpointStorage::recover`], whose separate calls per operator must all choose
+    /// the same checkpoint; a job instead restarts every task when one restore finds a bad
+    /// block).
+    fn select_with(&self, consider: &dyn Fn(u64) -> bool, thorough: bool) -> Result<Option<Selection>> {
         let ids: Vec<u64> = self.checkpoint_ids()?.into_iter().filter(|&id| consider(id)).collect();
         if ids.is_empty() {
             return Ok(None);
         }
         let mut skipped = Vec::new();
         for &id in ids.iter().rev() {
-            match self.read_manifest(id).and_then(|m| self.check_readable(&m).map(|()| m)) {
+            match self.read_manifest(id).and_then(|m| self.check_readable_with(&m, thorough).map(|()| m)) {
                 Ok(manifest) => return Ok(Some(Selection { manifest, skipped })),
                 Err(e) if e.is_permanent_damage() => {
                     skipped.push(SkippedCheckpoint { checkpoint_id: id, error: Arc::new(e) })
@@ -503,6 +512,10 @@ impl CheckpointStorage {
 
     /// Checks that every chain of `m` reads (see [`CheckpointStorage::select_checkpoint`]).
     pub fn check_readable(&self, m: &Manifest) -> Result<()> {
+        self.check_readable_with(m, false)
+    }
+
+    fn check_readable_with(&self, m: &Manifest, thorough: bool) -> Result<()> {
         check_coverage(self.root(), m)?;
         let mut checked = std::collections::BTreeSet::new();
         for op in &m.operators {
@@ -516,7 +529,13 @@ impl CheckpointStorage {
                 // on opening, its size is the listed one, and each block's checksum is
                 // checked when it is read (a bad block at restore falls back like this).
                 let want = m.file(rel).map_or(0, |r| r.crc32);
-                let Some(got) = f.whole_crc32() else { continue };
+                let Some(got) = f.whole_crc32() else {
+                    if thorough {
+                        f.prefetch(KeyGroupRange::all(m.max_parallelism))?;
+                        f.verify_blocks()?;
+                    }
+                    continue;
+                };
                 if got != want {
                     return Err(Error::corrupt(
                         f.path(),
@@ -538,12 +557,16 @@ impl CheckpointStorage {
     /// chain reads ([`CheckpointStorage::select_checkpoint`]), so that restoring each
     /// operator of a job this way gives them all the same checkpoint. Damaged newer
     /// checkpoints are skipped and named in the report; a transient error is returned.
-    /// `Ok(None)` when there is no checkpoint at all; an error when none is usable.
+    /// `Ok(None)` when there is no checkpoint at all; an error when none is usable. On
+    /// object storage the choice reads every block of every chain (the check a whole-file
+    /// CRC-32 makes on disk), so that no later call finds damage an earlier one did not;
+    /// [`restore_operator`] of a chosen checkpoint reads only its key groups' ranges. An
+    /// operator the checkpoint does not hold starts empty (`report.chain_len == 0`).
     pub fn recover(&self, operator: &str, config: StoreConfig) -> Result<Option<Recovered>> {
         let mut excluded = std::collections::BTreeSet::new();
         let mut skipped_after: Skipped = Vec::new();
         loop {
-            let Some(sel) = self.select_checkpoint(&|id| !excluded.contains(&id))? else {
+            let Some(sel) = self.select_with(&|id| !excluded.contains(&id), true)? else {
                 if skipped_after.is_empty() {
                     return Ok(None);
                 }
@@ -555,6 +578,27 @@ impl CheckpointStorage {
                 )));
             };
             let id = sel.manifest.checkpoint_id;
+            // An operator the chosen checkpoint does not hold (added since, or a checkpoint
+            // committed without its state) starts empty at that checkpoint, as a job's does:
+            // never the state of an older checkpoint beside this one's positions.
+            if !sel.manifest.operators.iter().any(|o| o.operator == operator) {
+                skipped_after.extend(sel.skipped);
+                skipped_after.sort_by_key(|s| std::cmp::Reverse(s.checkpoint_id));
+                let report = RecoveryReport {
+                    checkpoint_id: id,
+                    kind: sel.manifest.kind,
+                    chain_len: 0,
+                    files: 0,
+                    bytes: 0,
+                    skipped: skipped_after,
+                    elapsed: Duration::ZERO,
+                };
+                return Ok(Some(Recovered {
+                    store: Store::with_config(config)?,
+                    manifest: sel.manifest,
+                    report,
+                }));
+            }
             match restore_operator_with(self.io(), self.root(), &sel.manifest, operator, config) {
                 Ok((store, mut report)) => {
                     skipped_after.extend(sel.skipped);

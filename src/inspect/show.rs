@@ -408,9 +408,9 @@ impl Report for ShowReport {
                 if depth == 0 { String::new() } else { format!("{}└─ ", "   ".repeat(depth - 1)) };
             let _ = writeln!(
                 s,
-                "  {branch}{}: {} file(s), {}",
+                "  {branch}{}: {}, {}",
                 n.checkpoint,
-                n.files.len(),
+                super::count(n.files.len(), "file", "files"),
                 human_bytes(n.bytes)
             );
         }

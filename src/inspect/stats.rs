@@ -79,7 +79,7 @@ impl Recovery {
                     super::human_bytes(r.bytes_per_sec() as u64)
                 ),
             ),
-            None => (None, "no restore measured in this directory: no estimate".to_string()),
+            None => (None, "no restore measured in this directory".to_string()),
         };
         Recovery { files: m.files.len(), bytes, estimated_ms, basis }
     }
@@ -87,7 +87,7 @@ impl Recovery {
     /// `READ in N files, ~T` for the text output.
     pub fn text(&self) -> String {
         let t = self.estimated_ms.map_or_else(|| "no time estimate".to_string(), |ms| format!("~{ms:.1} ms"));
-        format!("{} in {} files, {t}", super::human_bytes(self.bytes), self.files)
+        format!("{} in {}, {t}", super::human_bytes(self.bytes), super::count(self.files, "file", "files"))
     }
 }
 

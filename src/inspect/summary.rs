@@ -111,6 +111,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
     let mut lines = Vec::new();
     let mut totals = Totals::default();
     let mut cache = BTreeMap::new();
+    let mut on_disk: BTreeMap<PathBuf, std::result::Result<u64, (bool, String)>> = BTreeMap::new();
     let mut referenced: BTreeMap<PathBuf, u64> = BTreeMap::new();
     let mut manifests: Vec<(usize, Manifest)> = Vec::new();
     for l in list_all(&storage)? {
@@ -158,9 +159,36 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
         // The ratio is of the state's data files (channel-state files have no index).
         let channel: std::collections::BTreeSet<&str> =
             m.channel_state.iter().map(|c| c.path.as_str()).collect();
+        // Each listed file as it is on disk (a stat through the storage's `Io`, once per
+        // file): a missing file or one of another size makes the checkpoint damaged here
+        // as it does in `show` and `verify`, and the sizes below are the real ones.
+        let mut problem: Option<(bool, String)> = None;
         for f in &m.files {
             let path = l.dir.join(&f.path);
-            referenced.insert(path.clone(), f.size);
+            let on_disk = on_disk
+                .entry(path.clone())
+                .or_insert_with(|| match storage.io().stat(&path) {
+                    Ok((crate::checkpoint::io::EntryKind::File, n)) => Ok(n),
+                    Ok(_) => Err((false, format!("{} is not a regular file", f.path))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Err((false, format!("{} is missing (the manifest lists it)", f.path)))
+                    }
+                    Err(e) => Err((true, format!("{}: {e}", f.path))),
+                })
+                .clone();
+            match &on_disk {
+                Ok(n) if *n != f.size => {
+                    problem.get_or_insert((
+                        false,
+                        format!("{} is {n} bytes, the manifest says {}", f.path, f.size),
+                    ));
+                }
+                Ok(_) => {}
+                Err(p) => {
+                    problem.get_or_insert(p.clone());
+                }
+            }
+            referenced.insert(path.clone(), on_disk.unwrap_or(0));
             if f.created_by == m.checkpoint_id && !channel.contains(f.path.as_str()) {
                 match block_bytes(&mut cache, &path) {
                     Some((s, r)) => {
@@ -171,11 +199,22 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                 }
             }
         }
+        let status = match &problem {
+            None => "ok",
+            Some((true, _)) => {
+                totals.unreadable += 1;
+                "unreadable"
+            }
+            Some((false, _)) => {
+                totals.damaged += 1;
+                "damaged"
+            }
+        };
         lines.push(CheckpointLine {
             id: m.checkpoint_id,
             kind: Some(m.kind.as_str().to_string()),
-            status: "ok".into(),
-            reason: None,
+            status: status.into(),
+            reason: problem.map(|(_, why)| why),
             manifest,
             base: Some(m.base),
             parent: m.parent,
@@ -194,14 +233,19 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
     }
     let rate = RestoreRate::newest(manifests.iter().map(|(_, m)| m));
     for (i, m) in &manifests {
-        lines[*i].recovery = Some(Recovery::of(m, rate.as_ref()));
+        // A checkpoint a file of which is missing or damaged does not recover.
+        if lines[*i].status == "ok" {
+            lines[*i].recovery = Some(Recovery::of(m, rate.as_ref()));
+        }
     }
     let live =
         manifests.iter().rev().map(|(_, m)| m).find(|m| m.kind != crate::format::ManifestKind::Savepoint);
     totals.referenced_files = referenced.len();
     totals.referenced_bytes = referenced.values().sum();
     let totals_bytes = totals.referenced_bytes;
-    let live_bytes: u64 = live.map_or(0, |m| m.files.iter().map(|f| f.size).sum());
+    let live_bytes: u64 = live.map_or(0, |m| {
+        m.files.iter().map(|f| referenced.get(&root.join(&f.path)).copied().unwrap_or(0)).sum()
+    });
     let mut orphaned_bytes = 0u64;
     let (orphans, foreign, orphans_error) = match storage.orphans() {
         Ok(o) => (

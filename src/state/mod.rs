@@ -20,4 +20,4 @@ pub use ttl::{
     CleanupCursor, CleanupProgress, TTL_TIMESTAMP_LEN, TtlConfig, TtlListState, TtlMapState, TtlUpdate,
     TtlValueState, ttl_value_type,
 };
-pub use typed::{ListState, MapState, ValueState};
+pub use typed::{KeyForm, ListState, MapState, ValueState};

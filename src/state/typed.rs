@@ -2,7 +2,6 @@
 //! with postcard (compact, deterministic: the same value always gives the same bytes,
 //! which key lookup depends on).
 
-use std::borrow::Borrow;
 use std::marker::PhantomData;
 
 use serde::Serialize;
@@ -31,6 +30,38 @@ pub(super) fn descriptor<K, UK, V>(name: &str, kind: StateKind) -> StateDescript
         value_type: std::any::type_name::<V>().to_string(),
     }
 }
+
+/// A form of a key type `K` that may be passed where a `&K` is expected, because postcard
+/// encodes it to the very bytes `K` encodes to (a lookup by it finds what was stored by
+/// `K`): `K` itself, `str` for `String`, `[T]` for `Vec<T>`. `std::borrow::Borrow` would
+/// also admit forms whose encodings differ (`[T]` for `[T; N]`: a slice carries its length,
+/// an array does not), and a lookup by them would silently find nothing; they do not
+/// compile here:
+///
+/// ```compile_fail
+/// # fn main() -> floe::Result<()> {
+/// let mut store = floe::Store::new();
+/// let s: floe::ValueState<[u8; 4], u64> = store.value_state("arrays")?;
+/// s.put(&mut store, &[1u8, 2, 3, 4], &99)?;
+/// let slice: &[u8] = &[1, 2, 3, 4];
+/// s.get(&store, slice)?; // an array key looked up by a slice
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ```
+/// # fn main() -> floe::Result<()> {
+/// let mut store = floe::Store::new();
+/// let s: floe::ValueState<String, u64> = store.value_state("words")?;
+/// s.put(&mut store, "floe", &1)?;
+/// assert_eq!(s.get(&store, &"floe".to_string())?, Some(1));
+/// # Ok(())
+/// # }
+/// ```
+pub trait KeyForm<K: ?Sized> {}
+impl<T: ?Sized> KeyForm<T> for T {}
+impl KeyForm<String> for str {}
+impl<T> KeyForm<Vec<T>> for [T] {}
 
 /// Marks the types of a three-parameter state handle.
 pub(super) type Types3<K, UK, V> = PhantomData<fn() -> (K, UK, V)>;
@@ -162,19 +193,18 @@ impl Store {
 
 impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     /// The value of `key` (a borrowed form serves: a `String`-keyed state takes `&str`).
-    pub fn get<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<Option<V>>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn get<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
         store.get(self.id, &k)?.map(|b| decode(&self.name, b)).transpose()
     }
 
     /// Sets the value of `key`.
-    pub fn put<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, value: &V) -> Result<()>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn put<Q: Serialize + KeyForm<K> + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        value: &V,
+    ) -> Result<()> {
         let k = encode(&self.name, key)?;
         let v = encode(&self.name, value)?;
         store.put(self.id, &k, &v)
@@ -183,14 +213,13 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     /// Read-modify-write: `f` gets the current value of `key` (`None`: absent) and returns
     /// the new one (`None` removes the key), which is also returned. One key encoding and
     /// one walk of the store's trie, where `get` then `put` costs two of each.
-    pub fn update<Q: Serialize + ?Sized>(
+    pub fn update<Q: Serialize + KeyForm<K> + ?Sized>(
         &self,
         store: &mut Store,
         key: &Q,
         f: impl FnOnce(Option<V>) -> Option<V>,
     ) -> Result<Option<V>>
     where
-        K: Borrow<Q>,
         V: Clone,
     {
         let k = encode(&self.name, key)?;
@@ -206,19 +235,13 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     }
 
     /// Removes `key`; returns whether it was present.
-    pub fn remove<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn remove<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
         store.delete(self.id, &k)
     }
 
     /// Whether `key` has a value (nothing is decoded).
-    pub fn contains<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<bool>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn contains<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
         Ok(store.get(self.id, &k)?.is_some())
     }
@@ -234,10 +257,11 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     }
 
     /// The value of `key` in a snapshot.
-    pub fn get_at<Q: Serialize + ?Sized>(&self, snapshot: &Snapshot, key: &Q) -> Result<Option<V>>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn get_at<Q: Serialize + KeyForm<K> + ?Sized>(
+        &self,
+        snapshot: &Snapshot,
+        key: &Q,
+    ) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
         match snapshot.get(self.id, &k)? {
             Some(ValueRef::Bytes(b)) => decode(&self.name, b).map(Some),
@@ -278,41 +302,34 @@ impl<K: DeserializeOwned, V: DeserializeOwned> ValueState<K, V> {
 
 impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
     /// The items of `key`'s list (empty when absent).
-    pub fn get<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<Vec<V>>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn get<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<Vec<V>> {
         self.items(store, key)?.collect()
     }
 
     /// The items of `key`'s list, decoded one by one as the iterator reaches them (no
     /// vector of the list is built).
-    pub fn items<'s, Q: Serialize + ?Sized>(
+    pub fn items<'s, Q: Serialize + KeyForm<K> + ?Sized>(
         &'s self,
         store: &'s Store,
         key: &Q,
-    ) -> Result<impl Iterator<Item = Result<V>> + 's>
-    where
-        K: Borrow<Q>,
-    {
+    ) -> Result<impl Iterator<Item = Result<V>> + 's> {
         let k = encode(&self.name, key)?;
         let items = store.list_get(self.id, &k)?.into_iter().flatten();
         Ok(items.map(move |b| decode(&self.name, b)))
     }
 
     /// Number of items in `key`'s list (0 when absent). O(1): nothing is decoded.
-    pub fn len<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<u32>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn len<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<u32> {
         store.list_len(self.id, &encode(&self.name, key)?)
     }
 
     /// Appends one item.
-    pub fn add<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, item: &V) -> Result<()>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn add<Q: Serialize + KeyForm<K> + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        item: &V,
+    ) -> Result<()> {
         let k = encode(&self.name, key)?;
         let v = encode(&self.name, item)?;
         store.list_append(self.id, &k, &v)
@@ -320,10 +337,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
 
     /// Removes and returns the last item (`None` for an empty list). Popping items added
     /// since the last checkpoint keeps the next increment an append of the rest.
-    pub fn pop<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<Option<V>>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn pop<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
         store.list_pop(self.id, &k)?.map(|b| decode(&self.name, &b)).transpose()
     }
@@ -332,36 +346,39 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
     /// When nothing is dropped nothing is written, so items added since the last
     /// checkpoint still reach the next increment as an append; when some are, the next
     /// increment carries the trimmed list (see [`Store::list_drop_first`]).
-    pub fn keep_last<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, n: u32) -> Result<u32>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn keep_last<Q: Serialize + KeyForm<K> + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        n: u32,
+    ) -> Result<u32> {
         store.list_keep_last(self.id, &encode(&self.name, key)?, n)
     }
 
     /// Drops the first `n` items; returns how many were dropped (as [`ListState::keep_last`]).
-    pub fn drop_first<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, n: u32) -> Result<u32>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn drop_first<Q: Serialize + KeyForm<K> + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        n: u32,
+    ) -> Result<u32> {
         store.list_drop_first(self.id, &encode(&self.name, key)?, n)
     }
 
     /// Replaces the whole list (an empty list removes the key).
-    pub fn update<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q, items: &[V]) -> Result<()>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn update<Q: Serialize + KeyForm<K> + ?Sized>(
+        &self,
+        store: &mut Store,
+        key: &Q,
+        items: &[V],
+    ) -> Result<()> {
         let k = encode(&self.name, key)?;
         let enc: Vec<Vec<u8>> = items.iter().map(|v| encode(&self.name, v)).collect::<Result<_>>()?;
         store.list_replace(self.id, &k, enc.iter().map(Vec::as_slice))
     }
 
     /// Removes the list.
-    pub fn clear<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn clear<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
         store.delete(self.id, &k)
     }
@@ -394,63 +411,45 @@ impl<K: DeserializeOwned, V: DeserializeOwned> ListState<K, V> {
 
 impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeOwned> MapState<K, UK, V> {
     /// The value under `map_key` in `key`'s map (borrowed forms serve for both keys).
-    pub fn get<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+    pub fn get<Q: Serialize + KeyForm<K> + ?Sized, MQ: Serialize + KeyForm<UK> + ?Sized>(
         &self,
         store: &Store,
         key: &Q,
         map_key: &MQ,
-    ) -> Result<Option<V>>
-    where
-        K: Borrow<Q>,
-        UK: Borrow<MQ>,
-    {
+    ) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
         store.map_get(self.id, &k, &mk)?.map(|b| decode(&self.name, b)).transpose()
     }
 
     /// Whether `key`'s map holds `map_key` (the value is not decoded).
-    pub fn contains<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+    pub fn contains<Q: Serialize + KeyForm<K> + ?Sized, MQ: Serialize + KeyForm<UK> + ?Sized>(
         &self,
         store: &Store,
         key: &Q,
         map_key: &MQ,
-    ) -> Result<bool>
-    where
-        K: Borrow<Q>,
-        UK: Borrow<MQ>,
-    {
+    ) -> Result<bool> {
         store.map_contains(self.id, &encode(&self.name, key)?, &encode(&self.name, map_key)?)
     }
 
     /// Number of entries in `key`'s map (0 when absent). O(1).
-    pub fn len<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<u64>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn len<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<u64> {
         store.map_len(self.id, &encode(&self.name, key)?)
     }
 
     /// True when `key`'s map is empty or absent.
-    pub fn is_empty<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<bool>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn is_empty<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<bool> {
         Ok(self.len(store, key)? == 0)
     }
 
     /// Sets `map_key` to `value` in `key`'s map.
-    pub fn put<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+    pub fn put<Q: Serialize + KeyForm<K> + ?Sized, MQ: Serialize + KeyForm<UK> + ?Sized>(
         &self,
         store: &mut Store,
         key: &Q,
         map_key: &MQ,
         value: &V,
-    ) -> Result<()>
-    where
-        K: Borrow<Q>,
-        UK: Borrow<MQ>,
-    {
+    ) -> Result<()> {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
         let v = encode(&self.name, value)?;
@@ -458,16 +457,12 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     }
 
     /// Removes `map_key` from `key`'s map.
-    pub fn remove<Q: Serialize + ?Sized, MQ: Serialize + ?Sized>(
+    pub fn remove<Q: Serialize + KeyForm<K> + ?Sized, MQ: Serialize + KeyForm<UK> + ?Sized>(
         &self,
         store: &mut Store,
         key: &Q,
         map_key: &MQ,
-    ) -> Result<bool>
-    where
-        K: Borrow<Q>,
-        UK: Borrow<MQ>,
-    {
+    ) -> Result<bool> {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
         store.map_remove(self.id, &k, &mk)
@@ -475,14 +470,11 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
 
     /// The entries of `key`'s map, decoded as the iterator reaches them, in the map's
     /// deterministic order (borrowing the store: no vector is built).
-    pub fn iter<'s, Q: Serialize + ?Sized>(
+    pub fn iter<'s, Q: Serialize + KeyForm<K> + ?Sized>(
         &'s self,
         store: &'s Store,
         key: &Q,
-    ) -> Result<impl Iterator<Item = Result<(UK, V)>> + 's>
-    where
-        K: Borrow<Q>,
-    {
+    ) -> Result<impl Iterator<Item = Result<(UK, V)>> + 's> {
         let k = encode(&self.name, key)?;
         Ok(store
             .map_iter(self.id, &k)?
@@ -490,45 +482,37 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     }
 
     /// The map keys of `key`'s map (values are not decoded).
-    pub fn keys<'s, Q: Serialize + ?Sized>(
+    pub fn keys<'s, Q: Serialize + KeyForm<K> + ?Sized>(
         &'s self,
         store: &'s Store,
         key: &Q,
-    ) -> Result<impl Iterator<Item = Result<UK>> + 's>
-    where
-        K: Borrow<Q>,
-    {
+    ) -> Result<impl Iterator<Item = Result<UK>> + 's> {
         let k = encode(&self.name, key)?;
         Ok(store.map_iter(self.id, &k)?.map(move |(mk, _)| decode(&self.name, mk)))
     }
 
     /// The values of `key`'s map (map keys are not decoded).
-    pub fn values<'s, Q: Serialize + ?Sized>(
+    pub fn values<'s, Q: Serialize + KeyForm<K> + ?Sized>(
         &'s self,
         store: &'s Store,
         key: &Q,
-    ) -> Result<impl Iterator<Item = Result<V>> + 's>
-    where
-        K: Borrow<Q>,
-    {
+    ) -> Result<impl Iterator<Item = Result<V>> + 's> {
         let k = encode(&self.name, key)?;
         Ok(store.map_iter(self.id, &k)?.map(move |(_, v)| decode(&self.name, v)))
     }
 
     /// All entries of `key`'s map, in the map's deterministic order, collected
     /// ([`MapState::iter`] without the vector).
-    pub fn entries<Q: Serialize + ?Sized>(&self, store: &Store, key: &Q) -> Result<Vec<(UK, V)>>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn entries<Q: Serialize + KeyForm<K> + ?Sized>(
+        &self,
+        store: &Store,
+        key: &Q,
+    ) -> Result<Vec<(UK, V)>> {
         self.iter(store, key)?.collect()
     }
 
     /// Removes the whole map.
-    pub fn clear<Q: Serialize + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool>
-    where
-        K: Borrow<Q>,
-    {
+    pub fn clear<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
         store.delete(self.id, &k)
     }
