@@ -177,6 +177,11 @@ struct Ckpt {
     storage: Arc<CheckpointStorage>,
     cp: Checkpointer,
     next_id: u64,
+    /// Whether it confirms its checkpoints to the store (`notify_complete`). The full-only
+    /// one does not: it takes the same store as an incremental one, and its confirmations
+    /// would move the store's confirmed epoch past the incremental one's parent, which the
+    /// store then rightly refuses (`Error::ParentMismatch`).
+    confirms: bool,
 }
 
 /// One checkpoint taken and committed.
@@ -202,7 +207,7 @@ impl Ckpt {
         let config = StorageConfig { num_retained: retained, policy, ..StorageConfig::default() };
         let storage = CheckpointStorage::open(dir, config).unwrap();
         let cp = Checkpointer::new(Arc::clone(&storage), OP, 0);
-        Ckpt { storage, cp, next_id: 1 }
+        Ckpt { storage, cp, next_id: 1, confirms: incremental }
     }
 
     /// Snapshot -> background write (durable data file) -> manifest commit -> complete.
@@ -224,7 +229,9 @@ impl Ckpt {
             .unwrap();
         let commit = tc.elapsed();
         let total = t.elapsed();
-        self.cp.notify_complete(id, &h, store);
+        if self.confirms {
+            self.cp.notify_complete(id, &h, store);
+        }
         // And after: the next measurement may be another storage's.
         self.storage.wait_for_cleanup();
         let manifest = std::fs::metadata(self.storage.manifest_path(id)).map_or(0, |m| m.len());
