@@ -13,8 +13,11 @@
 //!   `snapshot()` call it reports the slowest single `put` of each cycle, where the owner's
 //!   thread may pay for frees instead, and the drop of the old snapshot.
 //!
+//! - a list append under a live snapshot (the first write of an epoch to the list) at
+//!   10^2..10^5 items per list: it must not grow with the list (the items are shared).
+//!
 //! `cargo bench --bench store` runs it all; `FLOE_BENCH_MAX_KEYS=100000` limits the sizes,
-//! `FLOE_BENCH_ONLY=criterion,snapshot,ops,update,memory,pause` picks sections (default: all),
+//! `FLOE_BENCH_ONLY=criterion,snapshot,ops,update,memory,pause,lists` picks sections (default: all),
 //! `FLOE_BENCH_CYCLES=N` sets the checkpoint cycles per pause case (default 100),
 //! `FLOE_BENCH_ALLOC=system` measures with glibc's malloc instead of mimalloc.
 
@@ -268,6 +271,9 @@ fn summary(_: &mut Criterion) {
     }
     if section("pause") {
         pause_summary();
+    }
+    if section("lists") {
+        list_summary();
     }
 }
 
@@ -596,3 +602,36 @@ fn pause_summary() {
 
 criterion_group!(benches, snapshot_cost, throughput, summary);
 criterion_main!(benches);
+
+/// Appends one 32-byte item to each of `10^6 / len` lists of `len` items, each append the
+/// list's first write since a snapshot that is still alive: what a checkpoint cycle costs a
+/// job that appends to long lists (a window's buffer). Medians of 15 cycles.
+fn list_summary() {
+    for len in [100u64, 1_000, 10_000, 100_000] {
+        let lists = (1_000_000 / len).min(max_keys());
+        let mut store = Store::new();
+        let l = store.register(StateDescriptor::raw("l", StateKind::List)).unwrap();
+        let item = [7u8; 32];
+        for k in 0..lists {
+            for _ in 0..len {
+                store.list_append(l, &key(k), &item).unwrap();
+            }
+        }
+        let mut snaps = Vec::new();
+        let per_append = median(15, || {
+            snaps.push(store.snapshot());
+            if snaps.len() > 2 {
+                snaps.remove(0);
+            }
+            let t = Instant::now();
+            for k in 0..lists {
+                store.list_append(l, &key(k), &item).unwrap();
+            }
+            t.elapsed() / lists as u32
+        });
+        println!(
+            "list append under a live snapshot, {len:>6} items per list ({lists} lists): {:>9.1} ns/append",
+            per_append.as_secs_f64() * 1e9
+        );
+    }
+}

@@ -201,4 +201,44 @@ fn memory_follows_snapshots_exactly() {
     drop(store2);
     assert_eq!(live(), baseline, "a dropped store and its snapshots left memory behind");
     drop(store);
+
+    // 6. An append to a long list with a snapshot alive copies the entry and its path, not
+    //    the list: the snapshot and the store share the items (state::list_buf). Capacity
+    //    doubles, so at most one append of the 20 may copy the list to grow it.
+    let baseline = live();
+    let mut store3 = Store::new();
+    let l = store3.register(StateDescriptor::raw("l", StateKind::List)).unwrap();
+    let item = [7u8; 100];
+    for _ in 0..10_000 {
+        store3.list_append(l, b"long", &item).unwrap();
+    }
+    let list_bytes = 10_000 * (4 + item.len()) as isize;
+    let mut snaps = Vec::new();
+    let mut copying = 0;
+    for round in 0..20usize {
+        let snap = store3.snapshot();
+        let before = live();
+        store3.list_append(l, b"long", &item).unwrap();
+        let grew = live() - before;
+        assert!(grew < 2 * list_bytes + 4096, "round {round}: {grew} bytes");
+        if grew > 4096 {
+            copying += 1;
+        }
+        snaps.push(snap);
+    }
+    assert!(copying <= 1, "{copying} of 20 appends under a live snapshot copied the 1 MB list");
+    let items_in = |snap: &floe::state::Snapshot| match snap.get(l, b"long").unwrap() {
+        Some(floe::state::ValueRef::List(items)) => items.filter(|i| *i == item).count(),
+        other => panic!("{other:?}"),
+    };
+    for (i, snap) in snaps.iter().enumerate() {
+        assert_eq!(items_in(snap), 10_000 + i, "snapshot {i}");
+    }
+    assert_eq!(store3.list_get(l, b"long").unwrap().map(Iterator::count), Some(10_020));
+    // Popping under the snapshots narrows the store's view; the snapshots still read theirs.
+    assert_eq!(store3.list_pop(l, b"long").unwrap().as_deref(), Some(&item[..]));
+    assert_eq!(items_in(&snaps[19]), 10_019);
+    drop(snaps);
+    drop(store3);
+    assert_eq!(live(), baseline, "a dropped list store and its snapshots left memory behind");
 }

@@ -150,7 +150,30 @@ fn run(seed: u64, ops: usize, keys: u64, config: StoreConfig) {
                 }
                 log.push((1, k));
             }
-            50..=54 => {
+            50 | 51 => {
+                // Cuts: the last item, or the first few (a shared list is narrowed, never
+                // changed under a snapshot that sees it).
+                let k = key_of(&mut rng);
+                let mut items = match model.get(&(1, k.clone())) {
+                    Some(MV::List(l)) => l.clone(),
+                    _ => vec![],
+                };
+                if op == 50 {
+                    assert_eq!(store.list_pop(LIST, &k).unwrap(), items.pop());
+                } else {
+                    let n = rng.below(3) as u32;
+                    let dropped = store.list_drop_first(LIST, &k, n).unwrap();
+                    assert_eq!(dropped as usize, items.len().min(n as usize));
+                    items.drain(..dropped as usize);
+                }
+                if items.is_empty() {
+                    model.remove(&(1, k.clone()));
+                } else {
+                    model.insert((1, k.clone()), MV::List(items));
+                }
+                log.push((1, k));
+            }
+            52..=54 => {
                 let k = key_of(&mut rng);
                 let items: Vec<Vec<u8>> = (0..rng.below(3)).map(|_| rng.bytes(4)).collect();
                 store.list_replace(LIST, &k, items.iter().map(Vec::as_slice)).unwrap();

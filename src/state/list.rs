@@ -1,6 +1,25 @@
 //! The encoding of list items, shared by the in-memory `ListState` value, increments
 //! (appends) and snapshot files: items back to back, each `u32 LE length` then the bytes.
 
+use super::list_buf::ListBuf;
+
+/// A list value (`ListState`): its items encoded back to back as `u32 LE length, bytes`,
+/// in a buffer its snapshots share (appends copy no item already there: `list_buf`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ListValue {
+    /// The encoded items.
+    pub buf: ListBuf,
+    /// Number of items in `buf`.
+    pub count: u32,
+    /// When `append_only` is set, the list equalled `buf[..base_len]` at every epoch in
+    /// `[base_stamp, entry.stamp)`, and was only appended to since.
+    pub base_stamp: u64,
+    /// Byte length of the list as of `base_stamp`.
+    pub base_len: u32,
+    /// Whether only appends happened since `base_stamp`.
+    pub append_only: bool,
+}
+
 /// Appends one item to an encoded list.
 pub fn push_item(buf: &mut Vec<u8>, item: &[u8]) -> Result<(), ItemTooLarge> {
     let len = u32::try_from(item.len()).map_err(|_| ItemTooLarge(item.len()))?;

@@ -3,6 +3,7 @@
 mod descriptor;
 pub mod keygroup;
 pub mod list;
+mod list_buf;
 mod record;
 mod snapshot;
 mod store;

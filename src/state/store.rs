@@ -455,9 +455,7 @@ impl Store {
                     l.buf.extend_from_slice(enc);
                     l.count = l.count.saturating_add(count);
                 }
-                v => {
-                    *v = Value::List(Box::new(ListValue { buf: enc.to_vec(), count, ..ListValue::default() }))
-                }
+                v => *v = Value::List(Box::new(ListValue { buf: enc.into(), count, ..ListValue::default() })),
             }
         });
         Ok(())
@@ -491,7 +489,7 @@ impl Store {
         let loc = self.locate(state, key, StateKind::List)?;
         self.check_record(loc, "list (key and all items)", list_record_len(key, buf.len()))?;
         let epoch = self.epoch;
-        let value = Value::List(Box::new(ListValue { buf, count, ..ListValue::default() }));
+        let value = Value::List(Box::new(ListValue { buf: buf[..].into(), count, ..ListValue::default() }));
         replace(self.trie_mut(loc), loc.hash, key, epoch, |_| Some(value));
         Ok(())
     }
@@ -789,7 +787,7 @@ impl<'r> Loader<'r> {
                 }
                 // An empty list is no list (`apply` deletes the key).
                 if count > 0 {
-                    let list = ListValue { buf: value.to_vec(), count, ..ListValue::default() };
+                    let list = ListValue { buf: value.into(), count, ..ListValue::default() };
                     let e = self.entry(hash, key, Value::List(Box::new(list)));
                     self.entries.push(e);
                 }

@@ -116,7 +116,7 @@ impl Store {
             _ => None,
         };
         let Some((at, item)) = last else { return Ok(None) };
-        self.list_edit(loc, key, |buf| buf.truncate(at), 1, true);
+        self.list_edit(loc, key, |len| 0..at.min(len), 1, true);
         Ok(Some(item))
     }
 
@@ -136,7 +136,7 @@ impl Store {
             _ => None,
         };
         let Some((dropped, bytes)) = cut else { return Ok(0) };
-        self.list_edit(loc, key, |buf| drop(buf.drain(..bytes)), dropped, false);
+        self.list_edit(loc, key, |len| bytes.min(len)..len, dropped, false);
         Ok(dropped)
     }
 
@@ -146,14 +146,15 @@ impl Store {
         self.list_drop_first(state, key, count.saturating_sub(n))
     }
 
-    /// Shortens `key`'s list by `removed` items through `cut` on its buffer. The list's
+    /// Shortens `key`'s list by `removed` items to the bytes `keep` (given the buffer's
+    /// length) names; no item is copied unless little is left (`ListBuf::keep`). The list's
     /// append form (its base, then items appended since) survives a cut `at_end` that
     /// leaves the base whole; any other cut makes the next increment carry the whole list.
     fn list_edit(
         &mut self,
         loc: super::store::Loc,
         key: &[u8],
-        cut: impl FnOnce(&mut Vec<u8>),
+        keep: impl FnOnce(usize) -> std::ops::Range<usize>,
         removed: u32,
         at_end: bool,
     ) {
@@ -170,7 +171,8 @@ impl Store {
                     l.base_len = len_u32(l.buf.len());
                     l.append_only = true;
                 }
-                cut(&mut l.buf);
+                let range = keep(l.buf.len());
+                l.buf.keep(range);
                 l.append_only &= at_end && l.buf.len() >= l.base_len as usize;
                 l.count -= removed.min(l.count);
                 emptied = l.count == 0;

@@ -87,21 +87,7 @@ impl std::fmt::Debug for Key {
     }
 }
 
-/// A list value: items encoded back to back as `u32 LE length, bytes`.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ListValue {
-    /// The encoded items.
-    pub buf: Vec<u8>,
-    /// Number of items in `buf`.
-    pub count: u32,
-    /// When `append_only` is set, the list equalled `buf[..base_len]` at every epoch in
-    /// `[base_stamp, entry.stamp)`, and was only appended to since.
-    pub base_stamp: u64,
-    /// Byte length of the list as of `base_stamp`.
-    pub base_len: u32,
-    /// Whether only appends happened since `base_stamp`.
-    pub append_only: bool,
-}
+pub(crate) use super::list::ListValue;
 
 /// A map value: a nested trie of map key to bytes.
 #[derive(Clone, Debug, Default)]
