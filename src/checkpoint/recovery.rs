@@ -185,7 +185,9 @@ pub(crate) fn open_chain_with(
 /// are bulk-loaded (built bottom-up); for value states the increments are first folded (last
 /// write wins) and merged in key order with the base, so a chain costs one bulk load, not
 /// one random update per changed key; list and map states apply their increments record by
-/// record.
+/// record. Files of 1 MiB or more, loaded into a fresh store, are loaded on one thread per
+/// core (at most 4), each taking a contiguous share of the key groups; on an error the
+/// store may hold some groups (as sequentially).
 pub fn load_chain(
     store: &mut Store,
     files: &[DataFile],
@@ -197,6 +199,63 @@ pub fn load_chain(
     for f in files {
         f.prefetch(range)?;
     }
+    let threads = restore_threads(files, range);
+    if threads < 2 || !store.can_absorb(range) {
+        return load_range(store, files, op, range);
+    }
+    // Disjoint key-group ranges on their own threads, each into its own store, then moved
+    // into `store` (a trie per group, moved as a pointer: `Store::absorb`).
+    let parts = split(range, threads);
+    let config = store.config();
+    let built: Vec<Result<Store>> = std::thread::scope(|s| {
+        let handles: Vec<_> = parts
+            .iter()
+            .map(|&part| {
+                s.spawn(move || {
+                    let mut st = Store::with_config(StoreConfig { key_groups: part, ..config })?;
+                    load_range(&mut st, files, op, part).map(|()| st)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Background("a restore thread panicked".into()))))
+            .collect()
+    });
+    for part in built {
+        store.absorb(part?)?;
+    }
+    // The states a file lists but whose groups here held nothing are registered too.
+    for d in &op.states {
+        store.register(d.clone())?;
+    }
+    Ok(())
+}
+
+/// Bytes of files above which a restore loads key groups on several threads (below, the
+/// threads' start and the join cost more than they save).
+const PARALLEL_RESTORE_BYTES: u64 = 1 << 20;
+
+/// How many threads restore `range` from `files`: one per core, at most 4, at most one per
+/// key group; one for small files.
+fn restore_threads(files: &[DataFile], range: KeyGroupRange) -> usize {
+    if files.iter().map(DataFile::len).sum::<u64>() < PARALLEL_RESTORE_BYTES {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    cores.min(4).min(range.len() as usize)
+}
+
+/// `range` cut into `n` contiguous pieces of (nearly) equal length, none empty.
+fn split(range: KeyGroupRange, n: usize) -> Vec<KeyGroupRange> {
+    let (len, n) = (range.len(), (n as u32).clamp(1, range.len().max(1)));
+    (0..n)
+        .map(|i| KeyGroupRange { start: range.start + len * i / n, end: range.start + len * (i + 1) / n })
+        .collect()
+}
+
+/// [`load_chain`] of `range` on this thread.
+fn load_range(store: &mut Store, files: &[DataFile], op: &OperatorState, range: KeyGroupRange) -> Result<()> {
     for d in &op.states {
         let id = store.register(d.clone())?;
         // The state's index in each file (absent: the state held nothing then).

@@ -1,5 +1,6 @@
 //! The versioned copy-on-write state store (see ARCHITECTURE.md, "State layer").
 
+mod absorb;
 mod descriptor;
 pub mod keygroup;
 pub mod list;
