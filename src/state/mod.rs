@@ -3,6 +3,7 @@
 mod descriptor;
 pub mod keygroup;
 pub mod list;
+mod page;
 mod record;
 mod snapshot;
 mod store;
