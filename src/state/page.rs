@@ -5,15 +5,17 @@
 //! (little-endian, read unaligned), then the keys and values back to back:
 //!
 //! ```text
-//! n: u32 | hash: [u64; n] | stamp: [u64; n] | prev: [u32; n] | klen: [u16; n] | end: [u16; n] | data
+//! n: u32 | keys: u32 | hash: [u64; n] | klen: [u16; n] | end: [u16; n] | stamp: [u64; n]
+//!   | prev: [u32; n] | the keys back to back (`keys` bytes) | the values back to back
 //! ```
 //!
-//! 24 bytes of header per entry. A lookup reads the hash array (one cache line for 8
-//! entries), then one key. `klen` carries two flags: `TOMB` (a tombstone: a key, no value)
+//! 24 bytes of header per entry. The fields a lookup reads (hashes, key lengths, then the
+//! keys) come first and together: for 8 entries of 16-byte keys they are the page's first
+//! six cache lines, which a lookup asks for at once instead of one after the other. `klen` carries two flags: `TOMB` (a tombstone: a key, no value)
 //! and `SIDE` (the entry lives in the page's side array, as an [`Entry`] of its own: lists,
-//! maps, and keys or values too long to inline; the entry's data is then empty). `end[i]`
-//! is where entry `i`'s data (key, then value) ends in `data`; it starts where `i - 1`'s
-//! ends. `prev` is packed relative to the stamp (see [`encode_prev`]).
+//! maps, and keys or values too long to inline; its key and value are then empty). Key
+//! `i` starts after the keys before it; `end[i]` is where value `i` ends in the values, and
+//! it starts where value `i - 1` ends. `prev` is packed relative to the stamp (see [`encode_prev`]).
 
 use std::sync::Arc;
 
@@ -56,6 +58,32 @@ pub(crate) fn decode_prev(raw: u32, stamp: u64) -> Prev {
         return Prev::NEW;
     }
     Prev::new(stamp.saturating_sub(u64::from(raw >> 1)), raw & 1 == 1)
+}
+
+/// Offsets in a page of `n` entries of entry `i`'s fields, and of the data.
+#[inline]
+fn at_hash(i: usize) -> usize {
+    8 + 8 * i
+}
+#[inline]
+fn at_klen(n: usize, i: usize) -> usize {
+    8 + 8 * n + 2 * i
+}
+#[inline]
+fn at_end(n: usize, i: usize) -> usize {
+    8 + 10 * n + 2 * i
+}
+#[inline]
+fn at_stamp(n: usize, i: usize) -> usize {
+    8 + 12 * n + 8 * i
+}
+#[inline]
+fn at_prev(n: usize, i: usize) -> usize {
+    8 + 20 * n + 4 * i
+}
+#[inline]
+fn head(n: usize) -> usize {
+    8 + 24 * n
 }
 
 #[inline]
@@ -176,31 +204,41 @@ pub(crate) fn build(mut items: Vec<Item<'_>>) -> Page {
             data_len += len;
         }
     }
-    let head = 4 + 24 * n;
+    let head = head(n);
+    let keys: usize = items
+        .iter()
+        .map(|it| match it.body {
+            Body::Side(_) => 0,
+            _ => it.key.len(),
+        })
+        .sum();
     let mut b = vec![0u8; head + data_len];
-    // A page never holds 2^32 entries (it would not fit in memory with its headers).
+    // A page never holds 2^32 entries, nor 4 GiB of keys (data is at most PAGE_DATA).
     b[..4].copy_from_slice(&(n as u32).to_le_bytes());
+    b[4..8].copy_from_slice(&(keys as u32).to_le_bytes());
     let mut side = Vec::with_capacity(sides);
-    let mut end = 0usize;
+    let (mut kpos, mut end) = (head, 0usize);
+    let values = head + keys;
     for (i, it) in items.into_iter().enumerate() {
         let (stamp, prev) = match &it.body {
             Body::Side(e) => (e.stamp, e.prev),
             _ => (it.stamp, it.prev),
         };
-        b[4 + 8 * i..][..8].copy_from_slice(&it.hash.to_le_bytes());
-        b[4 + 8 * n + 8 * i..][..8].copy_from_slice(&stamp.to_le_bytes());
-        b[4 + 16 * n + 4 * i..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
+        b[at_hash(i)..][..8].copy_from_slice(&it.hash.to_le_bytes());
+        b[at_stamp(n, i)..][..8].copy_from_slice(&stamp.to_le_bytes());
+        b[at_prev(n, i)..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
         // Inline keys are at most INLINE_MAX < KLEN bytes, and the data at most PAGE_DATA.
         let klen = match it.body {
             Body::Bytes(v) => {
-                b[head + end..][..it.key.len()].copy_from_slice(it.key);
-                b[head + end + it.key.len()..][..v.len()].copy_from_slice(v);
-                end += it.key.len() + v.len();
+                b[kpos..][..it.key.len()].copy_from_slice(it.key);
+                kpos += it.key.len();
+                b[values + end..][..v.len()].copy_from_slice(v);
+                end += v.len();
                 it.key.len() as u16
             }
             Body::Tomb => {
-                b[head + end..][..it.key.len()].copy_from_slice(it.key);
-                end += it.key.len();
+                b[kpos..][..it.key.len()].copy_from_slice(it.key);
+                kpos += it.key.len();
                 it.key.len() as u16 | TOMB
             }
             Body::Side(e) => {
@@ -208,8 +246,8 @@ pub(crate) fn build(mut items: Vec<Item<'_>>) -> Page {
                 SIDE
             }
         };
-        b[4 + 20 * n + 2 * i..][..2].copy_from_slice(&klen.to_le_bytes());
-        b[4 + 22 * n + 2 * i..][..2].copy_from_slice(&(end as u16).to_le_bytes());
+        b[at_klen(n, i)..][..2].copy_from_slice(&klen.to_le_bytes());
+        b[at_end(n, i)..][..2].copy_from_slice(&(end as u16).to_le_bytes());
     }
     Page { bytes: Arc::from(b), side: (!side.is_empty()).then(|| Arc::new(side)) }
 }
@@ -223,28 +261,33 @@ impl Page {
 
     #[inline]
     pub fn hash(&self, i: usize) -> u64 {
-        rd64(&self.bytes, 4 + 8 * i)
+        rd64(&self.bytes, at_hash(i))
     }
 
     #[inline]
     pub fn stamp(&self, i: usize) -> u64 {
-        rd64(&self.bytes, 4 + 8 * self.len() + 8 * i)
+        rd64(&self.bytes, at_stamp(self.len(), i))
     }
 
     #[inline]
     fn klen_raw(&self, i: usize) -> u16 {
-        rd16(&self.bytes, 4 + 20 * self.len() + 2 * i)
+        rd16(&self.bytes, at_klen(self.len(), i))
     }
 
+    /// Offset in `bytes` of key `i`, and its length (0 for a side entry).
     #[inline]
-    fn end(&self, i: usize) -> usize {
-        usize::from(rd16(&self.bytes, 4 + 22 * self.len() + 2 * i))
+    fn key_at(b: &[u8], n: usize, i: usize) -> (usize, usize) {
+        let (lens, _) = b[at_klen(n, 0)..at_klen(n, i)].as_chunks::<2>();
+        let before: usize = lens.iter().map(|l| usize::from(u16::from_le_bytes(*l) & KLEN)).sum();
+        (head(n) + before, usize::from(rd16(b, at_klen(n, i)) & KLEN))
     }
 
-    /// Offset in `bytes` of entry `i`'s data.
+    /// The range in `bytes` of value `i` (empty for a side entry or a tombstone).
     #[inline]
-    fn start(&self, i: usize) -> usize {
-        4 + 24 * self.len() + if i == 0 { 0 } else { self.end(i - 1) }
+    fn value_at(b: &[u8], n: usize, i: usize) -> std::ops::Range<usize> {
+        let base = head(n) + rd32(b, 4) as usize;
+        let start = if i == 0 { 0 } else { usize::from(rd16(b, at_end(n, i - 1))) };
+        base + start..base + usize::from(rd16(b, at_end(n, i)))
     }
 
     /// Whether entry `i` is a side entry.
@@ -269,12 +312,11 @@ impl Page {
     /// The key of entry `i`.
     #[inline]
     pub fn key(&self, i: usize) -> &[u8] {
-        let k = self.klen_raw(i);
-        if k & SIDE != 0 {
+        if self.is_side(i) {
             return &self.side_entry(i).key;
         }
-        let s = self.start(i);
-        &self.bytes[s..s + usize::from(k & KLEN)]
+        let (s, len) = Self::key_at(&self.bytes, self.len(), i);
+        &self.bytes[s..s + len]
     }
 
     /// Entry `i`.
@@ -285,16 +327,24 @@ impl Page {
             let e = self.side_entry(i);
             return View { key: &e.key, value: Val::of(&e.value), stamp: e.stamp, prev: e.prev };
         }
-        let s = self.start(i);
-        let kl = usize::from(k & KLEN);
-        let key = &self.bytes[s..s + kl];
-        let value = if k & TOMB != 0 {
-            Val::Tomb
-        } else {
-            Val::Bytes(&self.bytes[s + kl..4 + 24 * self.len() + self.end(i)])
-        };
+        let b = &self.bytes[..];
+        let n = self.len();
+        let (s, len) = Self::key_at(b, n, i);
+        let value = if k & TOMB != 0 { Val::Tomb } else { Val::Bytes(&b[Self::value_at(b, n, i)]) };
         let stamp = self.stamp(i);
-        View { key, value, stamp, prev: decode_prev(rd32(&self.bytes, 4 + 16 * self.len() + 4 * i), stamp) }
+        View { key: &b[s..s + len], value, stamp, prev: decode_prev(rd32(b, at_prev(n, i)), stamp) }
+    }
+
+    /// The value of entry `i` if it is inline bytes (`None` for a side entry or a
+    /// tombstone): reads only the fields a lookup already loaded.
+    #[inline]
+    pub fn inline_bytes(&self, i: usize) -> Option<&[u8]> {
+        let b = &self.bytes[..];
+        let n = rd32(b, 0) as usize;
+        if rd16(b, at_klen(n, i)) & (SIDE | TOMB) != 0 {
+            return None;
+        }
+        b.get(Self::value_at(b, n, i))
     }
 
     /// Entry `i` as an item for [`build`] (a side entry is shared, not copied).
@@ -330,22 +380,41 @@ impl Page {
     /// The position of `(hash, key)`, or where it would be inserted.
     #[inline]
     pub fn find(&self, hash: u64, key: &[u8]) -> Result<usize, usize> {
-        let n = self.len();
-        for i in 0..n {
-            let h = self.hash(i);
+        let b = &self.bytes[..];
+        let n = rd32(b, 0) as usize;
+        let (hashes, _) = b[at_hash(0)..at_hash(n)].as_chunks::<8>();
+        let mut kpos = head(n);
+        for (i, h) in hashes.iter().enumerate() {
+            let h = u64::from_le_bytes(*h);
+            let k = rd16(b, at_klen(n, i));
+            let klen = usize::from(k & KLEN);
             if h < hash {
+                kpos += klen;
                 continue;
             }
             if h > hash {
                 return Err(i);
             }
-            match self.key(i).cmp(key) {
-                std::cmp::Ordering::Less => {}
+            let here = if k & SIDE != 0 { &self.side_entry(i).key[..] } else { &b[kpos..kpos + klen] };
+            match here.cmp(key) {
+                std::cmp::Ordering::Less => kpos += klen,
                 std::cmp::Ordering::Equal => return Ok(i),
                 std::cmp::Ordering::Greater => return Err(i),
             }
         }
         Err(n)
+    }
+
+    /// Asks for the cache lines a lookup reads (headers and keys, up to 8 lines).
+    #[inline]
+    pub fn prefetch_lookup(&self, prefetch: impl Fn(*const u8)) {
+        let at = self.bytes.as_ptr();
+        // `len` reads the first line, which the lookup waits for anyway; the others are
+        // asked for meanwhile.
+        let lines = (head(self.len()) + rd32(&self.bytes, 4) as usize).div_ceil(64).min(8);
+        for l in 1..lines {
+            prefetch(at.wrapping_add(64 * l));
+        }
     }
 
     /// Overwrites inline entry `i`'s value (of the same length as `value`) and its stamps,
@@ -357,15 +426,14 @@ impl Page {
             return false;
         }
         let n = self.len();
-        let s = self.start(i) + usize::from(k & KLEN);
-        let e = 4 + 24 * n + self.end(i);
-        if e - s != value.len() {
+        let range = Self::value_at(&self.bytes, n, i);
+        if range.len() != value.len() {
             return false;
         }
         let b = Arc::make_mut(&mut self.bytes);
-        b[s..e].copy_from_slice(value);
-        b[4 + 8 * n + 8 * i..][..8].copy_from_slice(&stamp.to_le_bytes());
-        b[4 + 16 * n + 4 * i..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
+        b[range].copy_from_slice(value);
+        b[at_stamp(n, i)..][..8].copy_from_slice(&stamp.to_le_bytes());
+        b[at_prev(n, i)..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
         true
     }
 
@@ -380,8 +448,8 @@ impl Page {
         let (stamp, prev) = (e.stamp, e.prev);
         let n = self.len();
         let b = Arc::make_mut(&mut self.bytes);
-        b[4 + 8 * n + 8 * i..][..8].copy_from_slice(&stamp.to_le_bytes());
-        b[4 + 16 * n + 4 * i..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
+        b[at_stamp(n, i)..][..8].copy_from_slice(&stamp.to_le_bytes());
+        b[at_prev(n, i)..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
         r
     }
 

@@ -365,10 +365,7 @@ impl Store {
     /// The value of `key` in a value state.
     pub fn get(&self, state: StateId, key: &[u8]) -> Result<Option<&[u8]>> {
         let loc = self.locate(state, key, StateKind::Value)?;
-        Ok(self.trie(loc).get(loc.hash, key).and_then(|e| match e.value {
-            Val::Bytes(b) => Some(b),
-            _ => None,
-        }))
+        Ok(self.trie(loc).get_bytes(loc.hash, key))
     }
 
     /// Sets the value of `key` in a value state.

@@ -623,7 +623,40 @@ impl Trie {
         let mut depth = 0;
         loop {
             match slot {
-                Slot::Page(_, p) => return p.find(hash, key).ok().map(|i| p.view(i)),
+                Slot::Page(_, p) => {
+                    p.prefetch_lookup(prefetch);
+                    return p.find(hash, key).ok().map(|i| p.view(i));
+                }
+                Slot::Branch(n) => {
+                    let (pos, present) = n.position(index(hash, depth));
+                    if !present {
+                        return None;
+                    }
+                    slot = n.slots.get(pos)?;
+                    depth += 1;
+                }
+            }
+        }
+    }
+
+    /// The value of `key` when it is plain bytes (as `get`, reading less of the page).
+    #[inline]
+    pub fn get_bytes(&self, hash: u64, key: &[u8]) -> Option<&[u8]> {
+        let mut slot = self.root.as_ref()?;
+        let mut depth = 0;
+        loop {
+            match slot {
+                Slot::Page(_, p) => {
+                    p.prefetch_lookup(prefetch);
+                    let i = p.find(hash, key).ok()?;
+                    if !p.is_side(i) {
+                        return p.inline_bytes(i);
+                    }
+                    return match p.view(i).value {
+                        Val::Bytes(b) => Some(b),
+                        _ => None,
+                    };
+                }
                 Slot::Branch(n) => {
                     let (pos, present) = n.position(index(hash, depth));
                     if !present {
