@@ -5,6 +5,7 @@ mod descriptor;
 pub mod keygroup;
 pub mod list;
 mod list_buf;
+mod page;
 mod record;
 mod snapshot;
 mod store;

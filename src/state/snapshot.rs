@@ -7,7 +7,7 @@ use super::keygroup::{KeyGroupRange, key_group_of_hash, key_hash};
 use super::list::ListItems;
 use super::record::Record;
 use super::store::{MapIter, StateId};
-use super::trie::{Entry, Trie, Value};
+use super::trie::{Trie, Val, View};
 use crate::error::{Error, Result};
 
 /// An immutable view of every state of a [`Store`](super::Store) as of the instant
@@ -149,7 +149,7 @@ impl Snapshot {
         Ok(&self.state(state)?.groups[(key_group - range.start) as usize])
     }
 
-    fn entry(&self, state: StateId, key: &[u8]) -> Result<Option<&Arc<Entry>>> {
+    fn entry(&self, state: StateId, key: &[u8]) -> Result<Option<View<'_>>> {
         let hash = key_hash(key);
         let kg = key_group_of_hash(hash, self.0.max_parallelism);
         Ok(self.trie(state, kg)?.get(hash, key).filter(|e| e.is_live()))
@@ -176,13 +176,13 @@ impl Snapshot {
         Ok(groups
             .iter()
             .flat_map(Trie::iter)
-            .filter_map(|e| value_ref(e).map(|value| EntryRef { key: &e.key, value })))
+            .filter_map(|e| value_ref(e).map(|value| EntryRef { key: e.key, value })))
     }
 
     /// The live entries of one key group of a state, in `(hash, key)` order.
     pub fn entries(&self, state: StateId, key_group: u32) -> Result<impl Iterator<Item = EntryRef<'_>>> {
         let trie = self.trie(state, key_group)?;
-        Ok(trie.iter().filter_map(|e| value_ref(e).map(|value| EntryRef { key: &e.key, value })))
+        Ok(trie.iter().filter_map(|e| value_ref(e).map(|value| EntryRef { key: e.key, value })))
     }
 
     /// Emits, in deterministic order, the records of one key group of a state: every live
@@ -210,57 +210,57 @@ impl Snapshot {
     }
 }
 
-pub(super) fn value_ref(e: &Entry) -> Option<ValueRef<'_>> {
-    match &e.value {
-        Value::Tomb => None,
-        Value::Bytes(b) => Some(ValueRef::Bytes(b)),
-        Value::List(l) => Some(ValueRef::List(ListItems::new(&l.buf))),
-        Value::Map(_) => Some(ValueRef::Map(MapIter::of(Some(e)))),
+pub(super) fn value_ref(e: View<'_>) -> Option<ValueRef<'_>> {
+    match e.value {
+        Val::Tomb => None,
+        Val::Bytes(b) => Some(ValueRef::Bytes(b)),
+        Val::List(l) => Some(ValueRef::List(ListItems::new(&l.buf))),
+        Val::Map(_) => Some(ValueRef::Map(MapIter::of(Some(e)))),
     }
 }
 
-fn full_records<'a>(e: &'a Entry, f: &mut impl FnMut(Record<'a>)) {
-    let key = &e.key[..];
-    match &e.value {
-        Value::Tomb => {}
-        Value::Bytes(b) => f(Record::Put { key, value: b }),
-        Value::List(l) => f(Record::Put { key, value: &l.buf }),
-        Value::Map(m) => m.trie.for_each(&mut |n| {
-            if let Value::Bytes(b) = &n.value {
-                f(Record::MapPut { key, map_key: &n.key, value: b })
+fn full_records<'a>(e: View<'a>, f: &mut impl FnMut(Record<'a>)) {
+    let key = e.key;
+    match e.value {
+        Val::Tomb => {}
+        Val::Bytes(b) => f(Record::Put { key, value: b }),
+        Val::List(l) => f(Record::Put { key, value: &l.buf }),
+        Val::Map(m) => m.trie.for_each(&mut |n| {
+            if let Val::Bytes(b) = n.value {
+                f(Record::MapPut { key, map_key: n.key, value: b })
             }
         }),
     }
 }
 
-fn increment_records<'a>(e: &'a Entry, p: u64, f: &mut impl FnMut(Record<'a>)) {
-    let key = &e.key[..];
-    match &e.value {
-        Value::Tomb => {
+fn increment_records<'a>(e: View<'a>, p: u64, f: &mut impl FnMut(Record<'a>)) {
+    let key = e.key;
+    match e.value {
+        Val::Tomb => {
             if e.live_at(p) != Some(false) {
                 f(Record::Delete { key })
             }
         }
-        Value::Bytes(b) => f(Record::Put { key, value: b }),
-        Value::List(l) => {
+        Val::Bytes(b) => f(Record::Put { key, value: b }),
+        Val::List(l) => {
             let base = l.base_len as usize;
             match l.buf.get(base..) {
                 Some(tail) if l.append_only && l.base_stamp <= p => f(Record::Append { key, items: tail }),
                 _ => f(Record::Put { key, value: &l.buf }),
             }
         }
-        Value::Map(m) if m.created > p => {
+        Val::Map(m) if m.created > p => {
             // A new map object since the parent: reset, then every entry.
             if e.live_at(p) != Some(false) {
                 f(Record::Delete { key })
             }
             full_records(e, f);
         }
-        Value::Map(m) => m.trie.for_each_since(p, &mut |n| match &n.value {
-            Value::Bytes(b) => f(Record::MapPut { key, map_key: &n.key, value: b }),
+        Val::Map(m) => m.trie.for_each_since(p, &mut |n| match n.value {
+            Val::Bytes(b) => f(Record::MapPut { key, map_key: n.key, value: b }),
             _ => {
                 if n.live_at(p) != Some(false) {
-                    f(Record::MapDelete { key, map_key: &n.key })
+                    f(Record::MapDelete { key, map_key: n.key })
                 }
             }
         }),

@@ -14,7 +14,7 @@ use super::keygroup::{DEFAULT_MAX_PARALLELISM, KeyGroupRange, MAX_MAX_PARALLELIS
 use super::list::{self, ListItems};
 use super::record::{MAX_RECORD_LEN, Record};
 use super::snapshot::{Snapshot, SnapshotInner, StateSnapshot};
-use super::trie::{Entry, ListValue, MapValue, Prev, Trie, Value};
+use super::trie::{Entry, ListValue, Loaded, MapValue, Prev, Trie, Val, Value, View};
 use crate::error::{Error, Result};
 
 /// Most states one store (one operator instance) may register: a manifest lists at most this
@@ -251,21 +251,21 @@ impl Store {
         let mut rewritten: Vec<(Vec<u8>, Converted)> = Vec::new();
         for trie in &table.groups {
             for e in trie.iter() {
-                let converted = match &e.value {
-                    Value::Bytes(b) => Converted::Value(convert(b)?),
-                    Value::List(l) => {
+                let converted = match e.value {
+                    Val::Bytes(b) => Converted::Value(convert(b)?),
+                    Val::List(l) => {
                         Converted::List(ListItems::new(&l.buf).map(&mut *convert).collect::<Result<_>>()?)
                     }
-                    Value::Map(m) => {
+                    Val::Map(m) => {
                         let mut entries = Vec::new();
                         for n in m.trie.iter() {
-                            if let Value::Bytes(v) = &n.value {
+                            if let Val::Bytes(v) = n.value {
                                 entries.push((n.key.to_vec(), convert(v)?));
                             }
                         }
                         Converted::Map(entries)
                     }
-                    Value::Tomb => continue,
+                    Val::Tomb => continue,
                 };
                 rewritten.push((e.key.to_vec(), converted));
             }
@@ -365,10 +365,7 @@ impl Store {
     /// The value of `key` in a value state.
     pub fn get(&self, state: StateId, key: &[u8]) -> Result<Option<&[u8]>> {
         let loc = self.locate(state, key, StateKind::Value)?;
-        Ok(self.trie(loc).get(loc.hash, key).and_then(|e| match &e.value {
-            Value::Bytes(b) => Some(&b[..]),
-            _ => None,
-        }))
+        Ok(self.trie(loc).get_bytes(loc.hash, key))
     }
 
     /// Sets the value of `key` in a value state.
@@ -376,14 +373,8 @@ impl Store {
         let loc = self.locate(state, key, StateKind::Value)?;
         self.check_record(loc, "put record (key and value)", Record::Put { key, value }.encoded_len())?;
         let epoch = self.epoch;
-        replace(self.trie_mut(loc), loc.hash, key, epoch, |old| match old {
-            // Overwrite in place when the entry is ours alone and the size matches.
-            Some(Value::Bytes(b)) if b.len() == value.len() => {
-                b.copy_from_slice(value);
-                None
-            }
-            _ => Some(Value::Bytes(value.into())),
-        });
+        // Overwritten in place when the page is ours alone and the size matches.
+        self.trie_mut(loc).put(loc.hash, key, epoch, value);
         Ok(())
     }
 
@@ -404,8 +395,8 @@ impl Store {
     /// The items of `key` in a list state.
     pub fn list_get(&self, state: StateId, key: &[u8]) -> Result<Option<ListItems<'_>>> {
         let loc = self.locate(state, key, StateKind::List)?;
-        Ok(self.trie(loc).get(loc.hash, key).and_then(|e| match &e.value {
-            Value::List(l) => Some(ListItems::new(&l.buf)),
+        Ok(self.trie(loc).get(loc.hash, key).and_then(|e| match e.value {
+            Val::List(l) => Some(ListItems::new(&l.buf)),
             _ => None,
         }))
     }
@@ -429,8 +420,8 @@ impl Store {
         }
         let loc = self.locate(state, key, StateKind::List)?;
         // A full snapshot writes the whole list as one record.
-        let have = match self.trie(loc).get(loc.hash, key).map(|e| &e.value) {
-            Some(Value::List(l)) => l.buf.len(),
+        let have = match self.trie(loc).get(loc.hash, key).map(|e| e.value) {
+            Some(Val::List(l)) => l.buf.len(),
             _ => 0,
         };
         self.check_record(
@@ -490,7 +481,7 @@ impl Store {
         self.check_record(loc, "list (key and all items)", list_record_len(key, buf.len()))?;
         let epoch = self.epoch;
         let value = Value::List(Box::new(ListValue { buf: buf[..].into(), count, ..ListValue::default() }));
-        replace(self.trie_mut(loc), loc.hash, key, epoch, |_| Some(value));
+        self.trie_mut(loc).set(loc.hash, key, epoch, value);
         Ok(())
     }
 
@@ -505,7 +496,7 @@ impl Store {
     /// Iterates over `key`'s map as `(map_key, value)` in the map's deterministic order.
     pub fn map_iter(&self, state: StateId, key: &[u8]) -> Result<MapIter<'_>> {
         let loc = self.locate(state, key, StateKind::Map)?;
-        Ok(MapIter::of(self.trie(loc).get(loc.hash, key).map(|e| &**e)))
+        Ok(MapIter::of(self.trie(loc).get(loc.hash, key)))
     }
 
     /// Sets `map_key` to `value` in `key`'s map.
@@ -521,13 +512,7 @@ impl Store {
                 e.value = Value::Map(Box::new(MapValue { trie: Trie::default(), created: epoch }));
             }
             if let Value::Map(m) = &mut e.value {
-                replace(&mut m.trie, mhash, map_key, epoch, |old| match old {
-                    Some(Value::Bytes(b)) if b.len() == value.len() => {
-                        b.copy_from_slice(value);
-                        None
-                    }
-                    _ => Some(Value::Bytes(value.into())),
-                });
+                m.trie.put(mhash, map_key, epoch, value);
             }
         });
         Ok(())
@@ -570,7 +555,7 @@ impl Store {
         state: StateId,
         key_group: u32,
         after: Option<(u64, &[u8])>,
-        f: &mut impl FnMut(u64, &Entry) -> bool,
+        f: &mut impl FnMut(u64, View<'_>) -> bool,
     ) -> Result<bool> {
         let table =
             self.states.get(state.index()).ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
@@ -612,9 +597,9 @@ impl Store {
             return;
         }
         let old = self.confirmed;
-        let purgeable = |e: &Entry| match &e.value {
-            Value::Tomb => e.stamp <= epoch,
-            Value::Map(m) => m.trie.max_stamp() > old,
+        let purgeable = |e: View<'_>| match e.value {
+            Val::Tomb => e.stamp <= epoch,
+            Val::Map(m) => m.trie.max_stamp() > old,
             _ => false,
         };
         for table in &mut self.states {
@@ -626,9 +611,12 @@ impl Store {
                     if !e.is_live() {
                         return false;
                     }
-                    if let Value::Map(m) = &mut Arc::make_mut(e).value {
-                        m.trie
-                            .retain_since(old, &|n: &Entry| !n.is_live() && n.stamp <= epoch, &mut |_| false);
+                    if let Value::Map(m) = &mut e.value {
+                        m.trie.retain_since(
+                            old,
+                            &|n: View<'_>| !n.is_live() && n.stamp <= epoch,
+                            &mut |_| false,
+                        );
                     }
                     true
                 });
@@ -752,14 +740,14 @@ struct Loader<'r> {
     /// The last key taken, `(hash, key)`; for a map state, the key whose map is in `map`.
     last: Option<(u64, &'r [u8])>,
     /// The entries so far, in order, with their hashes.
-    entries: Vec<(u64, Arc<Entry>)>,
+    entries: Vec<(u64, Loaded<'r>)>,
     /// The map entries of the last key (map states), with the map keys' hashes.
-    map: Vec<(u64, Arc<Entry>)>,
+    map: Vec<(u64, Loaded<'r>)>,
 }
 
 impl<'r> Loader<'r> {
-    fn entry(&self, hash: u64, key: &[u8], value: Value) -> (u64, Arc<Entry>) {
-        (hash, Arc::new(Entry { value, ..Entry::new(key, self.epoch) }))
+    fn entry(&self, hash: u64, key: &[u8], value: Value) -> (u64, Loaded<'r>) {
+        (hash, Loaded::Entry(Entry { value, ..Entry::new(key, self.epoch) }))
     }
 
     /// Takes `r`. `Ok(Some(r))` gives back a record that does not continue the sorted
@@ -777,8 +765,7 @@ impl<'r> Loader<'r> {
                 if !self.advance(hash, key) {
                     return Ok(Some(r));
                 }
-                let e = self.entry(hash, key, Value::Bytes(value.into()));
-                self.entries.push(e);
+                self.entries.push((hash, Loaded::Bytes { key, value }));
             }
             (Record::Put { value, .. }, StateKind::List) => {
                 let count = list::count_items(value).ok_or_else(|| bad("malformed list"))?;
@@ -795,15 +782,14 @@ impl<'r> Loader<'r> {
             (Record::MapPut { map_key, value, .. }, StateKind::Map) => {
                 let mhash = key_hash(map_key);
                 if self.last == Some((hash, key)) {
-                    let in_order = self.map.last().is_none_or(|(h, m)| (*h, &*m.key) < (mhash, map_key));
+                    let in_order = self.map.last().is_none_or(|(h, m)| (*h, m.key()) < (mhash, map_key));
                     if !in_order {
                         return Ok(Some(r));
                     }
                 } else if !self.advance(hash, key) {
                     return Ok(Some(r));
                 }
-                let e = self.entry(mhash, map_key, Value::Bytes(value.into()));
-                self.map.push(e);
+                self.map.push((mhash, Loaded::Bytes { key: map_key, value }));
             }
             _ => return Ok(Some(r)),
         }
@@ -851,56 +837,19 @@ pub(crate) fn len_u32(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
-fn map_lookup<'a>(e: &'a Entry, map_key: &[u8]) -> Option<&'a [u8]> {
-    match &e.value {
-        Value::Map(m) => m.trie.get(key_hash(map_key), map_key).and_then(|n| match &n.value {
-            Value::Bytes(b) => Some(&b[..]),
+fn map_lookup<'a>(e: View<'a>, map_key: &[u8]) -> Option<&'a [u8]> {
+    match e.value {
+        Val::Map(m) => m.trie.get(key_hash(map_key), map_key).and_then(|n| match n.value {
+            Val::Bytes(b) => Some(b),
             _ => None,
         }),
         _ => None,
     }
 }
 
-/// Writes a whole new value to `key`. `f` sees the old value when the entry is not shared
-/// with a snapshot and may update it in place (returning `None`); otherwise it returns the
-/// new value. A shared entry is never cloned just to be overwritten.
-fn replace(
-    trie: &mut Trie,
-    hash: u64,
-    key: &[u8],
-    epoch: u64,
-    f: impl FnOnce(Option<&mut Value>) -> Option<Value>,
-) {
-    let (slot, _) = trie.slot_mut(hash, key, epoch);
-    let was = slot.is_live();
-    if let Some(e) = Arc::get_mut(slot) {
-        e.touch(epoch);
-        let live = e.is_live();
-        if let Some(v) = f(if live { Some(&mut e.value) } else { None }) {
-            e.value = v;
-        }
-    } else if let Some(v) = f(None) {
-        let mut e = Entry { key: slot.key.clone(), stamp: slot.stamp, prev: slot.prev, value: Value::Tomb };
-        // The same bookkeeping as `Entry::touch`, with the old entry's liveness.
-        if slot.stamp != epoch {
-            e.prev = Prev::new(slot.stamp, was);
-            e.stamp = epoch;
-        }
-        e.value = v;
-        *slot = Arc::new(e);
-    }
-    let now = slot.is_live();
-    trie.note_liveness(was, now);
-}
-
 /// Changes `key`'s entry through `f`, copying it first if a snapshot shares it.
 pub(super) fn modify(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64, f: impl FnOnce(&mut Entry)) {
-    let (slot, _) = trie.slot_mut(hash, key, epoch);
-    let was = slot.is_live();
-    let e = Arc::make_mut(slot);
-    f(e);
-    let now = e.is_live();
-    trie.note_liveness(was, now);
+    trie.modify(hash, key, epoch, f);
 }
 
 /// Deletes `key` from `trie`: physically when no snapshot that could be a parent ever saw
@@ -914,7 +863,7 @@ pub(super) fn delete_key(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64) -> 
         trie.remove(hash, key);
         return true;
     }
-    replace(trie, hash, key, epoch, |_| Some(Value::Tomb));
+    trie.set(hash, key, epoch, Value::Tomb);
     trie.note_tomb(epoch);
     true
 }
@@ -925,9 +874,9 @@ pub struct MapIter<'a> {
 }
 
 impl<'a> MapIter<'a> {
-    pub(crate) fn of(entry: Option<&'a Entry>) -> Self {
-        let inner = entry.and_then(|e| match &e.value {
-            Value::Map(m) => Some(m.trie.iter()),
+    pub(crate) fn of(entry: Option<View<'a>>) -> Self {
+        let inner = entry.and_then(|e| match e.value {
+            Val::Map(m) => Some(m.trie.iter()),
             _ => None,
         });
         MapIter { inner }
@@ -940,8 +889,8 @@ impl<'a> Iterator for MapIter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let it = self.inner.as_mut()?;
         for e in it.by_ref() {
-            if let Value::Bytes(b) = &e.value {
-                return Some((&e.key, b));
+            if let Val::Bytes(b) = e.value {
+                return Some((e.key, b));
             }
         }
         None
@@ -960,7 +909,7 @@ mod tests {
         for trie in &store.states[state.index()].groups {
             for e in trie.iter() {
                 outer += 1;
-                if let Value::Map(m) = &e.value {
+                if let Val::Map(m) = e.value {
                     nested += m.trie.iter().count();
                 }
             }

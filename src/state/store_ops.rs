@@ -2,8 +2,6 @@
 //! (read-modify-write, pop, trim), beside the basic operations of `store.rs`. The typed
 //! handles (`typed.rs`) are built on these.
 
-use std::sync::Arc;
-
 use super::StateId;
 use super::descriptor::StateKind;
 use super::key_hash;
@@ -12,7 +10,7 @@ use super::record::MAX_RECORD_LEN;
 use super::record::Record;
 use super::snapshot::{EntryRef, value_ref};
 use super::store::{Store, delete_key, len_u32, modify, too_large};
-use super::trie::{Entry, Prev, Trie, Value};
+use super::trie::{Trie, Val, Value};
 use crate::error::{Error, Result};
 
 impl Store {
@@ -25,14 +23,13 @@ impl Store {
             .groups
             .iter()
             .flat_map(Trie::iter)
-            .filter_map(|e| value_ref(e).map(|value| EntryRef { key: &e.key, value })))
+            .filter_map(|e| value_ref(e).map(|value| EntryRef { key: e.key, value })))
     }
 
     /// Read-modify-write of `key` in a value state: `f` sees the current value and returns
-    /// the new one (`None` removes the key). The key is hashed and its path walked once
-    /// (a get followed by a put walks twice); only a key that was absent and stays absent,
-    /// or one removed that a parent never saw, costs a second walk, to take its slot out.
-    /// An error from `f`, or a value too large for a data file, leaves the key as it was.
+    /// the new one (`None` removes the key). The key is hashed once; its path is walked to
+    /// read, then again to write (a same-size value is written in place). An error from
+    /// `f`, or a value too large for a data file, leaves the key as it was.
     pub fn update(
         &mut self,
         state: StateId,
@@ -44,46 +41,22 @@ impl Store {
         let table = &mut self.states[loc.state];
         let name = &table.desc.name;
         let trie = &mut table.groups[loc.group];
-        let (slot, created) = trie.slot_mut(loc.hash, key, epoch);
-        let was = slot.is_live();
-        let old = match &slot.value {
-            Value::Bytes(b) => Some(&b[..]),
+        let old = trie.get(loc.hash, key).and_then(|e| match e.value {
+            Val::Bytes(b) => Some(b),
             _ => None,
-        };
+        });
         let new = match f(old) {
             Ok(Some(v)) if Record::Put { key, value: &v }.encoded_len() > MAX_RECORD_LEN => {
                 let len = Record::Put { key, value: &v }.encoded_len();
                 Err(too_large(name, "put record (key and value)", len, MAX_RECORD_LEN))
             }
             r => r,
-        };
-        let new = match new {
-            Ok(n) => n,
-            Err(e) => {
-                if created {
-                    trie.remove(loc.hash, key);
-                }
-                return Err(e);
-            }
-        };
+        }?;
         match new {
-            Some(v) => {
-                set_value(slot, epoch, v);
-                trie.note_liveness(was, true);
+            Some(v) => trie.put(loc.hash, key, epoch, &v),
+            None => {
+                delete_key(trie, loc.hash, key, epoch);
             }
-            None if created => {
-                trie.remove(loc.hash, key);
-            }
-            None if was => {
-                if slot.stamp == epoch && slot.prev == Prev::NEW {
-                    trie.remove(loc.hash, key);
-                } else {
-                    set_tomb(slot, epoch);
-                    trie.note_liveness(true, false);
-                    trie.note_tomb(epoch);
-                }
-            }
-            None => {}
         }
         Ok(())
     }
@@ -91,8 +64,8 @@ impl Store {
     /// Number of items in `key`'s list (0 when absent). Reads a counter: O(1).
     pub fn list_len(&self, state: StateId, key: &[u8]) -> Result<u32> {
         let loc = self.locate(state, key, StateKind::List)?;
-        Ok(self.trie(loc).get(loc.hash, key).map_or(0, |e| match &e.value {
-            Value::List(l) => l.count,
+        Ok(self.trie(loc).get(loc.hash, key).map_or(0, |e| match e.value {
+            Val::List(l) => l.count,
             _ => 0,
         }))
     }
@@ -103,8 +76,8 @@ impl Store {
     /// of what is left of them, not the whole list.
     pub fn list_pop(&mut self, state: StateId, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let loc = self.locate(state, key, StateKind::List)?;
-        let last = match self.trie(loc).get(loc.hash, key).map(|e| &e.value) {
-            Some(Value::List(l)) if l.count > 0 => {
+        let last = match self.trie(loc).get(loc.hash, key).map(|e| e.value) {
+            Some(Val::List(l)) if l.count > 0 => {
                 let mut at = 0;
                 let mut last = None;
                 for item in ListItems::new(&l.buf) {
@@ -127,8 +100,8 @@ impl Store {
     /// (format-spec/data-file.md, records).
     pub fn list_drop_first(&mut self, state: StateId, key: &[u8], n: u32) -> Result<u32> {
         let loc = self.locate(state, key, StateKind::List)?;
-        let cut = match self.trie(loc).get(loc.hash, key).map(|e| &e.value) {
-            Some(Value::List(l)) if n > 0 && l.count > 0 => {
+        let cut = match self.trie(loc).get(loc.hash, key).map(|e| e.value) {
+            Some(Val::List(l)) if n > 0 && l.count > 0 => {
                 let dropped = n.min(l.count);
                 let bytes: usize = ListItems::new(&l.buf).take(dropped as usize).map(|i| 4 + i.len()).sum();
                 Some((dropped, bytes))
@@ -186,8 +159,8 @@ impl Store {
     /// Number of entries in `key`'s map (0 when absent). Reads a counter: O(1).
     pub fn map_len(&self, state: StateId, key: &[u8]) -> Result<u64> {
         let loc = self.locate(state, key, StateKind::Map)?;
-        Ok(self.trie(loc).get(loc.hash, key).map_or(0, |e| match &e.value {
-            Value::Map(m) => m.trie.len(),
+        Ok(self.trie(loc).get(loc.hash, key).map_or(0, |e| match e.value {
+            Val::Map(m) => m.trie.len(),
             _ => 0,
         }))
     }
@@ -195,43 +168,9 @@ impl Store {
     /// Whether `key`'s map holds `map_key` (the value is not copied or decoded).
     pub fn map_contains(&self, state: StateId, key: &[u8], map_key: &[u8]) -> Result<bool> {
         let loc = self.locate(state, key, StateKind::Map)?;
-        Ok(self.trie(loc).get(loc.hash, key).is_some_and(|e| match &e.value {
-            Value::Map(m) => m.trie.get(key_hash(map_key), map_key).is_some_and(|n| n.is_live()),
+        Ok(self.trie(loc).get(loc.hash, key).is_some_and(|e| match e.value {
+            Val::Map(m) => m.trie.get(key_hash(map_key), map_key).is_some_and(|n| n.is_live()),
             _ => false,
         }))
     }
-}
-
-/// Sets a slot's value in epoch `epoch`: in place when no snapshot shares the entry (same
-/// size: the bytes are copied over), else a new entry (the shared one stays the snapshot's).
-fn set_value(slot: &mut Arc<Entry>, epoch: u64, v: Vec<u8>) {
-    if let Some(e) = Arc::get_mut(slot) {
-        e.touch(epoch);
-        match &mut e.value {
-            Value::Bytes(b) if b.len() == v.len() => b.copy_from_slice(&v),
-            other => *other = Value::Bytes(v.into()),
-        }
-        return;
-    }
-    *slot = Arc::new(successor(slot, epoch, Value::Bytes(v.into())));
-}
-
-/// Leaves a tombstone in the slot (the caller counts it).
-fn set_tomb(slot: &mut Arc<Entry>, epoch: u64) {
-    if let Some(e) = Arc::get_mut(slot) {
-        e.touch(epoch);
-        e.value = Value::Tomb;
-        return;
-    }
-    *slot = Arc::new(successor(slot, epoch, Value::Tomb));
-}
-
-/// A copy of a shared entry's bookkeeping with `value`, as `Entry::touch` would leave it.
-fn successor(old: &Entry, epoch: u64, value: Value) -> Entry {
-    let mut e = Entry { key: old.key.clone(), stamp: old.stamp, prev: old.prev, value };
-    if old.stamp != epoch {
-        e.prev = Prev::new(old.stamp, old.is_live());
-        e.stamp = epoch;
-    }
-    e
 }

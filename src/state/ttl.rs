@@ -38,7 +38,7 @@ use super::descriptor::{StateDescriptor, StateKind};
 use super::list::ListItems;
 use super::snapshot::{Snapshot, ValueRef};
 use super::store::{MapIter, StateId, Store};
-use super::trie::{Entry, Value};
+use super::trie::{Val, View};
 use super::typed::{Types3, decode, descriptor, encode};
 use crate::error::{Error, Result};
 
@@ -210,15 +210,15 @@ impl TtlCore {
     }
 
     /// What cleanup does to one live entry, decided from its timestamps alone.
-    fn inspect(&self, e: &Entry, now_ms: i64) -> Result<Option<Fix>> {
+    fn inspect(&self, e: View<'_>, now_ms: i64) -> Result<Option<Fix>> {
         let key = || e.key.to_vec();
-        Ok(match &e.value {
-            Value::Tomb => None,
-            Value::Bytes(b) => {
+        Ok(match e.value {
+            Val::Tomb => None,
+            Val::Bytes(b) => {
                 let (ts, _) = split(&self.name, b)?;
                 self.expired(ts, now_ms).then(|| Fix::Delete(key()))
             }
-            Value::List(l) => {
+            Val::List(l) => {
                 let mut keep = Vec::new();
                 let mut removed = 0u64;
                 for item in ListItems::new(&l.buf) {
@@ -231,7 +231,7 @@ impl TtlCore {
                 }
                 (removed > 0).then(|| Fix::ListKeep(key(), keep, removed))
             }
-            Value::Map(_) => {
+            Val::Map(_) => {
                 let mut gone = Vec::new();
                 for (mk, v) in MapIter::of(Some(e)) {
                     let (ts, _) = split(&self.name, v)?;

@@ -1,0 +1,461 @@
+//! Leaf pages of the state trie: many entries packed in one exact-size allocation, the
+//! copy-on-write unit of the trie's leaves (see `trie.rs`).
+//!
+//! A page's bytes hold `n` entries sorted by `(hash, key)`, as arrays of their fields
+//! (little-endian, read unaligned), then the keys and values back to back:
+//!
+//! ```text
+//! n: u32 | keys: u32 | hash: [u64; n] | klen: [u16; n] | end: [u16; n] | stamp: [u64; n]
+//!   | prev: [u32; n] | the keys back to back (`keys` bytes) | the values back to back
+//! ```
+//!
+//! 24 bytes of header per entry. The fields a lookup reads (hashes, key lengths, then the
+//! keys) come first and together: for 8 entries of 16-byte keys they are the page's first
+//! six cache lines, which a lookup asks for at once instead of one after the other. `klen` carries two flags: `TOMB` (a tombstone: a key, no value)
+//! and `SIDE` (the entry lives in the page's side array, as an [`Entry`] of its own: lists,
+//! maps, and keys or values too long to inline; its key and value are then empty). Key
+//! `i` starts after the keys before it; `end[i]` is where value `i` ends in the values, and
+//! it starts where value `i - 1` ends. `prev` is packed relative to the stamp (see [`encode_prev`]).
+
+use std::sync::Arc;
+
+use super::trie::{Entry, Key, Prev, Val, Value, View};
+
+/// `klen` flag: the entry is in the side array.
+const SIDE: u16 = 0x8000;
+/// `klen` flag: the entry is a tombstone.
+const TOMB: u16 = 0x4000;
+/// `klen` mask of the key length.
+const KLEN: u16 = 0x3FFF;
+/// Longest key plus value stored inline; longer ones go to the side array. With at most
+/// `PAGE_ENTRIES + 1` entries in a page below the bucket depth, the data always fits the
+/// 16-bit offsets.
+const INLINE_MAX: usize = 3800;
+/// Most data bytes of a page (offsets are 16-bit). Only a bucket (keys whose top 60 hash
+/// bits collide) can reach it; entries beyond go to the side array.
+const PAGE_DATA: usize = u16::MAX as usize;
+/// Widest gap between a stamp and its `prev` stamp stored exactly (31 bits).
+const MAX_GAP: u64 = (1 << 31) - 1;
+
+/// Packs `prev` relative to `stamp` in 32 bits: 0 is [`Prev::NEW`], otherwise `gap << 1 |
+/// live` with `gap = stamp - prev.stamp()`. A gap wider than 31 bits (a key left alone for
+/// 2^31 epochs) is stored as the widest: the decoded stamp is then later than the true one,
+/// which only makes [`View::live_at`] answer "unknown" for the epochs in between (the
+/// increment then writes a conservative delete), never a wrong answer.
+pub(crate) fn encode_prev(prev: Prev, stamp: u64) -> u32 {
+    if prev == Prev::NEW {
+        return 0;
+    }
+    debug_assert!(prev.stamp() < stamp, "a write's epoch follows the one it replaces");
+    let gap = stamp.saturating_sub(prev.stamp()).clamp(1, MAX_GAP);
+    // `gap` < 2^31: the shift fits.
+    ((gap as u32) << 1) | u32::from(prev.live())
+}
+
+/// The inverse of [`encode_prev`].
+pub(crate) fn decode_prev(raw: u32, stamp: u64) -> Prev {
+    if raw == 0 {
+        return Prev::NEW;
+    }
+    Prev::new(stamp.saturating_sub(u64::from(raw >> 1)), raw & 1 == 1)
+}
+
+/// Offsets in a page of `n` entries of entry `i`'s fields, and of the data.
+#[inline]
+fn at_hash(i: usize) -> usize {
+    8 + 8 * i
+}
+#[inline]
+fn at_klen(n: usize, i: usize) -> usize {
+    8 + 8 * n + 2 * i
+}
+#[inline]
+fn at_end(n: usize, i: usize) -> usize {
+    8 + 10 * n + 2 * i
+}
+#[inline]
+fn at_stamp(n: usize, i: usize) -> usize {
+    8 + 12 * n + 8 * i
+}
+#[inline]
+fn at_prev(n: usize, i: usize) -> usize {
+    8 + 20 * n + 4 * i
+}
+#[inline]
+fn head(n: usize) -> usize {
+    8 + 24 * n
+}
+
+#[inline]
+fn rd64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+#[inline]
+fn rd32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+#[inline]
+fn rd16(b: &[u8], at: usize) -> u16 {
+    let mut a = [0u8; 2];
+    a.copy_from_slice(&b[at..at + 2]);
+    u16::from_le_bytes(a)
+}
+
+/// A page: its packed bytes and, when some entries are not inline, their side array (in
+/// entry order). Cloning shares both; a writer makes what it changes unique.
+#[derive(Clone, Debug)]
+pub(crate) struct Page {
+    bytes: Arc<[u8]>,
+    side: Option<Arc<Vec<Arc<Entry>>>>,
+}
+
+/// The body of an entry being written into a page.
+pub(crate) enum Body<'a> {
+    Bytes(&'a [u8]),
+    Tomb,
+    /// An entry of its own (its key, stamp and prev are the entry's).
+    Side(Arc<Entry>),
+}
+
+/// One entry to write into a page (see [`build`]).
+pub(crate) struct Item<'a> {
+    pub hash: u64,
+    pub stamp: u64,
+    pub prev: Prev,
+    /// The key (unused for `Body::Side`).
+    pub key: &'a [u8],
+    pub body: Body<'a>,
+}
+
+impl<'a> Item<'a> {
+    /// An item for an owned entry placed by [`place`].
+    pub fn of_placed(hash: u64, p: &'a Placed) -> Item<'a> {
+        match p {
+            Placed::Inline(e) => {
+                let body = match &e.value {
+                    Value::Bytes(b) => Body::Bytes(b),
+                    _ => Body::Tomb,
+                };
+                Item { hash, stamp: e.stamp, prev: e.prev, key: &e.key, body }
+            }
+            Placed::Side(e) => {
+                Item { hash, stamp: e.stamp, prev: e.prev, key: &[], body: Body::Side(Arc::clone(e)) }
+            }
+        }
+    }
+
+    /// Bytes this item takes in a page's data when inline.
+    fn data_len(&self) -> usize {
+        match self.body {
+            Body::Bytes(v) => self.key.len() + v.len(),
+            Body::Tomb => self.key.len(),
+            Body::Side(_) => 0,
+        }
+    }
+}
+
+/// An owned entry on its way into a page: inline (a tombstone or short bytes) or as a side
+/// entry.
+pub(crate) enum Placed {
+    Inline(Entry),
+    Side(Arc<Entry>),
+}
+
+/// Where an owned entry goes: inline when it is a tombstone or bytes short enough.
+pub(crate) fn place(e: Entry) -> Placed {
+    let inline = match &e.value {
+        Value::Tomb => e.key.len() <= INLINE_MAX,
+        Value::Bytes(b) => e.key.len() + b.len() <= INLINE_MAX,
+        Value::List(_) | Value::Map(_) => false,
+    };
+    if inline { Placed::Inline(e) } else { Placed::Side(Arc::new(e)) }
+}
+
+/// A page holding `items` (sorted by `(hash, key)`, at least one). Inline items beyond
+/// [`INLINE_MAX`] or the page's data bound become side entries.
+pub(crate) fn build(mut items: Vec<Item<'_>>) -> Page {
+    let n = items.len();
+    let mut data_len = 0usize;
+    let mut sides = 0usize;
+    for it in &mut items {
+        let len = it.data_len();
+        let side = matches!(it.body, Body::Side(_)) || len > INLINE_MAX || data_len + len > PAGE_DATA;
+        if side {
+            if !matches!(it.body, Body::Side(_)) {
+                let value = match it.body {
+                    Body::Bytes(v) => Value::Bytes(v.into()),
+                    _ => Value::Tomb,
+                };
+                it.body = Body::Side(Arc::new(Entry {
+                    key: Key::new(it.key),
+                    value,
+                    stamp: it.stamp,
+                    prev: it.prev,
+                }));
+            }
+            sides += 1;
+        } else {
+            data_len += len;
+        }
+    }
+    let head = head(n);
+    let keys: usize = items
+        .iter()
+        .map(|it| match it.body {
+            Body::Side(_) => 0,
+            _ => it.key.len(),
+        })
+        .sum();
+    let mut b = vec![0u8; head + data_len];
+    // A page never holds 2^32 entries, nor 4 GiB of keys (data is at most PAGE_DATA).
+    b[..4].copy_from_slice(&(n as u32).to_le_bytes());
+    b[4..8].copy_from_slice(&(keys as u32).to_le_bytes());
+    let mut side = Vec::with_capacity(sides);
+    let (mut kpos, mut end) = (head, 0usize);
+    let values = head + keys;
+    for (i, it) in items.into_iter().enumerate() {
+        let (stamp, prev) = match &it.body {
+            Body::Side(e) => (e.stamp, e.prev),
+            _ => (it.stamp, it.prev),
+        };
+        b[at_hash(i)..][..8].copy_from_slice(&it.hash.to_le_bytes());
+        b[at_stamp(n, i)..][..8].copy_from_slice(&stamp.to_le_bytes());
+        b[at_prev(n, i)..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
+        // Inline keys are at most INLINE_MAX < KLEN bytes, and the data at most PAGE_DATA.
+        let klen = match it.body {
+            Body::Bytes(v) => {
+                b[kpos..][..it.key.len()].copy_from_slice(it.key);
+                kpos += it.key.len();
+                b[values + end..][..v.len()].copy_from_slice(v);
+                end += v.len();
+                it.key.len() as u16
+            }
+            Body::Tomb => {
+                b[kpos..][..it.key.len()].copy_from_slice(it.key);
+                kpos += it.key.len();
+                it.key.len() as u16 | TOMB
+            }
+            Body::Side(e) => {
+                side.push(e);
+                SIDE
+            }
+        };
+        b[at_klen(n, i)..][..2].copy_from_slice(&klen.to_le_bytes());
+        b[at_end(n, i)..][..2].copy_from_slice(&(end as u16).to_le_bytes());
+    }
+    Page { bytes: Arc::from(b), side: (!side.is_empty()).then(|| Arc::new(side)) }
+}
+
+impl Page {
+    /// Number of entries.
+    #[inline]
+    pub fn len(&self) -> usize {
+        rd32(&self.bytes, 0) as usize
+    }
+
+    #[inline]
+    pub fn hash(&self, i: usize) -> u64 {
+        rd64(&self.bytes, at_hash(i))
+    }
+
+    #[inline]
+    pub fn stamp(&self, i: usize) -> u64 {
+        rd64(&self.bytes, at_stamp(self.len(), i))
+    }
+
+    #[inline]
+    fn klen_raw(&self, i: usize) -> u16 {
+        rd16(&self.bytes, at_klen(self.len(), i))
+    }
+
+    /// Offset in `bytes` of key `i`, and its length (0 for a side entry).
+    #[inline]
+    fn key_at(b: &[u8], n: usize, i: usize) -> (usize, usize) {
+        let (lens, _) = b[at_klen(n, 0)..at_klen(n, i)].as_chunks::<2>();
+        let before: usize = lens.iter().map(|l| usize::from(u16::from_le_bytes(*l) & KLEN)).sum();
+        (head(n) + before, usize::from(rd16(b, at_klen(n, i)) & KLEN))
+    }
+
+    /// The range in `bytes` of value `i` (empty for a side entry or a tombstone).
+    #[inline]
+    fn value_at(b: &[u8], n: usize, i: usize) -> std::ops::Range<usize> {
+        let base = head(n) + rd32(b, 4) as usize;
+        let start = if i == 0 { 0 } else { usize::from(rd16(b, at_end(n, i - 1))) };
+        base + start..base + usize::from(rd16(b, at_end(n, i)))
+    }
+
+    /// Whether entry `i` is a side entry.
+    #[inline]
+    pub fn is_side(&self, i: usize) -> bool {
+        self.klen_raw(i) & SIDE != 0
+    }
+
+    fn sides(&self) -> &[Arc<Entry>] {
+        self.side.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    /// Position of entry `i` (a side entry) in the side array.
+    fn side_index(&self, i: usize) -> usize {
+        (0..i).filter(|&j| self.is_side(j)).count()
+    }
+
+    fn side_entry(&self, i: usize) -> &Arc<Entry> {
+        &self.sides()[self.side_index(i)]
+    }
+
+    /// The key of entry `i`.
+    #[inline]
+    pub fn key(&self, i: usize) -> &[u8] {
+        if self.is_side(i) {
+            return &self.side_entry(i).key;
+        }
+        let (s, len) = Self::key_at(&self.bytes, self.len(), i);
+        &self.bytes[s..s + len]
+    }
+
+    /// Entry `i`.
+    #[inline]
+    pub fn view(&self, i: usize) -> View<'_> {
+        let k = self.klen_raw(i);
+        if k & SIDE != 0 {
+            let e = self.side_entry(i);
+            return View { key: &e.key, value: Val::of(&e.value), stamp: e.stamp, prev: e.prev };
+        }
+        let b = &self.bytes[..];
+        let n = self.len();
+        let (s, len) = Self::key_at(b, n, i);
+        let value = if k & TOMB != 0 { Val::Tomb } else { Val::Bytes(&b[Self::value_at(b, n, i)]) };
+        let stamp = self.stamp(i);
+        View { key: &b[s..s + len], value, stamp, prev: decode_prev(rd32(b, at_prev(n, i)), stamp) }
+    }
+
+    /// The value of entry `i` if it is inline bytes (`None` for a side entry or a
+    /// tombstone): reads only the fields a lookup already loaded.
+    #[inline]
+    pub fn inline_bytes(&self, i: usize) -> Option<&[u8]> {
+        let b = &self.bytes[..];
+        let n = rd32(b, 0) as usize;
+        if rd16(b, at_klen(n, i)) & (SIDE | TOMB) != 0 {
+            return None;
+        }
+        b.get(Self::value_at(b, n, i))
+    }
+
+    /// Entry `i` as an item for [`build`] (a side entry is shared, not copied).
+    pub fn item(&self, i: usize) -> Item<'_> {
+        let hash = self.hash(i);
+        if self.is_side(i) {
+            let e = self.side_entry(i);
+            return Item { hash, stamp: e.stamp, prev: e.prev, key: &[], body: Body::Side(Arc::clone(e)) };
+        }
+        let v = self.view(i);
+        let body = match v.value {
+            Val::Bytes(b) => Body::Bytes(b),
+            _ => Body::Tomb,
+        };
+        Item { hash, stamp: v.stamp, prev: v.prev, key: v.key, body }
+    }
+
+    /// Entry `i` (inline) as an owned entry.
+    pub fn owned(&self, i: usize) -> Entry {
+        let v = self.view(i);
+        let value = match v.value {
+            Val::Bytes(b) => Value::Bytes(b.into()),
+            _ => Value::Tomb,
+        };
+        Entry { key: Key::new(v.key), value, stamp: v.stamp, prev: v.prev }
+    }
+
+    /// All entries as items.
+    pub fn items(&self) -> Vec<Item<'_>> {
+        (0..self.len()).map(|i| self.item(i)).collect()
+    }
+
+    /// The position of `(hash, key)`, or where it would be inserted.
+    #[inline]
+    pub fn find(&self, hash: u64, key: &[u8]) -> Result<usize, usize> {
+        let b = &self.bytes[..];
+        let n = rd32(b, 0) as usize;
+        let (hashes, _) = b[at_hash(0)..at_hash(n)].as_chunks::<8>();
+        let mut kpos = head(n);
+        for (i, h) in hashes.iter().enumerate() {
+            let h = u64::from_le_bytes(*h);
+            let k = rd16(b, at_klen(n, i));
+            let klen = usize::from(k & KLEN);
+            if h < hash {
+                kpos += klen;
+                continue;
+            }
+            if h > hash {
+                return Err(i);
+            }
+            let here = if k & SIDE != 0 { &self.side_entry(i).key[..] } else { &b[kpos..kpos + klen] };
+            match here.cmp(key) {
+                std::cmp::Ordering::Less => kpos += klen,
+                std::cmp::Ordering::Equal => return Ok(i),
+                std::cmp::Ordering::Greater => return Err(i),
+            }
+        }
+        Err(n)
+    }
+
+    /// Asks for the cache lines a lookup reads (headers and keys, up to 8 lines).
+    #[inline]
+    pub fn prefetch_lookup(&self, prefetch: impl Fn(*const u8)) {
+        let at = self.bytes.as_ptr();
+        // `len` reads the first line, which the lookup waits for anyway; the others are
+        // asked for meanwhile.
+        let lines = (head(self.len()) + rd32(&self.bytes, 4) as usize).div_ceil(64).min(8);
+        for l in 1..lines {
+            prefetch(at.wrapping_add(64 * l));
+        }
+    }
+
+    /// Overwrites inline entry `i`'s value (of the same length as `value`) and its stamps,
+    /// copying the page's bytes first if a snapshot shares them. Returns false (nothing
+    /// done) when the entry is not inline bytes of that length.
+    pub fn overwrite(&mut self, i: usize, value: &[u8], stamp: u64, prev: Prev) -> bool {
+        let k = self.klen_raw(i);
+        if k & (SIDE | TOMB) != 0 {
+            return false;
+        }
+        let n = self.len();
+        let range = Self::value_at(&self.bytes, n, i);
+        if range.len() != value.len() {
+            return false;
+        }
+        let b = Arc::make_mut(&mut self.bytes);
+        b[range].copy_from_slice(value);
+        b[at_stamp(n, i)..][..8].copy_from_slice(&stamp.to_le_bytes());
+        b[at_prev(n, i)..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
+        true
+    }
+
+    /// Applies `f` to side entry `i` in place (copying the page's bytes, its side array and
+    /// the entry first if a snapshot shares them), then records its stamps in the header.
+    /// Returns `f`'s result.
+    pub fn modify_side<R>(&mut self, i: usize, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let si = self.side_index(i);
+        let side = Arc::make_mut(self.side.get_or_insert_with(Default::default));
+        let e = Arc::make_mut(&mut side[si]);
+        let r = f(e);
+        let (stamp, prev) = (e.stamp, e.prev);
+        let n = self.len();
+        let b = Arc::make_mut(&mut self.bytes);
+        b[at_stamp(n, i)..][..8].copy_from_slice(&stamp.to_le_bytes());
+        b[at_prev(n, i)..][..4].copy_from_slice(&encode_prev(prev, stamp).to_le_bytes());
+        r
+    }
+
+    /// A hint to load the page's first cache lines.
+    #[inline]
+    pub fn first_line(&self) -> *const u8 {
+        self.bytes.as_ptr()
+    }
+}
