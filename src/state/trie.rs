@@ -602,16 +602,17 @@ impl Trie {
         self.root.as_ref().map_or(0, Slot::max_stamp)
     }
 
-    /// The entry for `key`, tombstones included.
+    /// The page that holds `key` if the trie has it (the walk down by hash; the page's
+    /// lookup lines are prefetched).
     #[inline]
-    pub fn get(&self, hash: u64, key: &[u8]) -> Option<View<'_>> {
+    fn page_of(&self, hash: u64) -> Option<&Page> {
         let mut slot = self.root.as_ref()?;
         let mut depth = 0;
         loop {
             match slot {
                 Slot::Page(_, p) => {
                     p.prefetch_lookup(prefetch);
-                    return p.find(hash, key).ok().map(|i| p.view(i));
+                    return Some(p);
                 }
                 Slot::Branch(n) => {
                     let (pos, present) = n.position(index(hash, depth));
@@ -625,33 +626,24 @@ impl Trie {
         }
     }
 
+    /// The entry for `key`, tombstones included.
+    #[inline]
+    pub fn get(&self, hash: u64, key: &[u8]) -> Option<View<'_>> {
+        let p = self.page_of(hash)?;
+        p.find(hash, key).ok().map(|i| p.view(i))
+    }
+
     /// The value of `key` when it is plain bytes (as `get`, reading less of the page).
     #[inline]
     pub fn get_bytes(&self, hash: u64, key: &[u8]) -> Option<&[u8]> {
-        let mut slot = self.root.as_ref()?;
-        let mut depth = 0;
-        loop {
-            match slot {
-                Slot::Page(_, p) => {
-                    p.prefetch_lookup(prefetch);
-                    let i = p.find(hash, key).ok()?;
-                    if !p.is_side(i) {
-                        return p.inline_bytes(i);
-                    }
-                    return match p.view(i).value {
-                        Val::Bytes(b) => Some(b),
-                        _ => None,
-                    };
-                }
-                Slot::Branch(n) => {
-                    let (pos, present) = n.position(index(hash, depth));
-                    if !present {
-                        return None;
-                    }
-                    slot = n.slots.get(pos)?;
-                    depth += 1;
-                }
-            }
+        let p = self.page_of(hash)?;
+        let i = p.find(hash, key).ok()?;
+        if !p.is_side(i) {
+            return p.inline_bytes(i);
+        }
+        match p.view(i).value {
+            Val::Bytes(b) => Some(b),
+            _ => None,
         }
     }
 
