@@ -222,12 +222,9 @@ pub fn load_chain(
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::Background("a restore thread panicked".into()))))
             .collect()
     });
+    // Every share registered all of `op`'s states, so joining them registers them here.
     for part in built {
         store.absorb(part?)?;
-    }
-    // The states a file lists but whose groups here held nothing are registered too.
-    for d in &op.states {
-        store.register(d.clone())?;
     }
     Ok(())
 }

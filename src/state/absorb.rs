@@ -4,7 +4,7 @@
 //! is moved as a pointer.
 
 use super::keygroup::KeyGroupRange;
-use super::store::Store;
+use super::store::{FIRST_EPOCH, Store};
 use crate::error::{Error, Result};
 
 impl Store {
@@ -14,7 +14,7 @@ impl Store {
         let mine = self.config().key_groups;
         let Some(offset) = range.start.checked_sub(mine.start) else { return false };
         mine.intersect(&range) == range
-            && self.epoch() == Store::new().epoch()
+            && self.epoch() == FIRST_EPOCH
             && self.confirmed_epoch() == 0
             && self.states.iter().all(|t| {
                 t.groups[offset as usize..(offset + range.len()) as usize].iter().all(|g| g.is_blank())
@@ -22,20 +22,20 @@ impl Store {
     }
 
     /// Moves every key group of `part` into this store, registering `part`'s states here
-    /// (an existing registration must be identical). `part` must own a sub-range of this
-    /// store's key groups with the same `max_parallelism`, be at the same epoch with no
-    /// confirmed snapshot (both fresh from a restore), and each group it brings must be
-    /// blank here; anything else is [`Error::InvalidConfig`] and changes nothing.
+    /// (an existing registration must be identical). Both stores must be fresh (see
+    /// [`Store::can_absorb`]), with the same `max_parallelism`; `part` must own a sub-range
+    /// of this store's key groups, all blank here. Anything else is
+    /// [`Error::InvalidConfig`] and changes nothing.
     pub(crate) fn absorb(&mut self, part: Store) -> Result<()> {
         let (mine, theirs) = (self.config(), part.config());
         let fits = mine.max_parallelism == theirs.max_parallelism
-            && mine.key_groups.intersect(&theirs.key_groups) == theirs.key_groups
-            && self.epoch() == part.epoch()
-            && self.confirmed_epoch() == 0
-            && part.confirmed_epoch() == 0;
+            && part.epoch() == FIRST_EPOCH
+            && part.confirmed_epoch() == 0
+            && self.can_absorb(theirs.key_groups);
         if !fits {
             return Err(Error::InvalidConfig(format!(
-                "cannot join a store of key groups {} (epoch {}) into one of {} (epoch {})",
+                "cannot join a store of key groups {} (epoch {}) into one of {} (epoch {}): one \
+                 of them is not fresh, or those key groups are not empty here",
                 theirs.key_groups,
                 part.epoch(),
                 mine.key_groups,
@@ -46,14 +46,7 @@ impl Store {
         // Checked whole before anything moves.
         for t in &part.states {
             if let Some(id) = self.state_id(&t.desc.name) {
-                let here = &self.states[id.index()];
-                here.desc.check_same(&t.desc)?;
-                if here.groups[offset..offset + t.groups.len()].iter().any(|g| !g.is_blank()) {
-                    return Err(Error::InvalidConfig(format!(
-                        "cannot join state {:?}: key groups {} are not empty here",
-                        t.desc.name, theirs.key_groups
-                    )));
-                }
+                self.states[id.index()].desc.check_same(&t.desc)?;
             }
         }
         for t in part.states {

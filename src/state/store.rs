@@ -112,7 +112,7 @@ impl Default for Store {
     fn default() -> Self {
         Store {
             config: StoreConfig::default(),
-            epoch: 1,
+            epoch: FIRST_EPOCH,
             confirmed: 0,
             instance: next_instance(),
             states: Vec::new(),
@@ -120,6 +120,9 @@ impl Default for Store {
         }
     }
 }
+
+/// The epoch of a new store (writes before its first snapshot).
+pub(super) const FIRST_EPOCH: u64 = 1;
 
 /// A fresh store instance number.
 fn next_instance() -> u64 {
