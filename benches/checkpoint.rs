@@ -49,9 +49,11 @@ fn key(i: u64) -> [u8; 16] {
     k
 }
 
-/// Whether values are random bytes (`FLOE_BENCH_VALUES=random`) rather than compressible.
+/// Whether values are random bytes (`FLOE_BENCH_VALUES=random`) rather than compressible;
+/// read once (`value` runs once per key while the state is built).
 fn random_values() -> bool {
-    std::env::var("FLOE_BENCH_VALUES").is_ok_and(|v| v == "random")
+    static RANDOM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RANDOM.get_or_init(|| std::env::var("FLOE_BENCH_VALUES").is_ok_and(|v| v == "random"))
 }
 
 /// 100-byte values with some redundancy, like typical serialized records (or, with
