@@ -132,14 +132,14 @@ impl ListBuf {
     /// Narrows the view to its bytes `range` (relative to the view): cutting items off
     /// either end. Copies only when what is left is under a quarter of the allocation.
     pub fn keep(&mut self, range: std::ops::Range<usize>) {
-        let (s, e) = (range.start.min(self.len()), range.end.min(self.len()));
-        let (s, e) = (self.start + s, self.start + e.max(s));
+        let s = range.start.min(self.len());
+        let e = range.end.clamp(s, self.len());
         if (e - s).saturating_mul(4) < self.raw.cap() && self.raw.cap() > MIN_CAP {
-            let kept = ListBuf { raw: Arc::clone(&self.raw), start: s, end: e };
-            *self = ListBuf::copied(&kept, &[], kept.len());
+            let kept = ListBuf::copied(&self[s..e], &[], e - s);
+            *self = kept;
         } else {
-            self.start = s;
-            self.end = e;
+            self.end = self.start + e;
+            self.start += s;
         }
     }
 
