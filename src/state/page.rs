@@ -409,10 +409,11 @@ impl Page {
     #[inline]
     pub fn prefetch_lookup(&self, prefetch: impl Fn(*const u8)) {
         let at = self.bytes.as_ptr();
-        // `len` reads the first line, which the lookup waits for anyway; the others are
-        // asked for meanwhile.
-        let lines = (head(self.len()) + rd32(&self.bytes, 4) as usize).div_ceil(64).min(8);
-        for l in 1..lines {
+        // The length comes with the pointer (no load of the page), so every line a lookup
+        // may read is asked for at once: the header arrays, then the keys. Up to 8 lines
+        // (the header and keys of a full page of short keys; the rest are values).
+        let lines = self.bytes.len().div_ceil(64).min(8);
+        for l in 0..lines {
             prefetch(at.wrapping_add(64 * l));
         }
     }
