@@ -7,6 +7,10 @@
 //! - recovery of the full snapshot alone and through 10 increments [<= 1.5x full-only];
 //! - full-only recovery against inserting the same entries into a `HashMap` [>= 2x faster].
 //!
+//! `FLOE_BENCH_DISK_MBPS=400` puts the checkpoints and the raw baseline behind a modelled
+//! disk of 400 MB/s (`benches/common/slow_disk.rs`), to see the defaults on a slower disk
+//! than the one at hand; recovery reads are not slowed.
+//!
 //! Recovery is measured with the checkpoint's files in the page cache (warm: a restart on
 //! the same machine, and what the targets are judged on) and evicted from it (cold: the
 //! files come from the disk). Data files are written with direct I/O, so they are not
@@ -26,6 +30,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/slow_disk.rs"]
+mod slow_disk;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
@@ -114,6 +120,23 @@ fn main() {
     let dir = tempfile::tempdir_in(std::env::var("FLOE_BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
     let values = if random_values() { "random" } else { "compressible" };
     println!("=== floe checkpoint benchmark: {n} keys x 100-byte {values} values, {runs} runs ===");
+    let slow = std::env::var("FLOE_BENCH_DISK_MBPS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(slow_disk::SlowIo::new);
+    if let Some(mbps) = std::env::var("FLOE_BENCH_DISK_MBPS").ok().filter(|_| slow.is_some()) {
+        println!(
+            "(writes go to a modelled disk of {mbps} MB/s in front of the real one: benches/common/slow_disk.rs)"
+        );
+    }
+    let open = |root: &std::path::Path, config: StorageConfig| match &slow {
+        Some(io) => CheckpointStorage::open_with_io(root, config, Arc::new(io.clone())).unwrap(),
+        None => CheckpointStorage::open(root, config).unwrap(),
+    };
+    let raw = |root: &std::path::Path, bytes: u64| match &slow {
+        Some(io) => slow_disk::raw_write_fsync_slow(io, root, bytes),
+        None => common::raw_write_fsync(root, bytes),
+    };
 
     let (mut full_t, mut full_b, mut inc_t, mut inc_b, mut raw_t) = (vec![], 0u64, vec![], 0u64, vec![]);
     let (mut rec_full, mut rec_chain, mut hashmap_t) = (vec![], vec![], vec![]);
@@ -128,7 +151,7 @@ fn main() {
             policy: ChainPolicy { max_increments: 20, max_chain_ratio: 10.0 },
             ..StorageConfig::default()
         };
-        let storage = CheckpointStorage::open(&root, config).unwrap();
+        let storage = open(&root, config);
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
         let mut store = Store::new();
         let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
@@ -156,18 +179,15 @@ fn main() {
         full_b = b;
 
         // Raw write + fsync of the same number of bytes.
-        raw_t.push(common::raw_write_fsync(&root, b));
+        raw_t.push(raw(&root, b));
 
         // The same full checkpoint with each compression setting, for comparison with the
         // default used above.
         for (i, compression) in
             [Compression::Lz4, Compression::None, Compression::Adaptive].into_iter().enumerate()
         {
-            let other = CheckpointStorage::open(
-                root.join(format!("fixed-{i}")),
-                StorageConfig { compression, ..StorageConfig::default() },
-            )
-            .unwrap();
+            let other_root = root.join(format!("fixed-{i}"));
+            let other = open(&other_root, StorageConfig { compression, ..StorageConfig::default() });
             let mut ocp = Checkpointer::new(Arc::clone(&other), "op", 0);
             let t = Instant::now();
             let (h, _) = ocp.snapshot(&mut store, 1, Target::Checkpoint).unwrap().wait().unwrap();
@@ -176,7 +196,7 @@ fn main() {
             fixed_b[i] = h.operator.bytes_written;
         }
         // Raw write + fsync of the state's uncompressed bytes (the `None` file's size).
-        raw_unc_t.push(common::raw_write_fsync(&root, fixed_b[1]));
+        raw_unc_t.push(raw(&root, fixed_b[1]));
 
         // Ten increments of 1% churn each.
         let mut x = 0x2545_F491_4F6C_DD1Du64 ^ run as u64;

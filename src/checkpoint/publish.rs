@@ -24,7 +24,7 @@
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -48,6 +48,9 @@ pub struct DiskModel {
     disk_rate: AtomicU64,
     /// `f64` bits; 0 while unknown.
     write_rate: AtomicU64,
+    /// Whether the last direct file large enough to say fell a backlog behind (0: no file
+    /// yet, 1: no, 2: yes).
+    behind: AtomicU8,
 }
 
 impl DiskModel {
@@ -59,6 +62,15 @@ impl DiskModel {
         let disk = f64::from_bits(self.disk_rate.load(Ordering::Relaxed));
         let write = f64::from_bits(self.write_rate.load(Ordering::Relaxed));
         (disk > 0.0 && write > 0.0).then_some(disk < write)
+    }
+
+    /// Whether the last direct file large enough to say fell a backlog behind its disk
+    /// (`None`: no such file yet).
+    pub(crate) fn direct_behind(&self) -> Option<bool> {
+        match self.behind.load(Ordering::Relaxed) {
+            0 => None,
+            b => Some(b == 2),
+        }
     }
 
     fn record(&self, bytes: u64, sync_nanos: u64, produce_nanos: u64) {
@@ -91,10 +103,33 @@ pub struct SyncProgress {
     active: bool,
     /// What earlier files showed (`DiskModel::disk_slower`), for before this one shows it.
     earlier: Option<bool>,
+    /// Whether a writer thread writes the file directly (`O_DIRECT` chunks): its queue is
+    /// bounded, so the producer waits for the disk and the lag itself tells the backlog.
+    direct: bool,
+    /// Bytes written but not durable from which the disk counts as the bottleneck.
+    backlog: u64,
+    /// Whether a direct file has been that far behind.
+    reached: AtomicBool,
 }
 
+/// A buffered file with write-behind counts the disk as the bottleneck from this many sync
+/// intervals written but not durable (one interval is normally in flight).
+const BUFFERED_BACKLOG_INTERVALS: u64 = 2;
+
 impl SyncProgress {
-    fn new(active: bool, earlier: Option<bool>) -> Self {
+    /// The progress of a file written with `options` (`earlier`: what earlier files showed).
+    fn new(options: &WriteOptions<'_>, earlier: Option<bool>) -> Self {
+        let active = options.direct || options.sync_every > 0;
+        // A direct file holds at most `DIRECT_QUEUE + 2` chunks written but not durable
+        // (the one being written, the queue, the one filling): the disk is behind once the
+        // queue is full and the producer fills the chunk it will wait to hand over, which a
+        // window of 2 * sync_every could never reach. (Two chunks, the queue half full,
+        // also happen on a disk as fast as the producer, which compressing only slows.)
+        let backlog = if options.direct {
+            ((DIRECT_QUEUE + 1) * options.chunk_len()) as u64
+        } else {
+            BUFFERED_BACKLOG_INTERVALS.saturating_mul(options.sync_every)
+        };
         SyncProgress {
             started: Instant::now(),
             written: AtomicU64::new(0),
@@ -104,17 +139,32 @@ impl SyncProgress {
             running_upto: AtomicU64::new(0),
             active,
             earlier,
+            direct: options.direct,
+            backlog,
+            reached: AtomicBool::new(false),
         }
     }
 
-    /// Whether a block should be compressed now to spare the disk: this file's own
-    /// measure once it has one (the disk is slower than the producer and `min_lag` bytes
-    /// behind), else what earlier files showed, else no. Without write-behind there is no
-    /// measure, and the answer is yes.
-    pub fn disk_bound(&self, min_lag: u64) -> bool {
+    /// Whether a block should be compressed now to spare the disk (`Compression::Adaptive`).
+    /// A direct file: when its writer thread is a backlog behind (the producer is about to
+    /// wait for the disk, so CPU spent compressing is free); while the file is too small to
+    /// get that far, when the last direct file large enough to say fell that far behind. A buffered file with
+    /// write-behind: once it has a measure of its own, when the disk is slower than the
+    /// producer and a backlog behind; before that, what earlier files showed, else no.
+    /// Without write-behind there is no measure, and the answer is yes.
+    pub fn disk_bound(&self) -> bool {
         let Some(lag) = self.lag() else { return true };
+        if self.direct {
+            if lag >= self.backlog {
+                self.reached.store(true, Ordering::Relaxed);
+                return true;
+            }
+            // A file still smaller than the backlog cannot show it: earlier files decide.
+            let small = self.written.load(Ordering::Relaxed) < self.backlog;
+            return small && !self.reached.load(Ordering::Relaxed) && self.earlier.unwrap_or(false);
+        }
         match self.disk_slower() {
-            Some(slower) => slower && lag >= min_lag,
+            Some(slower) => slower && lag >= self.backlog,
             None => self.earlier.unwrap_or(false),
         }
     }
@@ -477,8 +527,9 @@ pub fn publish<T>(
     let tmp = if objects { dest.final_path.as_path() } else { tmp };
     let result = (|| {
         let file = dest.create(io)?;
-        let earlier = options.model.and_then(DiskModel::disk_slower);
-        let progress = SyncProgress::new(options.direct || options.sync_every > 0, earlier);
+        let earlier =
+            options.model.and_then(|m| if options.direct { m.direct_behind() } else { m.disk_slower() });
+        let progress = SyncProgress::new(&options, earlier);
         let (value, file, produce_nanos) = if options.direct {
             produce_direct(file, options.chunk_len(), &progress, tmp, f)?
         } else {
@@ -489,7 +540,12 @@ pub fn publish<T>(
             // Every byte was made durable by the background work or the final sync.
             let final_nanos = u64::try_from(final_sync.as_nanos()).unwrap_or(u64::MAX);
             let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
-            model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
+            let written = progress.written.load(Ordering::Relaxed);
+            model.record(written, sync_nanos, produce_nanos);
+            if options.direct && written >= progress.backlog {
+                let behind = progress.reached.load(Ordering::Relaxed);
+                model.behind.store(if behind { 2 } else { 1 }, Ordering::Relaxed);
+            }
         }
         Ok(value)
     })();
@@ -615,6 +671,7 @@ fn produce_direct<T>(
 mod tests {
     use super::*;
     use crate::checkpoint::io::StdIo;
+    use std::sync::Arc;
 
     /// Bytes of every length class around the chunk and alignment boundaries come back
     /// exactly, direct (full chunks direct, the tail buffered) or buffered, and no temp
@@ -652,5 +709,78 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into())
             .collect();
         assert!(names.iter().all(|n| !n.starts_with(TMP_PREFIX)), "{names:?}");
+    }
+
+    /// A file whose writes wait until the test opens its gate (a disk that has not taken
+    /// anything yet), keeping what they write.
+    struct HeldFile {
+        gate: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
+        bytes: Vec<u8>,
+    }
+
+    impl Write for HeldFile {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let (open, changed) = &*self.gate;
+            let mut g = open.lock();
+            while !*g {
+                changed.wait(&mut g);
+            }
+            self.bytes.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl IoFile for HeldFile {
+        fn sync_all(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn data_syncer(&self) -> std::io::Result<Box<dyn crate::checkpoint::io::DataSyncer>> {
+            Err(std::io::Error::other("not used"))
+        }
+        fn is_direct(&self) -> bool {
+            false
+        }
+        fn set_direct(&mut self, _on: bool) -> std::io::Result<bool> {
+            Ok(false)
+        }
+    }
+
+    /// `Compression::Adaptive`'s signal on a direct file with the default settings: while
+    /// the disk has taken none of the chunks, the producer is behind once the queue is full
+    /// (it fails with a backlog of two sync intervals, which the bounded queue never lets a
+    /// direct file reach), not while it is half full; once the disk has them all, it is
+    /// not. Driven by
+    /// the disk's progress, not the clock.
+    #[test]
+    fn a_direct_file_is_disk_bound_while_its_chunks_wait_for_the_disk() {
+        let options = WriteOptions {
+            sync_every: crate::checkpoint::config::DEFAULT_SYNC_EVERY,
+            direct: true,
+            model: None,
+        };
+        let chunk = options.chunk_len();
+        let progress = SyncProgress::new(&options, None);
+        let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+        let file = Box::new(HeldFile { gate: Arc::clone(&gate), bytes: Vec::new() });
+        let data: Vec<u8> = (0..(DIRECT_QUEUE + 1) * chunk).map(|i| (i % 253) as u8).collect();
+        let (seen, _file, _) = produce_direct(file, chunk, &progress, Path::new("held"), |w, p| {
+            let before = p.disk_bound();
+            let at = |e| Error::io("write", Path::new("held"), e);
+            w.write_all(&data[..DIRECT_QUEUE * chunk]).map_err(at)?;
+            let half = p.disk_bound();
+            w.write_all(&data[DIRECT_QUEUE * chunk..]).map_err(at)?;
+            let behind = p.disk_bound();
+            *gate.0.lock() = true;
+            gate.1.notify_all();
+            while p.synced.load(Ordering::Relaxed) < data.len() as u64 {
+                std::thread::yield_now();
+            }
+            Ok((before, half, behind, p.disk_bound()))
+        })
+        .unwrap();
+        assert_eq!(seen, (false, false, true, false), "(empty, queue half full, queue full, all durable)");
     }
 }

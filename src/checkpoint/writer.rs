@@ -124,10 +124,6 @@ impl BufferPool {
     }
 }
 
-/// `Compression::Adaptive` compresses while the bytes written but not yet durable exceed
-/// this many sync intervals (one interval is normally in flight).
-const ADAPTIVE_LAG_INTERVALS: u64 = 2;
-
 /// Writes the data file `dir/rel` for `snapshot` (all of it, or the increment since the
 /// epoch `since`), encoding on `config.threads` threads, and publishes it atomically.
 #[allow(clippy::too_many_arguments, reason = "internal; each argument is a distinct input")]
@@ -155,20 +151,16 @@ pub(crate) fn write_snapshot_file(
         WriteOptions::data_file(config, Some(disk)),
         |out: &mut dyn Write, progress| {
             // `Compression::Adaptive` compresses a block only while the disk is the
-            // bottleneck: it syncs slower than the file is written, and more than two sync
-            // intervals are written but not yet durable. Compression then costs no time (the
+            // bottleneck (`SyncProgress::disk_bound`): compression then costs no time (the
             // checkpoint waits for the disk anyway) and shrinks what the disk must take; when
-            // the disk keeps up, storing is faster. (Lag alone is not enough: on a CPU-bound
-            // machine the syncer also waits for a core, and compressing would make that
-            // worse.) Until this file has a measure of its own (small files never do), the
-            // directory's earlier files decide. Without write-behind there is no measure of
-            // the disk, and every block is compressed.
-            let compress = || {
-                config
-                    .compression
-                    .fixed()
-                    .unwrap_or_else(|| progress.disk_bound(ADAPTIVE_LAG_INTERVALS * config.sync_every))
-            };
+            // the disk keeps up, storing is faster. A direct file is behind when its writer
+            // thread has `DIRECT_QUEUE` chunks waiting (the writer thread sleeps in the
+            // device, so a busy CPU hardly delays it). A buffered file also needs a measured
+            // disk slower than the producer (its syncer competes for a core, and compressing
+            // on a CPU-bound machine would make that worse); until it has a measure of its
+            // own, the directory's earlier files decide. Without write-behind there is no
+            // measure of the disk, and every block is compressed.
+            let compress = || config.compression.fixed().unwrap_or_else(|| progress.disk_bound());
             let mut w = DataFileWriter::new(out, &path, header, states)?;
             // Encoders take the next unit as they become free (units differ in size, and the
             // cores are shared with this thread and the syncer, so a fixed split leaves one
