@@ -24,7 +24,7 @@
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -48,8 +48,8 @@ pub struct DiskModel {
     disk_rate: AtomicU64,
     /// `f64` bits; 0 while unknown.
     write_rate: AtomicU64,
-    /// Whether the last direct file large enough to say fell a backlog behind (0: no file
-    /// yet, 1: no, 2: yes).
+    /// Whether most decisions of the last direct file large enough to say found it a
+    /// backlog behind (0: no file yet, 1: no, 2: yes).
     behind: AtomicU8,
 }
 
@@ -106,10 +106,14 @@ pub struct SyncProgress {
     /// Whether a writer thread writes the file directly (`O_DIRECT` chunks): its queue is
     /// bounded, so the producer waits for the disk and the lag itself tells the backlog.
     direct: bool,
+    /// Whether the file system took `O_DIRECT` (0: not asked yet, 1: yes, 2: no, and the
+    /// chunks go to the page cache, which says nothing of the disk).
+    os_direct: AtomicU8,
     /// Bytes written but not durable from which the disk counts as the bottleneck.
     backlog: u64,
-    /// Whether a direct file has been that far behind.
-    reached: AtomicBool,
+    /// Decisions a direct file made by its own backlog, and how many said "behind".
+    decided: AtomicU64,
+    decided_behind: AtomicU64,
 }
 
 /// A buffered file with write-behind counts the disk as the bottleneck from this many sync
@@ -140,28 +144,48 @@ impl SyncProgress {
             active,
             earlier,
             direct: options.direct,
+            os_direct: AtomicU8::new(0),
             backlog,
-            reached: AtomicBool::new(false),
+            decided: AtomicU64::new(0),
+            decided_behind: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the file system took `O_DIRECT` for this file.
+    fn note_direct(&self, on: bool) {
+        self.os_direct.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    }
+
+    /// Whether more than half of this direct file's own decisions found it behind (`None`:
+    /// not really direct, or too small to decide by itself).
+    fn direct_verdict(&self) -> Option<bool> {
+        let decided = self.decided.load(Ordering::Relaxed);
+        (self.os_direct.load(Ordering::Relaxed) == 1 && decided > 0)
+            .then(|| self.decided_behind.load(Ordering::Relaxed) * 2 > decided)
     }
 
     /// Whether a block should be compressed now to spare the disk (`Compression::Adaptive`).
     /// A direct file: when its writer thread is a backlog behind (the producer is about to
     /// wait for the disk, so CPU spent compressing is free); while the file is too small to
-    /// get that far, when the last direct file large enough to say fell that far behind. A buffered file with
+    /// get that far (or the file system refused `O_DIRECT`), what earlier files showed: the
+    /// last really direct file large enough to say, else the rate measure. A buffered file with
     /// write-behind: once it has a measure of its own, when the disk is slower than the
     /// producer and a backlog behind; before that, what earlier files showed, else no.
     /// Without write-behind there is no measure, and the answer is yes.
     pub fn disk_bound(&self) -> bool {
         let Some(lag) = self.lag() else { return true };
         if self.direct {
-            if lag >= self.backlog {
-                self.reached.store(true, Ordering::Relaxed);
-                return true;
-            }
-            // A file still smaller than the backlog cannot show it: earlier files decide.
+            // A file still smaller than the backlog cannot show it, and one the file system
+            // keeps in the page cache shows nothing before its final fsync: earlier files
+            // decide.
             let small = self.written.load(Ordering::Relaxed) < self.backlog;
-            return small && !self.reached.load(Ordering::Relaxed) && self.earlier.unwrap_or(false);
+            if small || self.os_direct.load(Ordering::Relaxed) != 1 {
+                return self.earlier.unwrap_or(false);
+            }
+            let behind = lag >= self.backlog;
+            self.decided.fetch_add(1, Ordering::Relaxed);
+            self.decided_behind.fetch_add(u64::from(behind), Ordering::Relaxed);
+            return behind;
         }
         match self.disk_slower() {
             Some(slower) => slower && lag >= self.backlog,
@@ -527,8 +551,9 @@ pub fn publish<T>(
     let tmp = if objects { dest.final_path.as_path() } else { tmp };
     let result = (|| {
         let file = dest.create(io)?;
-        let earlier =
-            options.model.and_then(|m| if options.direct { m.direct_behind() } else { m.disk_slower() });
+        let earlier = options.model.and_then(|m| {
+            if options.direct { m.direct_behind().or_else(|| m.disk_slower()) } else { m.disk_slower() }
+        });
         let progress = SyncProgress::new(&options, earlier);
         let (value, file, produce_nanos) = if options.direct {
             produce_direct(file, options.chunk_len(), &progress, tmp, f)?
@@ -542,8 +567,8 @@ pub fn publish<T>(
             let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
             let written = progress.written.load(Ordering::Relaxed);
             model.record(written, sync_nanos, produce_nanos);
-            if options.direct && written >= progress.backlog {
-                let behind = progress.reached.load(Ordering::Relaxed);
+            // Most of its decisions, not one moment of a full queue, make the verdict.
+            if let Some(behind) = progress.direct_verdict() {
                 model.behind.store(if behind { 2 } else { 1 }, Ordering::Relaxed);
             }
         }
@@ -625,7 +650,7 @@ fn produce_direct<T>(
         let writer = std::cell::RefCell::new(None);
         let start = |mut file: Box<dyn IoFile>| -> std::io::Result<ToDisk> {
             // Where the file system has no direct I/O, the chunks are written buffered.
-            file.set_direct(true)?;
+            progress.note_direct(file.set_direct(true)?);
             let (to_disk, rx) = mpsc::sync_channel(DIRECT_QUEUE);
             let (spare_tx, spare) = mpsc::channel();
             let handle = std::thread::Builder::new()
@@ -716,6 +741,8 @@ mod tests {
     struct HeldFile {
         gate: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
         bytes: Vec<u8>,
+        /// Whether the file system refuses `O_DIRECT` (the chunks then go to the cache).
+        refuses_direct: bool,
     }
 
     impl Write for HeldFile {
@@ -743,28 +770,28 @@ mod tests {
         fn is_direct(&self) -> bool {
             false
         }
-        fn set_direct(&mut self, _on: bool) -> std::io::Result<bool> {
-            Ok(false)
+        fn set_direct(&mut self, on: bool) -> std::io::Result<bool> {
+            Ok(on && !self.refuses_direct)
         }
     }
 
-    /// `Compression::Adaptive`'s signal on a direct file with the default settings: while
-    /// the disk has taken none of the chunks, the producer is behind once the queue is full
-    /// (it fails with a backlog of two sync intervals, which the bounded queue never lets a
-    /// direct file reach), not while it is half full; once the disk has them all, it is
-    /// not. Driven by
-    /// the disk's progress, not the clock.
-    #[test]
-    fn a_direct_file_is_disk_bound_while_its_chunks_wait_for_the_disk() {
+    /// Writes `DIRECT_QUEUE + 1` chunks to a direct file whose disk holds them until all
+    /// are handed over, then lets the disk take them and waits until it has. Returns
+    /// `disk_bound()` when empty, with the queue half full, with it full, and three times
+    /// once all is durable; then the file's verdict for the directory.
+    fn held_run(
+        refuses_direct: bool,
+        earlier: Option<bool>,
+    ) -> ((bool, bool, bool, [bool; 3]), Option<bool>) {
         let options = WriteOptions {
             sync_every: crate::checkpoint::config::DEFAULT_SYNC_EVERY,
             direct: true,
             model: None,
         };
         let chunk = options.chunk_len();
-        let progress = SyncProgress::new(&options, None);
+        let progress = SyncProgress::new(&options, earlier);
         let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
-        let file = Box::new(HeldFile { gate: Arc::clone(&gate), bytes: Vec::new() });
+        let file = Box::new(HeldFile { gate: Arc::clone(&gate), bytes: Vec::new(), refuses_direct });
         let data: Vec<u8> = (0..(DIRECT_QUEUE + 1) * chunk).map(|i| (i % 253) as u8).collect();
         let (seen, _file, _) = produce_direct(file, chunk, &progress, Path::new("held"), |w, p| {
             let before = p.disk_bound();
@@ -775,12 +802,45 @@ mod tests {
             let behind = p.disk_bound();
             *gate.0.lock() = true;
             gate.1.notify_all();
+            // Waits for the disk's progress; the deadline only turns a hang into a failure.
+            let deadline = Instant::now() + std::time::Duration::from_secs(120);
             while p.synced.load(Ordering::Relaxed) < data.len() as u64 {
+                assert!(Instant::now() < deadline, "the held chunks were never written");
                 std::thread::yield_now();
             }
-            Ok((before, half, behind, p.disk_bound()))
+            Ok((before, half, behind, [p.disk_bound(), p.disk_bound(), p.disk_bound()]))
         })
         .unwrap();
-        assert_eq!(seen, (false, false, true, false), "(empty, queue half full, queue full, all durable)");
+        (seen, progress.direct_verdict())
+    }
+
+    /// `Compression::Adaptive`'s signal on a direct file with the default settings: while
+    /// the disk has taken none of the chunks, the producer is behind once the queue is full
+    /// (it fails with a backlog of two sync intervals, which the bounded queue never lets a
+    /// direct file reach), not while it is half full; once the disk has them all, it is
+    /// not. The file's verdict for later small files is what most of its decisions said
+    /// (one moment of a full queue does not make a slow disk). Driven by the disk's
+    /// progress, not the clock.
+    #[test]
+    fn a_direct_file_is_disk_bound_while_its_chunks_wait_for_the_disk() {
+        let (seen, verdict) = held_run(false, Some(true));
+        // The first two follow the earlier files (`Some(true)`): the file is still smaller
+        // than its backlog.
+        assert_eq!(seen, (true, true, true, [false; 3]), "(empty, queue half full, queue full, all durable)");
+        assert_eq!(verdict, Some(false), "1 of 4 own decisions said behind");
+        let (seen, _) = held_run(false, None);
+        assert_eq!(seen, (false, false, true, [false; 3]));
+    }
+
+    /// Where the file system refuses `O_DIRECT` the chunks go to the page cache, and the
+    /// lag says nothing of the disk: earlier files decide, and the file leaves no verdict.
+    #[test]
+    fn a_file_the_file_system_keeps_buffered_follows_earlier_files() {
+        for earlier in [Some(true), Some(false), None] {
+            let e = earlier.unwrap_or(false);
+            let (seen, verdict) = held_run(true, earlier);
+            assert_eq!(seen, (e, e, e, [e; 3]), "earlier {earlier:?}");
+            assert_eq!(verdict, None, "earlier {earlier:?}");
+        }
     }
 }
