@@ -5,7 +5,10 @@
 //!   each fixed one;
 //! - increment at 1% churn: time and bytes [<= 2% of full bytes, <= 10% of full time];
 //! - recovery of the full snapshot alone and through 10 increments [<= 1.5x full-only];
-//! - full-only recovery against inserting the same entries into a `HashMap` [>= 2x faster].
+//! - full-only recovery against inserting the same entries into a `HashMap` [>= 2x faster];
+//! - the hand-written baseline (`benches/common/hand.rs`: a `HashMap` with a dirty set,
+//!   LZ4 blocks with crc32, fsync, rename): its full checkpoint and 1% increment beside
+//!   floe's [floe's increment at most its time].
 //!
 //! `FLOE_BENCH_DISK_MBPS=400` puts the checkpoints and the raw baseline behind a modelled
 //! disk of 400 MB/s (`benches/common/slow_disk.rs`), to see the defaults on a slower disk
@@ -30,6 +33,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/hand.rs"]
+mod hand;
 #[path = "common/slow_disk.rs"]
 mod slow_disk;
 
@@ -144,6 +149,7 @@ fn main() {
     let (mut fixed_t, mut fixed_b) = ([vec![], vec![], vec![]], [0u64; 3]);
     let mut full_commit = vec![];
     let mut raw_unc_t = vec![];
+    let (mut hand_full, mut hand_inc, mut hand_b) = (vec![], vec![], (0u64, 0u64));
     for run in 0..runs {
         let root = dir.path().join(format!("run{run}"));
         let config = StorageConfig {
@@ -244,6 +250,28 @@ fn main() {
         }
         hashmap_t.push(t.elapsed());
         black_box(m);
+
+        // The hand-written baseline: the same entries and the same 1% churn (one round).
+        let hand_dir = root.join("hand");
+        std::fs::create_dir_all(&hand_dir).unwrap();
+        let mut h = hand::HandMap::default();
+        for i in 0..n {
+            h.put(&key(i), &value(i, 0));
+        }
+        let (d, b) = h.checkpoint(&hand_dir, "full", true);
+        hand_full.push(d);
+        hand_b.0 = b;
+        let mut x = 0x2545_F491_4F6C_DD1Du64 ^ run as u64;
+        for _ in 0..churn {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            h.put(&key(x % n), &value(x % n, 2));
+        }
+        let (d, b) = h.checkpoint(&hand_dir, "inc", false);
+        hand_inc.push(d);
+        hand_b.1 = b;
+        drop(h);
         std::fs::remove_dir_all(&root).unwrap();
     }
     let (full_t, inc_t, raw_t) = (Stats(full_t), Stats(inc_t), Stats(raw_t));
@@ -325,6 +353,18 @@ fn main() {
         hashmap_t.median() * 1e3,
         hashmap_t.median() / rec_full.median(),
         hashmap_t.median() / cold_full.median()
+    );
+    let (hand_full, hand_inc) = (Stats(hand_full), Stats(hand_inc));
+    println!(
+        "hand-written HashMap + lz4 + crc32: full min {:>8.1} ms  median {:>8.1} ms  {:>8.2} MB; increment (1%) min {:>6.1} ms  median {:>6.1} ms  {:.3} MB; floe's increment {:.2}x its time [<= 1x], floe's full {:.2}x its time",
+        hand_full.min() * 1e3,
+        hand_full.median() * 1e3,
+        mb(hand_b.0),
+        hand_inc.min() * 1e3,
+        hand_inc.median() * 1e3,
+        mb(hand_b.1),
+        inc_t.median() / hand_inc.median(),
+        full_t.median() / hand_full.median()
     );
     if let Ok(urls) = std::env::var("FLOE_BENCH_OBJECTS") {
         for url in urls.split(',').filter(|u| !u.is_empty()) {
