@@ -10,20 +10,34 @@ use std::time::{Duration, Instant};
 /// 1 MiB pieces (of varied bytes, so no layer can shortcut them) and `fsync`s; returns the
 /// time from create to the end of the fsync, and removes the file.
 pub fn raw_write_fsync(dir: &Path, bytes: u64) -> Duration {
-    let path = dir.join("raw.bin");
+    raw_write_fsync_via(
+        &dir.join("raw.bin"),
+        bytes,
+        |p| std::fs::File::create(p).unwrap(),
+        |f| f.sync_all().unwrap(),
+    )
+}
+
+/// [`raw_write_fsync`] to `path` through a file made by `create` and synced by `sync`.
+pub fn raw_write_fsync_via<F: Write>(
+    path: &Path,
+    bytes: u64,
+    create: impl FnOnce(&Path) -> F,
+    sync: impl FnOnce(&mut F),
+) -> Duration {
     let buf: Vec<u8> = (0..1u64 << 20).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
     let t = Instant::now();
-    let mut f = std::fs::File::create(&path).unwrap();
+    let mut f = create(path);
     let mut left = bytes;
     while left > 0 {
         let k = left.min(buf.len() as u64) as usize;
         f.write_all(&buf[..k]).unwrap();
         left -= k as u64;
     }
-    f.sync_all().unwrap();
+    sync(&mut f);
     let d = t.elapsed();
     drop(f);
-    std::fs::remove_file(&path).unwrap();
+    std::fs::remove_file(path).unwrap();
     d
 }
 

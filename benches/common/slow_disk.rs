@@ -139,19 +139,10 @@ impl Io for SlowIo {
 /// The raw baseline through the same device: `bytes` written in 1 MiB pieces, then
 /// `fsync`; the time from create to the end of the fsync.
 pub fn raw_write_fsync_slow(io: &SlowIo, dir: &Path, bytes: u64) -> Duration {
-    let path = dir.join("raw-slow.bin");
-    let buf: Vec<u8> = (0..1u64 << 20).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
-    let t = Instant::now();
-    let mut f = io.create_new(&path).unwrap();
-    let mut left = bytes;
-    while left > 0 {
-        let k = left.min(buf.len() as u64) as usize;
-        f.write_all(&buf[..k]).unwrap();
-        left -= k as u64;
-    }
-    f.sync_all().unwrap();
-    let d = t.elapsed();
-    drop(f);
-    std::fs::remove_file(&path).unwrap();
-    d
+    crate::common::raw_write_fsync_via(
+        &dir.join("raw-slow.bin"),
+        bytes,
+        |p| io.create_new(p).unwrap(),
+        |f| f.sync_all().unwrap(),
+    )
 }
