@@ -73,6 +73,11 @@ impl DiskModel {
         }
     }
 
+    /// Keeps a direct file's verdict (`SyncProgress::direct_verdict`) for later files.
+    fn record_behind(&self, behind: bool) {
+        self.behind.store(if behind { 2 } else { 1 }, Ordering::Relaxed);
+    }
+
     fn record(&self, bytes: u64, sync_nanos: u64, produce_nanos: u64) {
         if bytes < Self::MIN_SAMPLE || sync_nanos == 0 || produce_nanos == 0 {
             return;
@@ -565,11 +570,10 @@ pub fn publish<T>(
             // Every byte was made durable by the background work or the final sync.
             let final_nanos = u64::try_from(final_sync.as_nanos()).unwrap_or(u64::MAX);
             let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
-            let written = progress.written.load(Ordering::Relaxed);
-            model.record(written, sync_nanos, produce_nanos);
+            model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
             // Most of its decisions, not one moment of a full queue, make the verdict.
             if let Some(behind) = progress.direct_verdict() {
-                model.behind.store(if behind { 2 } else { 1 }, Ordering::Relaxed);
+                model.record_behind(behind);
             }
         }
         Ok(value)
@@ -737,10 +741,9 @@ mod tests {
     }
 
     /// A file whose writes wait until the test opens its gate (a disk that has not taken
-    /// anything yet), keeping what they write.
+    /// anything yet).
     struct HeldFile {
         gate: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
-        bytes: Vec<u8>,
         /// Whether the file system refuses `O_DIRECT` (the chunks then go to the cache).
         refuses_direct: bool,
     }
@@ -752,7 +755,6 @@ mod tests {
             while !*g {
                 changed.wait(&mut g);
             }
-            self.bytes.extend_from_slice(buf);
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -791,7 +793,7 @@ mod tests {
         let chunk = options.chunk_len();
         let progress = SyncProgress::new(&options, earlier);
         let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
-        let file = Box::new(HeldFile { gate: Arc::clone(&gate), bytes: Vec::new(), refuses_direct });
+        let file = Box::new(HeldFile { gate: Arc::clone(&gate), refuses_direct });
         let data: Vec<u8> = (0..(DIRECT_QUEUE + 1) * chunk).map(|i| (i % 253) as u8).collect();
         let (seen, _file, _) = produce_direct(file, chunk, &progress, Path::new("held"), |w, p| {
             let before = p.disk_bound();

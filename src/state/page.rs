@@ -410,8 +410,9 @@ impl Page {
     pub fn prefetch_lookup(&self, prefetch: impl Fn(*const u8)) {
         let at = self.bytes.as_ptr();
         // The length comes with the pointer (no load of the page), so every line a lookup
-        // may read is asked for at once: the header arrays, then the keys. Up to 8 lines
-        // (the header and keys of a full page of short keys; the rest are values).
+        // may read is asked for at once: the header arrays, then the keys. Up to 8 lines:
+        // the header and keys of a page of ~8 entries of 16-byte keys (a fuller page's
+        // later keys, and the values, are left to the lookup).
         let lines = self.bytes.len().div_ceil(64).min(8);
         for l in 0..lines {
             prefetch(at.wrapping_add(64 * l));
