@@ -60,24 +60,15 @@ fn key(i: u64) -> [u8; 16] {
     k
 }
 
-/// Whether values are random bytes (`FLOE_BENCH_VALUES=random`) rather than compressible;
-/// read once (`value` runs once per key while the state is built).
-fn random_values() -> bool {
-    static RANDOM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *RANDOM.get_or_init(|| std::env::var("FLOE_BENCH_VALUES").is_ok_and(|v| v == "random"))
-}
-
 /// 100-byte values with some redundancy, like typical serialized records (or, with
 /// `FLOE_BENCH_VALUES=random`, none).
 fn value(i: u64, generation: u64) -> [u8; 100] {
-    let random = random_values();
+    let random = common::random_values();
     let mut v = [0u8; 100];
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ generation;
     for (j, b) in v.iter_mut().enumerate() {
         if j % 4 == 0 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            common::xorshift(&mut x);
         }
         *b = if j < 60 || random { (x >> (8 * (j % 4))) as u8 } else { b'a' + (j % 7) as u8 };
     }
@@ -123,17 +114,15 @@ fn main() {
     let runs = env("FLOE_BENCH_RUNS", 3) as usize;
     let churn = (n / 100).max(1);
     let dir = tempfile::tempdir_in(std::env::var("FLOE_BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
-    let values = if random_values() { "random" } else { "compressible" };
+    let values = if common::random_values() { "random" } else { "compressible" };
     println!("=== floe checkpoint benchmark: {n} keys x 100-byte {values} values, {runs} runs ===");
-    let slow = std::env::var("FLOE_BENCH_DISK_MBPS")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .map(slow_disk::SlowIo::new);
-    if let Some(mbps) = std::env::var("FLOE_BENCH_DISK_MBPS").ok().filter(|_| slow.is_some()) {
+    let mbps = std::env::var("FLOE_BENCH_DISK_MBPS").ok().and_then(|s| s.parse::<f64>().ok());
+    if let Some(mbps) = mbps {
         println!(
             "(writes go to a modelled disk of {mbps} MB/s in front of the real one: benches/common/slow_disk.rs)"
         );
     }
+    let slow = mbps.map(slow_disk::SlowIo::new);
     let open = |root: &std::path::Path, config: StorageConfig| match &slow {
         Some(io) => CheckpointStorage::open_with_io(root, config, Arc::new(io.clone())).unwrap(),
         None => CheckpointStorage::open(root, config).unwrap(),
@@ -192,8 +181,10 @@ fn main() {
         for (i, compression) in
             [Compression::Lz4, Compression::None, Compression::Adaptive].into_iter().enumerate()
         {
-            let other_root = root.join(format!("fixed-{i}"));
-            let other = open(&other_root, StorageConfig { compression, ..StorageConfig::default() });
+            let other = open(
+                &root.join(format!("fixed-{i}")),
+                StorageConfig { compression, ..StorageConfig::default() },
+            );
             let mut ocp = Checkpointer::new(Arc::clone(&other), "op", 0);
             let t = Instant::now();
             let (h, _) = ocp.snapshot(&mut store, 1, Target::Checkpoint).unwrap().wait().unwrap();
@@ -208,9 +199,7 @@ fn main() {
         let mut x = 0x2545_F491_4F6C_DD1Du64 ^ run as u64;
         for cid in 2..=11u64 {
             for _ in 0..churn {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                common::xorshift(&mut x);
                 store.put(id, &key(x % n), &value(x % n, cid)).unwrap();
             }
             let (d, b, _) = take(&mut store, cid);
@@ -263,9 +252,7 @@ fn main() {
         hand_b.0 = b;
         let mut x = 0x2545_F491_4F6C_DD1Du64 ^ run as u64;
         for _ in 0..churn {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            common::xorshift(&mut x);
             h.put(&key(x % n), &value(x % n, 2));
         }
         let (d, b) = h.checkpoint(&hand_dir, "inc", false);
@@ -417,9 +404,7 @@ fn object_pass(url: &str, n: u64, churn: u64) {
     );
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     for _ in 0..churn {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        common::xorshift(&mut x);
         store.put(id, &key(x % n), &value(x % n, 2)).unwrap();
     }
     let (d, b, puts, objects) = take(&mut store, 2);

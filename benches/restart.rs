@@ -39,22 +39,13 @@ fn key(i: u64) -> [u8; 8] {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes()
 }
 
-/// Whether values are random bytes (`FLOE_BENCH_VALUES=random`), read once: `value` runs
-/// 10^7 times while the state is built.
-fn random_values() -> bool {
-    static RANDOM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *RANDOM.get_or_init(|| std::env::var("FLOE_BENCH_VALUES").is_ok_and(|v| v == "random"))
-}
-
 fn value(i: u64) -> [u8; 100] {
-    let random = random_values();
+    let random = common::random_values();
     let mut v = [0u8; 100];
     let mut x = i.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1;
     for (j, b) in v.iter_mut().enumerate() {
         if j % 4 == 0 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            common::xorshift(&mut x);
         }
         *b = if j < 60 || random { (x >> (8 * (j % 4))) as u8 } else { b'a' + (j % 7) as u8 };
     }
@@ -144,7 +135,7 @@ fn main() {
     let n = env("FLOE_BENCH_KEYS", 1_000_000);
     let runs = env("FLOE_BENCH_RUNS", 3).max(1) as usize;
     let dir = tempfile::tempdir_in(std::env::var("FLOE_BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
-    let values = if random_values() { "random" } else { "compressible" };
+    let values = if common::random_values() { "random" } else { "compressible" };
     println!(
         "=== restart: a fresh process restores and scans {n} keys (8 B) x 100-byte {values} values, medians of {runs} ==="
     );

@@ -6,6 +6,21 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// Whether values are random bytes (`FLOE_BENCH_VALUES=random`) rather than compressible;
+/// read once (value generators call it once per key while a state is built).
+pub fn random_values() -> bool {
+    static RANDOM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RANDOM.get_or_init(|| std::env::var("FLOE_BENCH_VALUES").is_ok_and(|v| v == "random"))
+}
+
+/// One xorshift64 step: advances `x` and returns it.
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 /// The raw-disk baseline: writes `bytes` bytes to a new file `dir/raw.bin` with `write` in
 /// 1 MiB pieces (of varied bytes, so no layer can shortcut them) and `fsync`s; returns the
 /// time from create to the end of the fsync, and removes the file.
