@@ -107,6 +107,20 @@ fn rd16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes(a)
 }
 
+/// Whether two keys are equal; keys of 8 to 16 bytes (the common ones) are compared as two
+/// words each, inline, instead of by a call to `bcmp`.
+#[inline]
+fn keys_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if (8..=16).contains(&n) {
+        return (rd64(a, 0) == rd64(b, 0)) & (rd64(a, n - 8) == rd64(b, n - 8));
+    }
+    a == b
+}
+
 /// A page: its packed bytes and, when some entries are not inline, their side array (in
 /// entry order). Cloning shares both; a writer makes what it changes unique.
 #[derive(Clone, Debug)]
@@ -382,11 +396,14 @@ impl Page {
     pub fn find(&self, hash: u64, key: &[u8]) -> Result<usize, usize> {
         let b = &self.bytes[..];
         let n = rd32(b, 0) as usize;
+        // The hashes and key lengths as two slices walked together: no bounds check per
+        // entry.
         let (hashes, _) = b[at_hash(0)..at_hash(n)].as_chunks::<8>();
+        let (klens, _) = b[at_klen(n, 0)..at_klen(n, n)].as_chunks::<2>();
         let mut kpos = head(n);
-        for (i, h) in hashes.iter().enumerate() {
+        for (i, (h, k)) in hashes.iter().zip(klens).enumerate() {
             let h = u64::from_le_bytes(*h);
-            let k = rd16(b, at_klen(n, i));
+            let k = u16::from_le_bytes(*k);
             let klen = usize::from(k & KLEN);
             if h < hash {
                 kpos += klen;
@@ -396,11 +413,14 @@ impl Page {
                 return Err(i);
             }
             let here = if k & SIDE != 0 { &self.side_entry(i).key[..] } else { &b[kpos..kpos + klen] };
-            match here.cmp(key) {
-                std::cmp::Ordering::Less => kpos += klen,
-                std::cmp::Ordering::Equal => return Ok(i),
-                std::cmp::Ordering::Greater => return Err(i),
+            // Equal hashes almost always mean equal keys: test that first, without a call.
+            if keys_eq(here, key) {
+                return Ok(i);
             }
+            if here > key {
+                return Err(i);
+            }
+            kpos += klen;
         }
         Err(n)
     }
@@ -459,5 +479,27 @@ impl Page {
     #[inline]
     pub fn first_line(&self) -> *const u8 {
         self.bytes.as_ptr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keys_eq;
+
+    #[test]
+    fn keys_eq_is_slice_equality() {
+        for len in 0..40usize {
+            let a: Vec<u8> = (0..len as u8).collect();
+            assert!(keys_eq(&a, &a.clone()), "length {len}");
+            for other in [len.saturating_sub(1), len + 1] {
+                let b: Vec<u8> = (0..other as u8).collect();
+                assert_eq!(keys_eq(&a, &b), a == b, "lengths {len} and {other}");
+            }
+            for at in 0..len {
+                let mut b = a.clone();
+                b[at] ^= 0x80;
+                assert!(!keys_eq(&a, &b), "length {len}, byte {at} differs");
+            }
+        }
     }
 }

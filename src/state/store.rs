@@ -324,23 +324,46 @@ impl Store {
         self.len(state) == 0
     }
 
+    /// Where `key` of state `state` (of kind `kind`) lives.
+    #[inline]
     pub(super) fn locate(&self, state: StateId, key: &[u8], kind: StateKind) -> Result<Loc> {
-        let table =
-            self.states.get(state.index()).ok_or_else(|| Error::UnknownState(format!("#{}", state.0)))?;
-        if table.desc.kind != kind {
-            return Err(Error::StateKindMismatch {
-                name: table.desc.name.clone(),
-                expected: kind.as_str(),
-                actual: table.desc.kind.as_str(),
-            });
+        self.try_locate(state, key, kind).ok_or_else(|| self.locate_refusal(state, key, kind))
+    }
+
+    /// [`Store::locate`] without the error: inlined into every operation, so a lookup
+    /// carries no error value (the refusal is built out of line, only when there is one).
+    #[inline(always)]
+    fn try_locate(&self, state: StateId, key: &[u8], kind: StateKind) -> Option<Loc> {
+        if !self.states.get(state.index()).is_some_and(|t| t.desc.kind == kind) {
+            return None;
         }
         let hash = key_hash(key);
         let kg = super::keygroup::key_group_of_hash(hash, self.config.max_parallelism);
         let range = self.config.key_groups;
         if !range.contains(kg) {
-            return Err(Error::KeyGroupOutOfRange { key_group: kg, start: range.start, end: range.end });
+            return None;
         }
-        Ok(Loc { state: state.index(), group: (kg - range.start) as usize, hash })
+        Some(Loc { state: state.index(), group: (kg - range.start) as usize, hash })
+    }
+
+    /// Why [`Store::try_locate`] refused `key`: an unknown state, one of another kind, or a
+    /// key whose key group is outside this store's range.
+    #[cold]
+    #[inline(never)]
+    fn locate_refusal(&self, state: StateId, key: &[u8], kind: StateKind) -> Error {
+        let Some(table) = self.states.get(state.index()) else {
+            return Error::UnknownState(format!("#{}", state.0));
+        };
+        if table.desc.kind != kind {
+            return Error::StateKindMismatch {
+                name: table.desc.name.clone(),
+                expected: kind.as_str(),
+                actual: table.desc.kind.as_str(),
+            };
+        }
+        let key_group = super::keygroup::key_group_of_hash(key_hash(key), self.config.max_parallelism);
+        let range = self.config.key_groups;
+        Error::KeyGroupOutOfRange { key_group, start: range.start, end: range.end }
     }
 
     /// Refuses a write whose record (`len` bytes encoded) a data file could not hold.
