@@ -171,10 +171,16 @@ mod tests {
     #[test]
     fn key_group_is_the_remainder_for_every_max_parallelism() {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for mp in (1..=300).chain((9..=15).map(|b| 1u32 << b)).chain([1000, 4095, 4097, MAX_MAX_PARALLELISM - 1]) {
+        for mp in
+            (1..=300).chain((9..=15).map(|b| 1u32 << b)).chain([1000, 4095, 4097, MAX_MAX_PARALLELISM - 1])
+        {
             for _ in 0..200 {
                 let h = xorshift(&mut x);
-                assert_eq!(u64::from(key_group_of_hash(h, mp)), h % u64::from(mp), "hash {h:#x}, max_parallelism {mp}");
+                assert_eq!(
+                    u64::from(key_group_of_hash(h, mp)),
+                    h % u64::from(mp),
+                    "hash {h:#x}, max_parallelism {mp}"
+                );
             }
         }
     }
