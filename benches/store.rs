@@ -246,9 +246,13 @@ fn throughput(c: &mut Criterion) {
 
 /// Median of `runs` timings of `f`.
 fn median(runs: usize, mut f: impl FnMut() -> Duration) -> Duration {
-    let mut v: Vec<Duration> = (0..runs).map(|_| f()).collect();
+    middle((0..runs).map(|_| f()).collect())
+}
+
+/// The middle of some timings.
+fn middle(mut v: Vec<Duration>) -> Duration {
     v.sort();
-    v[runs / 2]
+    v[v.len() / 2]
 }
 
 /// The medians of `runs` runs of `f` and of `g`, run in turns.
@@ -262,9 +266,7 @@ fn medians_alternating(
         a.push(f());
         b.push(g());
     }
-    a.sort();
-    b.sort();
-    (a[runs / 2], b[runs / 2])
+    (middle(a), middle(b))
 }
 
 /// Prints the figures the targets are judged by, measured here side by side.
