@@ -361,7 +361,7 @@ impl Store {
                 actual: table.desc.kind.as_str(),
             };
         }
-        let key_group = super::keygroup::key_group_of_hash(key_hash(key), self.config.max_parallelism);
+        let key_group = super::keygroup::key_group(key, self.config.max_parallelism);
         let range = self.config.key_groups;
         Error::KeyGroupOutOfRange { key_group, start: range.start, end: range.end }
     }
@@ -978,5 +978,30 @@ mod tests {
             s1.for_each_record(v, kg, None, &mut |_| seen += 1).unwrap();
         }
         assert_eq!(seen, 100);
+    }
+
+    /// A refused lookup says why, in this order: an unknown state, then a state of
+    /// another kind, then a key of a group the store does not own (with that group).
+    #[test]
+    fn a_refused_lookup_names_the_first_reason() {
+        use crate::state::keygroup::key_group;
+        let config = StoreConfig { max_parallelism: 128, key_groups: KeyGroupRange { start: 0, end: 1 } };
+        let mut s = Store::with_config(config).unwrap();
+        let v = s.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        let outside = (0u32..).map(|i| i.to_le_bytes()).find(|k| key_group(k, 128) != 0).unwrap();
+        let inside = (0u32..).map(|i| i.to_le_bytes()).find(|k| key_group(k, 128) == 0).unwrap();
+        assert!(matches!(s.get(StateId(9), &outside), Err(Error::UnknownState(n)) if n == "#9"));
+        assert!(matches!(
+            s.list_get(v, &outside),
+            Err(Error::StateKindMismatch { name, expected: "list", actual: "value" }) if name == "v"
+        ));
+        let group = key_group(&outside, 128);
+        assert!(matches!(
+            s.get(v, &outside),
+            Err(Error::KeyGroupOutOfRange { key_group, start: 0, end: 1 }) if key_group == group
+        ));
+        assert!(matches!(s.put(v, &outside, b"x"), Err(Error::KeyGroupOutOfRange { .. })));
+        s.put(v, &inside, b"x").unwrap();
+        assert_eq!(s.get(v, &inside).unwrap(), Some(&b"x"[..]));
     }
 }
