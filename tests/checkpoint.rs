@@ -424,9 +424,9 @@ fn io_fault_during_write_behind_never_damages_the_previous_checkpoint() {
 
 #[test]
 fn io_fault_during_direct_writes_never_damages_the_previous_checkpoint() {
-    // A direct data file, written in 4 KiB chunks by its writer thread, its last partial
-    // chunk through the page cache.
-    background_io_fault_sweep(true, "set direct");
+    // A direct data file, written in 4 KiB chunks by its writer thread and fdatasynced by
+    // its flusher thread every two chunks, its last partial chunk through the page cache.
+    background_io_fault_sweep(true, "fdatasync");
 }
 
 /// As the sweep above, with the data file's disk work on a background thread, in small

@@ -75,7 +75,9 @@ pub struct StorageConfig {
     /// While a data file is written, the disk works too, not only at the final fsync, and
     /// a slow disk holds the writer back, which is what `Compression::Adaptive` sees. A
     /// buffered file is fdatasynced every this many bytes (0: only at the end); a direct
-    /// file is written in chunks of this size, capped at 1 MiB (0: 1 MiB).
+    /// file is written in chunks of this size, capped at 1 MiB (0: 1 MiB), and fdatasynced
+    /// every two chunks (a direct write may leave its bytes in the device's volatile write
+    /// cache, which the final fsync would otherwise have to empty all at once).
     pub sync_every: u64,
     /// Write data files with `O_DIRECT` (Linux), bypassing the page cache, where the file
     /// system allows it (elsewhere they are buffered). The kernel's copy into the page cache

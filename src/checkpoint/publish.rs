@@ -11,7 +11,11 @@
 //!   buffered, on a machine where the checkpoint is CPU-bound). The writer thread starts
 //!   with the first full chunk; the last, partial chunk is written through the page cache
 //!   (the flag is cleared first), so a file smaller than a chunk is written as a buffered
-//!   one (measured: direct I/O made 256 KB files ~2 ms slower to publish).
+//!   one (measured: direct I/O made 256 KB files ~2 ms slower to publish). A flusher thread
+//!   fdatasyncs the file every `DIRECT_FLUSH_CHUNKS` chunks: a direct write is done once
+//!   the device has the bytes, perhaps only in its volatile write cache, and without the
+//!   flusher the final fsync paid for emptying that cache of the whole file (measured:
+//!   ~0.85 ms per MB, 60-95 ms of a 170-230 ms checkpoint of 10^6 keys).
 //! - a **buffered** file is written by the producer, and every `sync_every` bytes a syncer
 //!   thread fdatasyncs what was written so far (write-behind).
 //!
@@ -291,6 +295,11 @@ pub const DIRECT_CHUNK_MAX: usize = 1 << 20;
 /// Full chunks queued for the writer thread at most (besides the one it writes and the one
 /// being filled): bounds a direct file's buffers to `DIRECT_QUEUE + 2` chunks.
 const DIRECT_QUEUE: usize = 2;
+/// A direct file is fdatasynced in the background every this many chunks. Measured at 10^6
+/// keys on a disk of ~0.8 GB/s (checkpoint bench, `Lz4`, random values): without it the
+/// final fsync took ~0.85 ms per MB (60-95 ms of a 170-230 ms checkpoint); every 8 chunks,
+/// the checkpoint took 173 ms (median of 5); every 2 chunks, 147 ms.
+const DIRECT_FLUSH_CHUNKS: usize = 2;
 
 /// An aligned chunk of a direct file: a `Vec` one alignment larger than the chunk, and the
 /// aligned window in it (no `unsafe` needed).
@@ -388,12 +397,30 @@ fn run_direct_writer(
     rx: mpsc::Receiver<(Chunk, u64)>,
     spare: mpsc::Sender<Chunk>,
     progress: &SyncProgress,
+    (flush, every): (mpsc::Sender<u64>, u64),
 ) -> std::io::Result<Box<dyn IoFile>> {
+    let mut requested = 0u64;
     for (chunk, upto) in rx {
         progress.disk_work(upto, || file.write_all(chunk.bytes()))?;
+        if upto - requested >= every {
+            // A closed channel means the flusher failed; its error surfaces at the end.
+            let _ = flush.send(upto);
+            requested = upto;
+        }
         let _ = spare.send(chunk);
     }
     Ok(file)
+}
+
+/// The flusher of a direct file: fdatasyncs once for every batch of requests, so the
+/// device's write cache empties while the file is produced rather than all at its final
+/// fsync (measured: that fsync took ~0.85 ms per MB written before it).
+fn run_flusher(mut syncer: Box<dyn DataSyncer>, rx: mpsc::Receiver<u64>) -> std::io::Result<()> {
+    while rx.recv().is_ok() {
+        while rx.try_recv().is_ok() {}
+        syncer.sync_data()?;
+    }
+    Ok(())
 }
 
 /// The syncer: syncs up to the latest requested byte count, until the requests end.
@@ -652,14 +679,25 @@ fn produce_direct<T>(
 ) -> Result<(T, Box<dyn IoFile>, u64)> {
     std::thread::scope(|s| {
         let writer = std::cell::RefCell::new(None);
+        let flusher = std::cell::RefCell::new(None);
         let start = |mut file: Box<dyn IoFile>| -> std::io::Result<ToDisk> {
             // Where the file system has no direct I/O, the chunks are written buffered.
             progress.note_direct(file.set_direct(true)?);
+            // A direct write ends when the device has the bytes, maybe only in its volatile
+            // write cache; an fdatasync every few chunks empties that cache while the file
+            // is produced, not all at the final fsync.
+            let syncer = file.data_syncer()?;
+            let (flush, requests) = mpsc::channel();
+            let handle = std::thread::Builder::new()
+                .name("floe-flush".into())
+                .spawn_scoped(s, move || run_flusher(syncer, requests))?;
+            *flusher.borrow_mut() = Some(handle);
+            let flush = (flush, (DIRECT_FLUSH_CHUNKS * chunk_len) as u64);
             let (to_disk, rx) = mpsc::sync_channel(DIRECT_QUEUE);
             let (spare_tx, spare) = mpsc::channel();
             let handle = std::thread::Builder::new()
                 .name("floe-direct".into())
-                .spawn_scoped(s, move || run_direct_writer(file, rx, spare_tx, progress))?;
+                .spawn_scoped(s, move || run_direct_writer(file, rx, spare_tx, progress, flush))?;
             *writer.borrow_mut() = Some(handle);
             Ok((to_disk, spare))
         };
@@ -686,6 +724,13 @@ fn produce_direct<T>(
             ),
             None => None,
         };
+        // The writer thread has ended, so has every flush request.
+        let flushed = flusher.borrow_mut().take();
+        if let Some(h) = flushed {
+            h.join()
+                .map_err(|_| Error::Background("the fdatasync thread panicked".into()))?
+                .map_err(|e| Error::io("fdatasync", tmp, e))?;
+        }
         let value = produced?;
         let mut file = kept
             .or(joined)
@@ -740,6 +785,35 @@ mod tests {
         assert!(names.iter().all(|n| !n.starts_with(TMP_PREFIX)), "{names:?}");
     }
 
+    /// A direct file is fdatasynced in the background while it is produced, so its final
+    /// fsync does not find all of it in the device's write cache: at least one fdatasync of
+    /// the temp file comes after one of its writes and before its fsync. (Requests come
+    /// every `DIRECT_FLUSH_CHUNKS` chunks and coalesce, so their number varies; queued
+    /// requests are served before the flusher ends, so there is one at least.)
+    #[test]
+    fn a_direct_file_is_flushed_while_it_is_produced() {
+        use crate::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
+        let dir = tempfile::tempdir().unwrap();
+        let io = FaultyIo::new(u64::MAX, Fault::Fail);
+        let handle = FaultyIoHandle(Arc::clone(&io));
+        let chunk = 4 * DIRECT_ALIGN;
+        let options = WriteOptions { sync_every: chunk as u64, direct: true, model: None };
+        let data: Vec<u8> = (0..(4 * DIRECT_FLUSH_CHUNKS + 1) * chunk).map(|i| (i % 251) as u8).collect();
+        publish(&handle, dir.path(), "f", 1, options, |w, _| {
+            w.write_all(&data).map_err(|e| Error::io("write", Path::new("f"), e))
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), data);
+        let log = io.log();
+        let kinds: Vec<&str> = log.iter().map(|(k, _)| *k).collect();
+        let first_write = kinds.iter().position(|k| *k == "write").unwrap();
+        let fsync = kinds.iter().position(|k| *k == "fsync").unwrap();
+        let flushes = kinds[first_write..fsync].iter().filter(|k| **k == "fdatasync").count();
+        assert!(flushes >= 1, "no fdatasync between the first write and the fsync: {kinds:?}");
+        let tmp = &log[first_write].1;
+        assert!(log.iter().filter(|(k, _)| *k == "fdatasync").all(|(_, p)| p == tmp), "{log:?}");
+    }
+
     /// A file whose writes wait until the test opens its gate (a disk that has not taken
     /// anything yet).
     struct HeldFile {
@@ -762,12 +836,20 @@ mod tests {
         }
     }
 
+    struct NoSync;
+
+    impl crate::checkpoint::io::DataSyncer for NoSync {
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     impl IoFile for HeldFile {
         fn sync_all(&mut self) -> std::io::Result<()> {
             Ok(())
         }
         fn data_syncer(&self) -> std::io::Result<Box<dyn crate::checkpoint::io::DataSyncer>> {
-            Err(std::io::Error::other("not used"))
+            Ok(Box::new(NoSync))
         }
         fn is_direct(&self) -> bool {
             false
