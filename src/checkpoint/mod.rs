@@ -16,6 +16,7 @@ mod publish;
 mod recovery;
 mod retention;
 mod storage;
+#[cfg(any(test, feature = "fault-injection"))]
 #[doc(hidden)]
 pub mod testing;
 mod writer;

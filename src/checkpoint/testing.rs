@@ -1,8 +1,9 @@
-//! Fault injection for tests (hidden from the documented API): an [`Io`] that counts steps
-//! (create, write, fsync, fdatasync, set direct, rename, dir sync, remove, create dir) and
-//! fails step number `fail_at` and every step after it, like a process that died there;
-//! read faults (`EIO`, `EMFILE`, ...) on chosen reads; and [`FaultyIo::crash`], a power
-//! cut.
+//! Fault injection for floe's own tests and benches, compiled only with the
+//! `fault-injection` feature (their dev-dependency on floe itself turns it on): an [`Io`]
+//! that counts steps (create, write, fsync, fdatasync, set direct, rename, dir sync,
+//! remove, create dir) and fails step number `fail_at` and every step after it, like a
+//! process that died there; read faults (`EIO`, `EMFILE`, ...) on chosen reads; and
+//! [`FaultyIo::crash`], a power cut.
 //!
 //! The crash model, written down (the fault model of the simulated disk):
 //! - a file keeps only the bytes that an `fsync`/`fdatasync` made durable;
