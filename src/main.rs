@@ -37,7 +37,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// One line per checkpoint and savepoint, totals, orphaned and foreign files.
+    /// A line per checkpoint and savepoint with its statistics below it, totals, chains,
+    /// footprint, orphaned and foreign files.
     Inspect {
         /// The checkpoint directory.
         dir: PathBuf,

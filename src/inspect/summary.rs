@@ -1,5 +1,5 @@
-//! `floe inspect DIR`: one line per checkpoint and savepoint, totals, orphaned and foreign
-//! files.
+//! `floe inspect DIR`: a line per checkpoint and savepoint (its statistics below it),
+//! totals, orphaned and foreign files.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
