@@ -487,11 +487,33 @@ fn background_io_fault_sweep(direct_io: bool, background: &str) {
             *hit.entry(kind).or_insert(0) += 1;
         }
     }
+    // A transient fault: only step n fails. Linux reports a failed fdatasync's writeback
+    // error once per open file, so the final fsync (of the same open file) may succeed
+    // although the bytes are gone: a failed background sync must fail the publication by
+    // itself. (Above, every later step fails too, which hides a swallowed error.)
+    let mut once_hits = 0;
+    for n in start..end + 4 {
+        let dir = tempfile::tempdir().unwrap();
+        let io = FaultyIo::new_once(n, Fault::Fail);
+        let (ok, _) = run(dir.path(), io.clone());
+        let failed = io.log().get(n as usize).cloned();
+        let step = format!("step {n} (once {failed:?})");
+        if let Some((kind, path)) = &failed
+            && *kind == background
+            && path.parent().is_some_and(|p| p.ends_with("data"))
+        {
+            once_hits += 1;
+            assert!(!ok, "{step}: checkpoint 3 completed after its data file's {background} failed");
+        }
+        recover_after_power_loss(dir.path(), &io, config.clone(), ok, &models, &step);
+    }
     eprintln!(
-        "background fault sweep (direct {direct_io}) over {} steps: faults by step kind {hit:?}",
+        "background fault sweep (direct {direct_io}) over {} steps: faults by step kind {hit:?}; \
+         {once_hits} transient faults of a data file's {background}",
         end - start
     );
     assert!(hit.get(background).copied().unwrap_or(0) >= 1, "no fault hit a {background} step: {hit:?}");
+    assert!(once_hits >= 1, "no transient fault hit a data file's {background}");
 }
 
 /// Every compression setting writes files that recover to the same state: `None` stores
