@@ -637,6 +637,77 @@ fn a_real_full_disk_fails_a_checkpoint_by_name_and_cleanup_frees_space() {
     assert!(files_in(&root.join("data")).iter().all(|f| !f.starts_with("tmp-")), "the failed file stayed");
 }
 
+/// What a writer killed while writing checkpoint 2 and savepoint 3 leaves: temp files.
+const DEAD_TEMPS: [&str; 3] = [
+    "data/tmp-00000000000000000002-00000000000000000002-op-1234abcd-0.full",
+    "tmp-00000000000000000002-chk-00000000000000000002.manifest",
+    "savepoints/sp-00000000000000000003/data/tmp-00000000000000000003-00000000000000000003-op-1234abcd-0.full",
+];
+
+#[test]
+fn temp_files_a_dead_writer_left_are_removed_when_the_next_writer_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let storage = open(root);
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 500);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    let state = materialize(&store.snapshot());
+    drop(cp);
+    drop(storage);
+    // Names that are not floe's temp names (no 20-digit id) are never touched.
+    let foreign = ["data/tmp-notes", "tmp-2-short", "savepoints/sp-00000000000000000003/tmp-x"];
+    for f in DEAD_TEMPS.iter().chain(&foreign) {
+        let p = root.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b"half a file").unwrap();
+    }
+    // A reader does not remove them (a writer may be alive)...
+    let reader = CheckpointStorage::open_existing(root, StorageConfig::default()).unwrap();
+    assert!(DEAD_TEMPS.iter().all(|f| root.join(f).exists()));
+    drop(reader);
+    // ...the next writer, holding the lock, does.
+    let storage = open(root);
+    for f in DEAD_TEMPS {
+        assert!(!root.join(f).exists(), "{f} stayed");
+    }
+    for f in foreign {
+        assert!(root.join(f).exists(), "{f} is not floe's and was removed");
+    }
+    assert!(storage.next_id().unwrap() > 3, "an id a dead writer used was handed out again");
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (1, state));
+}
+
+#[test]
+fn a_dead_writers_temp_file_on_a_full_disk_does_not_stop_the_next_checkpoint() {
+    let Some(fs) = Tmpfs::mount("3m") else {
+        eprintln!("no tmpfs can be mounted here: the test above covers the removal");
+        return;
+    };
+    let root = fs.0.path().join("ckpt");
+    let storage = open(&root);
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 2000);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    drop(cp);
+    drop(storage);
+    // The killed writer's temp file took the rest of the disk.
+    let tmp = root.join(DEAD_TEMPS[0]);
+    let mut f = std::fs::File::create(&tmp).unwrap();
+    let chunk = vec![0x5a; 64 << 10];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    drop(f);
+    let storage = open(&root);
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 2, 2000);
+    let id = storage.next_id().unwrap();
+    checkpoint(&storage, &mut cp, &mut store, id);
+    assert!(!tmp.exists());
+}
+
 // ---- 12. Dropping a Checkpointer stops and joins its writer ----------------------------
 
 #[test]

@@ -229,6 +229,37 @@ impl CheckpointStorage {
         }
     }
 
+    /// Removes the temp files (`tmp-<id>-...`) that a writer which died mid-write left in
+    /// the directory's folders (its root, `data/`, and every savepoint folder and its
+    /// `data/`): called when a writer has just taken the lock of a local directory, which
+    /// proves that no one is still writing them. Without this they stayed until a later
+    /// checkpoint completed, which on a nearly full disk none could. Only regular files
+    /// with floe's temp names; best effort: what cannot be removed stays an orphan for
+    /// [`CheckpointStorage::gc`]. Returns the files removed.
+    pub(crate) fn remove_dead_temp_files(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.root.clone(), self.root.join(DATA_DIR)];
+        let savepoints = self.root.join(SAVEPOINT_DIR);
+        for e in self.io.list_dir(&savepoints).unwrap_or_default() {
+            if e.kind == EntryKind::Dir && layout::parse_savepoint_dir_name(&e.name).is_some() {
+                dirs.push(savepoints.join(&e.name));
+                dirs.push(savepoints.join(&e.name).join(DATA_DIR));
+            }
+        }
+        let mut removed = Vec::new();
+        for dir in dirs {
+            for e in self.io.list_dir(&dir).unwrap_or_default() {
+                let path = dir.join(&e.name);
+                if e.kind == EntryKind::File
+                    && layout::parse_tmp_name(&e.name).is_some()
+                    && self.io.remove_file(&path).is_ok()
+                {
+                    removed.push(path);
+                }
+            }
+        }
+        removed
+    }
+
     /// Removes floe's orphaned files (or only lists them with `dry_run`, which a read-only
     /// handle may do). Removing needs the writing handle.
     pub fn gc(&self, dry_run: bool) -> Result<Orphans> {

@@ -241,7 +241,10 @@ impl CheckpointStorage {
         for d in [DATA_DIR, SAVEPOINT_DIR] {
             ensure_dir(&*io, &root, &root.join(d))?;
         }
-        Self::with_writer(root, io, config, Some(lock))
+        let storage = Self::with_writer(root, io, config, Some(lock))?;
+        // After the ids are counted (temp files included), so no id is handed out twice.
+        storage.remove_dead_temp_files();
+        Ok(storage)
     }
 
     /// The handle of a checked directory with its writer's book.
@@ -884,7 +887,8 @@ impl CheckpointStorage {
     }
 
     /// The highest id used in the directory (0 when empty): manifests, savepoints, ids
-    /// this handle handed out or began, and leftover data or temp files of failed ones.
+    /// this handle handed out or began, and leftover data or temp files or savepoint
+    /// folders of failed ones.
     pub fn max_id(&self) -> Result<u64> {
         let c = self.checkpoint_ids()?.last().copied().unwrap_or(0);
         let s = self.savepoint_ids()?.last().copied().unwrap_or(0);
@@ -898,6 +902,13 @@ impl CheckpointStorage {
                 {
                     files = files.max(id);
                 }
+            }
+        }
+        // A savepoint folder without its MANIFEST (a writer died while writing it) holds
+        // the id as well.
+        for e in self.io.list_dir(&self.root.join(SAVEPOINT_DIR)).unwrap_or_default() {
+            if let Some(id) = layout::parse_savepoint_dir_name(&e.name) {
+                files = files.max(id);
             }
         }
         Ok(c.max(s).max(b).max(files))
