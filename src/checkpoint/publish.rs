@@ -680,7 +680,10 @@ fn produce_direct<T>(
     std::thread::scope(|s| {
         let writer = std::cell::RefCell::new(None);
         let flusher = std::cell::RefCell::new(None);
-        let start = |mut file: Box<dyn IoFile>| -> std::io::Result<ToDisk> {
+        // Why the background threads could not start (a dup, a spawn at the process's
+        // limit): reported as such, not as the producer's failed write that follows.
+        let start_failed = std::cell::RefCell::new(None);
+        let start_threads = |mut file: Box<dyn IoFile>| -> std::io::Result<ToDisk> {
             // Where the file system has no direct I/O, the chunks are written buffered.
             progress.note_direct(file.set_direct(true)?);
             // A direct write ends when the device has the bytes, maybe only in its volatile
@@ -700,6 +703,11 @@ fn produce_direct<T>(
                 .spawn_scoped(s, move || run_direct_writer(file, rx, spare_tx, progress, flush))?;
             *writer.borrow_mut() = Some(handle);
             Ok((to_disk, spare))
+        };
+        let start = |file: Box<dyn IoFile>| -> std::io::Result<ToDisk> {
+            start_threads(file).inspect_err(|e| {
+                *start_failed.borrow_mut() = Some(std::io::Error::new(e.kind(), e.to_string()));
+            })
         };
         let mut w = DirectWriter {
             chunk: Chunk::new(chunk_len),
@@ -730,6 +738,9 @@ fn produce_direct<T>(
             h.join()
                 .map_err(|_| Error::Background("the fdatasync thread panicked".into()))?
                 .map_err(|e| Error::io("fdatasync", tmp, e))?;
+        }
+        if let Some(e) = start_failed.borrow_mut().take() {
+            return Err(Error::io("the start of direct writing", tmp, e));
         }
         let value = produced?;
         let mut file = kept
@@ -812,6 +823,38 @@ mod tests {
         assert!(flushes >= 1, "no fdatasync between the first write and the fsync: {kinds:?}");
         let tmp = &log[first_write].1;
         assert!(log.iter().filter(|(k, _)| *k == "fdatasync").all(|(_, p)| p == tmp), "{log:?}");
+    }
+
+    /// A direct file whose background threads cannot start (here its `O_DIRECT` flag is
+    /// refused; a failed dup or spawn takes the same path) fails with that step named on
+    /// the temp file, not as the producer's write on the final name that follows; nothing
+    /// is left behind.
+    #[test]
+    fn a_direct_writer_that_cannot_start_is_named_on_the_temp_file() {
+        use crate::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
+        let chunk = 4 * DIRECT_ALIGN;
+        let options = WriteOptions { sync_every: chunk as u64, direct: true, model: None };
+        let data = vec![7u8; 3 * chunk];
+        let run = |io: &Arc<FaultyIo>, dir: &Path| {
+            publish(&FaultyIoHandle(Arc::clone(io)), dir, "f", 1, options, |w, _| {
+                w.write_all(&data).map_err(|e| Error::io("write", dir.join("f"), e))
+            })
+        };
+        let dry = tempfile::tempdir().unwrap();
+        let io = FaultyIo::new(u64::MAX, Fault::Fail);
+        run(&io, dry.path()).unwrap();
+        let n = io.log().iter().position(|(k, _)| *k == "set direct").unwrap() as u64;
+        let dir = tempfile::tempdir().unwrap();
+        let err = run(&FaultyIo::new_once(n, Fault::Fail), dir.path()).unwrap_err();
+        match &err {
+            Error::Io { op, path, .. } => {
+                assert_eq!(*op, "the start of direct writing", "{err}");
+                let name = path.file_name().unwrap().to_string_lossy();
+                assert!(name.starts_with(TMP_PREFIX), "{err}");
+            }
+            other => panic!("{other}"),
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "a file was left behind");
     }
 
     /// A file whose writes wait until the test opens its gate (a disk that has not taken

@@ -207,19 +207,30 @@ pub fn load_chain(
     // into `store` (a trie per group, moved as a pointer: `Store::absorb`).
     let parts = split(range, threads);
     let config = store.config();
+    let load = move |part: KeyGroupRange| -> Result<Store> {
+        let mut st = Store::with_config(StoreConfig { key_groups: part, ..config })?;
+        load_range(&mut st, files, op, part).map(|()| st)
+    };
     let built: Vec<Result<Store>> = std::thread::scope(|s| {
+        // A part whose thread cannot be started (a process at its thread limit) is loaded
+        // on this thread, after the others are started.
         let handles: Vec<_> = parts
             .iter()
             .map(|&part| {
-                s.spawn(move || {
-                    let mut st = Store::with_config(StoreConfig { key_groups: part, ..config })?;
-                    load_range(&mut st, files, op, part).map(|()| st)
-                })
+                std::thread::Builder::new()
+                    .name("floe-restore".into())
+                    .spawn_scoped(s, move || load(part))
+                    .map_err(|_| part)
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Background("a restore thread panicked".into()))))
+            .map(|h| match h {
+                Ok(h) => {
+                    h.join().unwrap_or_else(|_| Err(Error::Background("a restore thread panicked".into())))
+                }
+                Err(part) => load(part),
+            })
             .collect()
     });
     // Every share registered all of `op`'s states, so joining them registers them here.

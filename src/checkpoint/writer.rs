@@ -173,19 +173,31 @@ pub(crate) fn write_snapshot_file(
                 // Wakes and stops the encoders however this thread leaves the scope.
                 let _close = CloseOnDrop(&queue);
                 let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
+                let mut started = 0;
                 for _ in 0..threads {
                     let tx = tx.clone();
                     let (units, compress, queue, pool) = (&units, &compress, &queue, &pool);
-                    s.spawn(move || {
-                        while let Some(i) = queue.take() {
-                            let (st, kg) = units[i];
-                            let r = encode_unit(snapshot, st, kg, since, target, compress, pool);
-                            let failed = r.is_err();
-                            if tx.send((i, r)).is_err() || failed {
-                                return;
+                    // A process at its thread limit writes with the encoders it could start
+                    // (the work queue does not care how many), and fails with a named error
+                    // when it could start none.
+                    let spawned =
+                        std::thread::Builder::new().name("floe-encode".into()).spawn_scoped(s, move || {
+                            while let Some(i) = queue.take() {
+                                let (st, kg) = units[i];
+                                let r = encode_unit(snapshot, st, kg, since, target, compress, pool);
+                                let failed = r.is_err();
+                                if tx.send((i, r)).is_err() || failed {
+                                    return;
+                                }
                             }
+                        });
+                    match spawned {
+                        Ok(_) => started += 1,
+                        Err(e) if started == 0 => {
+                            return Err(Error::io("the start of an encoder thread", &path, e));
                         }
-                    });
+                        Err(_) => break,
+                    }
                 }
                 drop(tx);
                 let mut waiting = std::collections::BTreeMap::new();
