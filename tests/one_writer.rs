@@ -708,6 +708,36 @@ fn a_dead_writers_temp_file_on_a_full_disk_does_not_stop_the_next_checkpoint() {
     assert!(!tmp.exists());
 }
 
+#[test]
+fn a_directory_removed_under_its_writer_never_gets_a_completed_checkpoint() {
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().join("ckpt");
+    let storage = open(&root);
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 300);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    // Removed: the writer does not recreate it.
+    std::fs::remove_dir_all(&root).unwrap();
+    put_round(&mut store, 2, 300);
+    let err = cp.snapshot(&mut store, 2, Target::Checkpoint).unwrap().wait().unwrap_err();
+    assert!(matches!(err, Error::NotOurs { .. }), "{err}");
+    cp.notify_aborted(2);
+    storage.abort(2);
+    assert!(!root.exists(), "the writer recreated the removed directory");
+    // Replaced by another folder (no marker, no lock of ours): its data file may be written,
+    // but no commit makes it a completed checkpoint.
+    std::fs::create_dir_all(root.join("data")).unwrap();
+    let (h, _) = cp.snapshot(&mut store, 3, Target::Checkpoint).unwrap().wait().unwrap();
+    let err = storage.commit(3, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap_err();
+    assert!(matches!(&err, Error::NotOurs { path, .. } if path.ends_with("LOCK")), "{err}");
+    assert!(
+        files_in(&root).iter().all(|f| !f.ends_with(".manifest")),
+        "a manifest was written: {:?}",
+        files_in(&root)
+    );
+}
+
 // ---- 12. Dropping a Checkpointer stops and joins its writer ----------------------------
 
 #[test]

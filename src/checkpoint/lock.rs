@@ -88,6 +88,28 @@ impl DirLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Whether the directory still holds this lock's file: its `LOCK` is the very file
+    /// locked (same device and inode). A directory removed, or replaced by another, while
+    /// its writer lives fails this, and the writer must not call anything it writes there a
+    /// completed checkpoint: the new folder has no marker, and its lock is no one's.
+    pub fn check_in_place(&self) -> Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let held = self._file.metadata().map_err(|e| Error::io("stat", &self.path, e))?;
+            let now = std::fs::symlink_metadata(&self.path);
+            if !now.as_ref().is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
+                return Err(Error::NotOurs {
+                    path: self.path.clone(),
+                    why: "it is no longer the file this writer locked: the checkpoint directory \
+                          was removed or replaced while the writer held it"
+                        .into(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The holder line of a LOCK file, for an error message.

@@ -87,7 +87,7 @@ pub struct CommitMeta {
 pub(crate) struct Writer {
     /// The directory's `flock` (none on object storage, where the create-only manifest put
     /// decides between racing writers).
-    _lock: Option<DirLock>,
+    lock: Option<DirLock>,
     pub(crate) book: Mutex<IdBook>,
     commit: Mutex<()>,
     /// On object storage, where no lock keeps a second writer out: a token unique to this
@@ -260,7 +260,7 @@ impl CheckpointStorage {
         let max_used = storage.max_id()?;
         let name_token = (storage.io.medium() == Medium::Objects).then(layout::writer_token);
         storage.writer = Some(Writer {
-            _lock: lock,
+            lock,
             book: Mutex::new(IdBook::new(max_used, newest)),
             commit: Mutex::new(()),
             name_token,
@@ -628,9 +628,10 @@ impl CheckpointStorage {
         let w = self.writer("commit")?;
         let _serial = w.commit.lock();
         w.book.lock().check_commit(checkpoint_id)?;
-        let result = self
-            .build_manifest(checkpoint_id, target, handles, channel_state, sources, extra, meta)
-            .and_then(|m| self.write_manifest(&m, target).map(|()| m));
+        let result = w.lock.as_ref().map_or(Ok(()), DirLock::check_in_place).and_then(|()| {
+            self.build_manifest(checkpoint_id, target, handles, channel_state, sources, extra, meta)
+                .and_then(|m| self.write_manifest(&m, target).map(|()| m))
+        });
         match &result {
             Ok(_) => w.book.lock().committed(checkpoint_id),
             Err(_) => self.abort(checkpoint_id),
@@ -929,6 +930,19 @@ pub(crate) fn ensure_dir(io: &dyn Io, root: &Path, dir: &Path) -> Result<()> {
     if io.medium() == Medium::Objects {
         // Folders are key prefixes: nothing to create or make durable.
         return Ok(());
+    }
+    // The root is never created here: a directory removed while its writer lives stays
+    // removed (a new one would have no marker and no lock). (It may be a link the user
+    // named; what it is was checked when the handle was opened.)
+    if let Err(e) = io.stat(root) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Err(Error::NotOurs {
+                path: root.to_path_buf(),
+                why: "it no longer exists (removed while floe wrote in it), and floe does not recreate it"
+                    .into(),
+            });
+        }
+        return Err(Error::io("stat", root, e));
     }
     // Every component below the root, top down: an existing one must be a real directory
     // (`stat` does not follow a link in the last component, so each level is checked on
