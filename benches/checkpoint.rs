@@ -96,6 +96,15 @@ fn evict(path: &std::path::Path) {
 #[cfg(not(target_os = "linux"))]
 fn evict(_path: &std::path::Path) {}
 
+/// Makes the file system durable and idle before a timed step (untimed): the previous
+/// step's unlinks (ext4 mounted with `discard` sends the device a discard for every freed
+/// extent at its next journal commit) and writeback would otherwise land on whichever
+/// step syncs next, floe's checkpoint or the raw baseline.
+fn settle(dir: &std::path::Path) {
+    let d = std::fs::File::open(dir).unwrap();
+    rustix::fs::syncfs(&d).unwrap();
+}
+
 struct Stats(Vec<Duration>);
 
 impl Stats {
@@ -158,6 +167,7 @@ fn main() {
             // Background unlinks of files that retention freed are awaited, untimed (as
             // in the report bench: they would otherwise overlap back-to-back checkpoints).
             storage.wait_for_cleanup();
+            settle(&root);
             let t = Instant::now();
             let (h, _) = cp.snapshot(store, cid, Target::Checkpoint).unwrap().wait().unwrap();
             let c = Instant::now();
@@ -174,6 +184,7 @@ fn main() {
         full_b = b;
 
         // Raw write + fsync of the same number of bytes.
+        settle(&root);
         raw_t.push(raw(&root, b));
 
         // The same full checkpoint with each compression setting, for comparison with the
@@ -186,6 +197,7 @@ fn main() {
                 StorageConfig { compression, ..StorageConfig::default() },
             );
             let mut ocp = Checkpointer::new(Arc::clone(&other), "op", 0);
+            settle(&root);
             let t = Instant::now();
             let (h, _) = ocp.snapshot(&mut store, 1, Target::Checkpoint).unwrap().wait().unwrap();
             other.commit(1, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
@@ -193,6 +205,7 @@ fn main() {
             fixed_b[i] = h.operator.bytes_written;
         }
         // Raw write + fsync of the state's uncompressed bytes (the `None` file's size).
+        settle(&root);
         raw_unc_t.push(raw(&root, fixed_b[1]));
 
         // Ten increments of 1% churn each.
@@ -272,6 +285,8 @@ fn main() {
         mb(full_b),
         mb(full_b) / full_t.median()
     );
+    let runs_ms: Vec<String> = full_t.0.iter().map(|d| format!("{:.1}", d.as_secs_f64() * 1e3)).collect();
+    println!("  each run, ms:         {}", runs_ms.join(" "));
     let commit = Stats(full_commit);
     println!(
         "  of which commit:      min {:>8.1} ms  median {:>8.1} ms  (manifest written durably, retention)",
