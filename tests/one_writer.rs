@@ -656,7 +656,14 @@ fn temp_files_a_dead_writer_left_are_removed_when_the_next_writer_opens() {
     let state = materialize(&store.snapshot());
     drop(cp);
     drop(storage);
-    // Names that are not floe's temp names (no 20-digit id) are never touched.
+    // Names that are not floe's temp names (no 20-digit id) are never touched, nor is a
+    // temp-named file that a link in a savepoint folder leads to.
+    let outside = tempfile::tempdir().unwrap();
+    let lured = outside.path().join("tmp-00000000000000000001-notes.txt");
+    std::fs::write(&lured, b"precious").unwrap();
+    let sp = root.join("savepoints/sp-00000000000000000099");
+    std::fs::create_dir_all(&sp).unwrap();
+    std::os::unix::fs::symlink(outside.path(), sp.join("data")).unwrap();
     let foreign = ["data/tmp-notes", "tmp-2-short", "savepoints/sp-00000000000000000003/tmp-x"];
     for f in DEAD_TEMPS.iter().chain(&foreign) {
         let p = root.join(f);
@@ -675,6 +682,7 @@ fn temp_files_a_dead_writer_left_are_removed_when_the_next_writer_opens() {
     for f in foreign {
         assert!(root.join(f).exists(), "{f} is not floe's and was removed");
     }
+    assert!(lured.exists(), "a file outside the directory was removed through a link");
     assert!(storage.next_id().unwrap() > 3, "an id a dead writer used was handed out again");
     let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
     assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (1, state));
@@ -725,17 +733,63 @@ fn a_directory_removed_under_its_writer_never_gets_a_completed_checkpoint() {
     cp.notify_aborted(2);
     storage.abort(2);
     assert!(!root.exists(), "the writer recreated the removed directory");
-    // Replaced by another folder (no marker, no lock of ours): its data file may be written,
-    // but no commit makes it a completed checkpoint.
+    // Replaced by another folder (no marker, no lock of ours): nothing is written there,
+    // and a commit of a handle written before is refused.
     std::fs::create_dir_all(root.join("data")).unwrap();
-    let (h, _) = cp.snapshot(&mut store, 3, Target::Checkpoint).unwrap().wait().unwrap();
-    let err = storage.commit(3, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap_err();
+    let err = cp.snapshot(&mut store, 3, Target::Checkpoint).unwrap().wait().unwrap_err();
     assert!(matches!(&err, Error::NotOurs { path, .. } if path.ends_with("LOCK")), "{err}");
-    assert!(
-        files_in(&root).iter().all(|f| !f.ends_with(".manifest")),
-        "a manifest was written: {:?}",
-        files_in(&root)
-    );
+    let err = storage.commit(3, Target::Checkpoint, vec![], BTreeMap::new(), BTreeMap::new()).unwrap_err();
+    assert!(matches!(&err, Error::NotOurs { path, .. } if path.ends_with("LOCK")), "{err}");
+    assert_eq!(files_in(&root), ["data"], "something was written into the replacement");
+    assert!(files_in(&root.join("data")).is_empty());
+}
+
+#[test]
+fn a_writer_whose_directory_was_replaced_leaves_the_replacement_alone() {
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().join("ckpt");
+    // Keeping one checkpoint, its retention would delete everything older, and its abort
+    // removes files by id.
+    let one = StorageConfig { num_retained: 1, ..StorageConfig::default() };
+    let storage = CheckpointStorage::open(&root, one.clone()).unwrap();
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    for id in 1..=3 {
+        put_round(&mut store, id, 300);
+        checkpoint(&storage, &mut cp, &mut store, id);
+    }
+    // Another job's directory, with checkpoints 1..=4, is moved to the path.
+    let other = parent.path().join("other");
+    {
+        let s = CheckpointStorage::open(&other, StorageConfig { num_retained: 10, ..one }).unwrap();
+        let mut st = store_with(StoreConfig::default());
+        let mut c = Checkpointer::new(Arc::clone(&s), "op", 0);
+        for id in 1..=4 {
+            put_round(&mut st, 10 + id, 300);
+            checkpoint(&s, &mut c, &mut st, id);
+        }
+    }
+    let before: Vec<(String, Vec<u8>)> = ["", "data"]
+        .iter()
+        .flat_map(|d| files_in(&other.join(d)).into_iter().map(move |f| format!("{d}/{f}")))
+        .filter(|f| other.join(f).is_file())
+        .map(|f| (f.clone(), std::fs::read(other.join(&f)).unwrap()))
+        .collect();
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::rename(&other, &root).unwrap();
+    put_round(&mut store, 4, 300);
+    let err = cp.snapshot(&mut store, 4, Target::Checkpoint).unwrap().wait().unwrap_err();
+    assert!(matches!(err, Error::NotOurs { .. }), "{err}");
+    cp.notify_aborted(4);
+    storage.abort(4);
+    assert!(storage.retain().is_err() && storage.gc(false).is_err());
+    let after: Vec<(String, Vec<u8>)> = ["", "data"]
+        .iter()
+        .flat_map(|d| files_in(&root.join(d)).into_iter().map(move |f| format!("{d}/{f}")))
+        .filter(|f| root.join(f).is_file())
+        .map(|f| (f.clone(), std::fs::read(root.join(&f)).unwrap()))
+        .collect();
+    assert_eq!(after, before, "the old writer changed the directory that replaced its own");
 }
 
 // ---- 12. Dropping a Checkpointer stops and joins its writer ----------------------------

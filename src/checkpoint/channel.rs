@@ -121,6 +121,7 @@ impl CheckpointStorage {
             high_water: 0,
         };
         // From here on, dropping `writer` ends the write (and cleans up) on any error.
+        self.check_in_place()?;
         ensure_dir(self.io(), &self.root, &self.root.join(DATA_DIR))?;
         writer.dest.check_free(self.io())?;
         let file = writer.dest.create(self.io())?;

@@ -79,6 +79,7 @@ impl CheckpointStorage {
     /// in the report as removed) instead of unlinked here.
     pub(crate) fn retain_inner(&self, defer: bool) -> Result<CleanupReport> {
         self.writer("retain")?;
+        self.check_in_place()?;
         let mut report = CleanupReport::default();
         // Only regular files named like manifests take part: a link, FIFO or directory of
         // that name is foreign, never removed, and holds nothing up.
@@ -241,8 +242,12 @@ impl CheckpointStorage {
         let savepoints = self.root.join(SAVEPOINT_DIR);
         for e in self.io.list_dir(&savepoints).unwrap_or_default() {
             if e.kind == EntryKind::Dir && layout::parse_savepoint_dir_name(&e.name).is_some() {
-                dirs.push(savepoints.join(&e.name));
-                dirs.push(savepoints.join(&e.name).join(DATA_DIR));
+                let sp = savepoints.join(&e.name);
+                // Its data/ only if it is a real directory: a link there leads outside.
+                if matches!(self.io.stat(&sp.join(DATA_DIR)), Ok((EntryKind::Dir, _))) {
+                    dirs.push(sp.join(DATA_DIR));
+                }
+                dirs.push(sp);
             }
         }
         let mut removed = Vec::new();
@@ -265,6 +270,7 @@ impl CheckpointStorage {
     pub fn gc(&self, dry_run: bool) -> Result<Orphans> {
         if !dry_run {
             self.writer("gc")?;
+            self.check_in_place()?;
         }
         self.deleter.wait();
         let orphans = self.orphans_inner()?;

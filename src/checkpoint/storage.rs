@@ -527,6 +527,7 @@ impl CheckpointStorage {
         snapshot: &Snapshot,
         parent: Option<&ParentChain>,
     ) -> Result<StateHandle> {
+        self.check_in_place()?;
         let dir = self.target_dir(checkpoint_id, target);
         ensure_dir(&*self.io, &self.root, &dir.join(DATA_DIR))?;
         let full = parent.is_none();
@@ -628,10 +629,11 @@ impl CheckpointStorage {
         let w = self.writer("commit")?;
         let _serial = w.commit.lock();
         w.book.lock().check_commit(checkpoint_id)?;
-        let result = w.lock.as_ref().map_or(Ok(()), DirLock::check_in_place).and_then(|()| {
-            self.build_manifest(checkpoint_id, target, handles, channel_state, sources, extra, meta)
-                .and_then(|m| self.write_manifest(&m, target).map(|()| m))
-        });
+        // Not ours any more: no manifest, and no abort or retention (they delete by name).
+        self.check_in_place()?;
+        let result = self
+            .build_manifest(checkpoint_id, target, handles, channel_state, sources, extra, meta)
+            .and_then(|m| self.write_manifest(&m, target).map(|()| m));
         match &result {
             Ok(_) => w.book.lock().committed(checkpoint_id),
             Err(_) => self.abort(checkpoint_id),
@@ -822,8 +824,20 @@ impl CheckpointStorage {
     /// on a read-only handle.
     pub fn abort(&self, checkpoint_id: u64) {
         let Some(w) = &self.writer else { return };
-        if w.book.lock().abort(checkpoint_id) {
+        // Files are removed by id: in a directory that replaced ours they are another's.
+        if w.book.lock().abort(checkpoint_id) && self.check_in_place().is_ok() {
             self.remove_files_of(checkpoint_id);
+        }
+    }
+
+    /// A writing handle's directory is still the one it locked
+    /// ([`DirLock::check_in_place`]); checked before it writes, commits or deletes
+    /// anything, so a writer whose directory was removed or replaced leaves whatever now
+    /// sits at its path alone. Always true for read-only handles and object storage.
+    pub(crate) fn check_in_place(&self) -> Result<()> {
+        match self.writer.as_ref().and_then(|w| w.lock.as_ref()) {
+            Some(lock) => lock.check_in_place(),
+            None => Ok(()),
         }
     }
 
