@@ -744,6 +744,16 @@ fn a_directory_removed_under_its_writer_never_gets_a_completed_checkpoint() {
     assert!(files_in(&root.join("data")).is_empty());
 }
 
+/// The regular files of `dir` and its `data/`, with their bytes.
+fn files_with_contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    ["", "data"]
+        .iter()
+        .flat_map(|d| files_in(&dir.join(d)).into_iter().map(move |f| format!("{d}/{f}")))
+        .filter(|f| dir.join(f).is_file())
+        .map(|f| (f.clone(), std::fs::read(dir.join(&f)).unwrap()))
+        .collect()
+}
+
 #[test]
 fn a_writer_whose_directory_was_replaced_leaves_the_replacement_alone() {
     let parent = tempfile::tempdir().unwrap();
@@ -769,12 +779,7 @@ fn a_writer_whose_directory_was_replaced_leaves_the_replacement_alone() {
             checkpoint(&s, &mut c, &mut st, id);
         }
     }
-    let before: Vec<(String, Vec<u8>)> = ["", "data"]
-        .iter()
-        .flat_map(|d| files_in(&other.join(d)).into_iter().map(move |f| format!("{d}/{f}")))
-        .filter(|f| other.join(f).is_file())
-        .map(|f| (f.clone(), std::fs::read(other.join(&f)).unwrap()))
-        .collect();
+    let before = files_with_contents(&other);
     std::fs::remove_dir_all(&root).unwrap();
     std::fs::rename(&other, &root).unwrap();
     put_round(&mut store, 4, 300);
@@ -783,12 +788,7 @@ fn a_writer_whose_directory_was_replaced_leaves_the_replacement_alone() {
     cp.notify_aborted(4);
     storage.abort(4);
     assert!(storage.retain().is_err() && storage.gc(false).is_err());
-    let after: Vec<(String, Vec<u8>)> = ["", "data"]
-        .iter()
-        .flat_map(|d| files_in(&root.join(d)).into_iter().map(move |f| format!("{d}/{f}")))
-        .filter(|f| root.join(f).is_file())
-        .map(|f| (f.clone(), std::fs::read(root.join(&f)).unwrap()))
-        .collect();
+    let after = files_with_contents(&root);
     assert_eq!(after, before, "the old writer changed the directory that replaced its own");
 }
 

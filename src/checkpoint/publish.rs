@@ -705,8 +705,10 @@ fn produce_direct<T>(
             Ok((to_disk, spare))
         };
         let start = |file: Box<dyn IoFile>| -> std::io::Result<ToDisk> {
-            start_threads(file).inspect_err(|e| {
-                *start_failed.borrow_mut() = Some(std::io::Error::new(e.kind(), e.to_string()));
+            start_threads(file).map_err(|e| {
+                let producer = std::io::Error::new(e.kind(), "the direct writer did not start");
+                *start_failed.borrow_mut() = Some(e);
+                producer
             })
         };
         let mut w = DirectWriter {

@@ -236,8 +236,8 @@ impl CheckpointStorage {
     /// proves that no one is still writing them. Without this they stayed until a later
     /// checkpoint completed, which on a nearly full disk none could. Only regular files
     /// with floe's temp names; best effort: what cannot be removed stays an orphan for
-    /// [`CheckpointStorage::gc`]. Returns the files removed.
-    pub(crate) fn remove_dead_temp_files(&self) -> Vec<PathBuf> {
+    /// [`CheckpointStorage::gc`].
+    pub(crate) fn remove_dead_temp_files(&self) {
         let mut dirs = vec![self.root.clone(), self.root.join(DATA_DIR)];
         let savepoints = self.root.join(SAVEPOINT_DIR);
         for e in self.io.list_dir(&savepoints).unwrap_or_default() {
@@ -250,19 +250,13 @@ impl CheckpointStorage {
                 dirs.push(sp);
             }
         }
-        let mut removed = Vec::new();
         for dir in dirs {
             for e in self.io.list_dir(&dir).unwrap_or_default() {
-                let path = dir.join(&e.name);
-                if e.kind == EntryKind::File
-                    && layout::parse_tmp_name(&e.name).is_some()
-                    && self.io.remove_file(&path).is_ok()
-                {
-                    removed.push(path);
+                if e.kind == EntryKind::File && layout::parse_tmp_name(&e.name).is_some() {
+                    let _ = self.io.remove_file(&dir.join(&e.name));
                 }
             }
         }
-        removed
     }
 
     /// Removes floe's orphaned files (or only lists them with `dry_run`, which a read-only
