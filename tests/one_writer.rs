@@ -788,6 +788,9 @@ fn a_writer_whose_directory_was_replaced_leaves_the_replacement_alone() {
     cp.notify_aborted(4);
     storage.abort(4);
     assert!(storage.retain().is_err() && storage.gc(false).is_err());
+    // Nor does a compaction (it reads the replacement's checkpoint 4, writes nothing).
+    let err = storage.compact(4, Target::Checkpoint, &mut |_, _| {}).unwrap_err();
+    assert!(matches!(err, Error::NotOurs { .. }), "{err}");
     let after = files_with_contents(&root);
     assert_eq!(after, before, "the old writer changed the directory that replaced its own");
 }

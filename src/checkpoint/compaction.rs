@@ -115,6 +115,7 @@ impl CheckpointStorage {
             Target::Checkpoint => self.root().to_path_buf(),
             Target::Savepoint => self.root().join(layout::savepoint_dir(new_id)),
         };
+        self.check_in_place()?;
         ensure_dir(self.io(), self.root(), &dir.join(layout::DATA_DIR))?;
         let mut handles = Vec::new();
         for op in &source.operators {
