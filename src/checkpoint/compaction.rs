@@ -134,7 +134,7 @@ impl CheckpointStorage {
             let target_len = self.config().block_target;
             // Offline: no checkpoint waits, so adaptive compression means compressing.
             let compress = self.config().compression.fixed().unwrap_or(true);
-            let options = WriteOptions::data_file(self.config(), None);
+            let options = WriteOptions::data_file(self.config(), None, Some(&self.chunks));
             let summary = publish(self.io(), &dir, &rel, new_id, options, |out: &mut dyn Write, _| {
                 let mut w = DataFileWriter::new(out, &path, header, states)?;
                 let pool = BufferPool::default();

@@ -83,7 +83,8 @@ pub struct StorageConfig {
     /// system allows it (elsewhere they are buffered). The kernel's copy into the page cache
     /// and its page bookkeeping cost more CPU than the encoding of a checkpoint; it also
     /// keeps checkpoint files from crowding the cache. A checkpoint read back soon after
-    /// (recovery) then comes from the disk.
+    /// (recovery) then comes from the disk. A writing handle keeps the aligned buffers of
+    /// its direct files (at most 5 MiB) for its next file.
     pub direct_io: bool,
 }
 

@@ -15,7 +15,7 @@ use super::io::{EntryKind, Io, Medium};
 use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
 use super::lifecycle::{AfterWrite, IdBook};
 use super::lock::{DirLock, LOCK_FILE};
-use super::publish::{DiskModel, WriteOptions, publish};
+use super::publish::{ChunkPool, DiskModel, WriteOptions, publish};
 use super::writer::write_snapshot_file;
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
@@ -109,6 +109,8 @@ pub struct CheckpointStorage {
     pub(crate) deleter: Deleter,
     /// What the data files written so far showed of the disk (`Compression::Adaptive`).
     pub(crate) disk: DiskModel,
+    /// The aligned buffers of direct data files, reused by the next file.
+    pub(crate) chunks: ChunkPool,
     /// Cleanup (retention, unlinks, removal of aborted files) that failed since the last
     /// [`CheckpointStorage::take_cleanup_errors`].
     pub(crate) cleanup_errors: Arc<Mutex<Vec<String>>>,
@@ -319,6 +321,7 @@ impl CheckpointStorage {
             writer: None,
             deleter,
             disk: DiskModel::default(),
+            chunks: ChunkPool::default(),
             cleanup_errors,
         }
     }
@@ -547,7 +550,7 @@ impl CheckpointStorage {
             snapshot,
             parent.map(|p| p.epoch),
             &self.config,
-            &self.disk,
+            (&self.disk, &self.chunks),
         )?;
         let own = FileRef {
             path: rel.clone(),

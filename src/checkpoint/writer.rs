@@ -8,7 +8,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::StorageConfig;
 use super::io::Io;
-use super::publish::{DiskModel, WriteOptions, publish};
+use super::publish::{ChunkPool, DiskModel, WriteOptions, publish};
 use crate::error::{Error, Result};
 use crate::format::datafile::BlockRecords;
 use crate::format::datafile::encode_record;
@@ -135,7 +135,7 @@ pub(crate) fn write_snapshot_file(
     snapshot: &Snapshot,
     since: Option<u64>,
     config: &StorageConfig,
-    disk: &DiskModel,
+    (disk, chunks): (&DiskModel, &ChunkPool),
 ) -> Result<FileSummary> {
     let (target, threads) = (config.block_target, config.threads.max(1));
     let states: Vec<FileState> =
@@ -148,7 +148,7 @@ pub(crate) fn write_snapshot_file(
         dir,
         rel,
         header.checkpoint_id,
-        WriteOptions::data_file(config, Some(disk)),
+        WriteOptions::data_file(config, Some(disk), Some(chunks)),
         |out: &mut dyn Write, progress| {
             // `Compression::Adaptive` compresses a block only while the disk is the
             // bottleneck (`SyncProgress::disk_bound`): compression then costs no time (the
