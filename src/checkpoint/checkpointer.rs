@@ -219,6 +219,7 @@ impl Checkpointer {
         let (tx, rx) = mpsc::channel::<WriteJob>();
         let storage = Arc::clone(&self.storage);
         let (operator, subtask) = (self.operator.clone(), self.subtask);
+        let root = self.storage.root().to_path_buf();
         let handle = std::thread::Builder::new()
             .name(format!("floe-write-{subtask}"))
             .spawn(move || {
@@ -236,7 +237,7 @@ impl Checkpointer {
                     let _ = job.done.send((r, t.elapsed()));
                 }
             })
-            .map_err(|e| Error::io("spawn writer thread", "", e))?;
+            .map_err(|e| Error::io("the start of a checkpoint writer thread for", root, e))?;
         if let Some((old, h)) = self.writer.replace((tx.clone(), handle)) {
             drop(old);
             let _ = h.join();

@@ -261,8 +261,8 @@ struct WriteBehind<'p> {
     progress: &'p SyncProgress,
     /// Sends the byte count to make durable; `None` until the first request.
     requests: Option<mpsc::Sender<u64>>,
-    /// Where the syncer thread is started (scoped to the publication).
-    start: &'p dyn Fn(Box<dyn DataSyncer>) -> std::io::Result<mpsc::Sender<u64>>,
+    /// Where the syncer thread is started (scoped to the publication) on the file's syncer.
+    start: &'p dyn Fn(std::io::Result<Box<dyn DataSyncer>>) -> std::io::Result<mpsc::Sender<u64>>,
 }
 
 impl Write for WriteBehind<'_> {
@@ -272,7 +272,7 @@ impl Write for WriteBehind<'_> {
         self.progress.written.store(self.written, Ordering::Relaxed);
         if self.every > 0 && self.written - self.requested >= self.every {
             if self.requests.is_none() {
-                self.requests = Some((self.start)(self.file.data_syncer()?)?);
+                self.requests = Some((self.start)(self.file.data_syncer())?);
             }
             if let Some(tx) = &self.requests {
                 // A closed channel means the syncer failed; its error surfaces at the end.
@@ -705,13 +705,23 @@ fn produce_buffered<T>(
 ) -> Result<(T, Box<dyn IoFile>, u64)> {
     std::thread::scope(|s| {
         let syncer = std::cell::RefCell::new(None);
-        let start = |d: Box<dyn DataSyncer>| -> std::io::Result<mpsc::Sender<u64>> {
-            let (tx, rx) = mpsc::channel();
-            let handle = std::thread::Builder::new()
-                .name("floe-sync".into())
-                .spawn_scoped(s, move || run_syncer(d, rx, progress))?;
-            *syncer.borrow_mut() = Some(handle);
-            Ok(tx)
+        // Why the syncer could not start (the dup of the fd, a spawn at the process's
+        // limit): reported as such, not as the producer's failed write that follows.
+        let start_failed = std::cell::RefCell::new(None);
+        let start = |d: std::io::Result<Box<dyn DataSyncer>>| -> std::io::Result<mpsc::Sender<u64>> {
+            let started = d.and_then(|d| {
+                let (tx, rx) = mpsc::channel();
+                let handle = std::thread::Builder::new()
+                    .name("floe-sync".into())
+                    .spawn_scoped(s, move || run_syncer(d, rx, progress))?;
+                *syncer.borrow_mut() = Some(handle);
+                Ok(tx)
+            });
+            started.map_err(|e| {
+                let producer = std::io::Error::new(e.kind(), "write-behind did not start");
+                *start_failed.borrow_mut() = Some(e);
+                producer
+            })
         };
         let behind = WriteBehind {
             file,
@@ -727,6 +737,10 @@ fn produce_buffered<T>(
         let produced = f(&mut w, progress);
         let produce_nanos = progress.nanos_since_start();
         let behind = w.into_inner().map_err(|e| Error::io("write", tmp, e.into_error()));
+        if let Some(e) = start_failed.borrow_mut().take() {
+            // The syncer never started: nothing to stop.
+            return Err(Error::io("the start of write-behind", tmp, e));
+        }
         // Stop the syncer (ending its requests) and collect its verdict before the final
         // fsync: a failed background sync fails the publication, whatever fsync says later.
         let (file, requests) = match behind {
@@ -978,6 +992,36 @@ mod tests {
         match &err {
             Error::Io { op, path, .. } => {
                 assert_eq!(*op, "the start of direct writing", "{err}");
+                let name = path.file_name().unwrap().to_string_lossy();
+                assert!(name.starts_with(TMP_PREFIX), "{err}");
+            }
+            other => panic!("{other}"),
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "a file was left behind");
+    }
+
+    /// A buffered file whose write-behind cannot start (here the dup of its fd fails; a
+    /// spawn at the thread limit is the same path) fails as that, on the temp file, and
+    /// leaves nothing behind.
+    #[test]
+    fn write_behind_that_cannot_start_is_named_on_the_temp_file() {
+        use crate::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
+        let options = WriteOptions { sync_every: 4096, direct: false, model: None, chunks: None };
+        let data = vec![7u8; 64 * 4096];
+        let run = |io: &Arc<FaultyIo>, dir: &Path| {
+            publish(&FaultyIoHandle(Arc::clone(io)), dir, "f", 1, options, |w, _| {
+                w.write_all(&data).map_err(|e| Error::io("write", dir.join("f"), e))
+            })
+        };
+        let dry = tempfile::tempdir().unwrap();
+        let io = FaultyIo::new(u64::MAX, Fault::Fail);
+        run(&io, dry.path()).unwrap();
+        let n = io.log().iter().position(|(k, _)| *k == "dup").unwrap() as u64;
+        let dir = tempfile::tempdir().unwrap();
+        let err = run(&FaultyIo::new_once(n, Fault::Fail), dir.path()).unwrap_err();
+        match &err {
+            Error::Io { op, path, .. } => {
+                assert_eq!(*op, "the start of write-behind", "{err}");
                 let name = path.file_name().unwrap().to_string_lossy();
                 assert!(name.starts_with(TMP_PREFIX), "{err}");
             }

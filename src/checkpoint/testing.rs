@@ -274,6 +274,7 @@ impl IoFile for FaultyFile {
         Ok(())
     }
     fn data_syncer(&self) -> io::Result<Box<dyn DataSyncer>> {
+        self.io.step("dup", &self.path).map_err(injected)?;
         Ok(Box::new(FaultySyncer {
             inner: self.inner.try_clone()?,
             path: self.path.clone(),
