@@ -975,30 +975,9 @@ mod tests {
     /// is left behind.
     #[test]
     fn a_direct_writer_that_cannot_start_is_named_on_the_temp_file() {
-        use crate::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
         let chunk = 4 * DIRECT_ALIGN;
         let options = WriteOptions { sync_every: chunk as u64, direct: true, model: None, chunks: None };
-        let data = vec![7u8; 3 * chunk];
-        let run = |io: &Arc<FaultyIo>, dir: &Path| {
-            publish(&FaultyIoHandle(Arc::clone(io)), dir, "f", 1, options, |w, _| {
-                w.write_all(&data).map_err(|e| Error::io("write", dir.join("f"), e))
-            })
-        };
-        let dry = tempfile::tempdir().unwrap();
-        let io = FaultyIo::new(u64::MAX, Fault::Fail);
-        run(&io, dry.path()).unwrap();
-        let n = io.log().iter().position(|(k, _)| *k == "set direct").unwrap() as u64;
-        let dir = tempfile::tempdir().unwrap();
-        let err = run(&FaultyIo::new_once(n, Fault::Fail), dir.path()).unwrap_err();
-        match &err {
-            Error::Io { op, path, .. } => {
-                assert_eq!(*op, "the start of direct writing", "{err}");
-                let name = path.file_name().unwrap().to_string_lossy();
-                assert!(name.starts_with(TMP_PREFIX), "{err}");
-            }
-            other => panic!("{other}"),
-        }
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "a file was left behind");
+        start_failure_is_named(options, 3 * chunk, "set direct", "the start of direct writing");
     }
 
     /// A buffered file whose write-behind cannot start (here the dup of its fd fails; a
@@ -1006,9 +985,15 @@ mod tests {
     /// leaves nothing behind.
     #[test]
     fn write_behind_that_cannot_start_is_named_on_the_temp_file() {
-        use crate::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
         let options = WriteOptions { sync_every: 4096, direct: false, model: None, chunks: None };
-        let data = vec![7u8; 64 * 4096];
+        start_failure_is_named(options, 64 * 4096, "dup", "the start of write-behind");
+    }
+
+    /// Publishes `len` bytes with the first `step` failing once, and checks that the error
+    /// is `op` on the temp file and that nothing is left behind.
+    fn start_failure_is_named(options: WriteOptions<'_>, len: usize, step: &str, op: &str) {
+        use crate::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
+        let data = vec![7u8; len];
         let run = |io: &Arc<FaultyIo>, dir: &Path| {
             publish(&FaultyIoHandle(Arc::clone(io)), dir, "f", 1, options, |w, _| {
                 w.write_all(&data).map_err(|e| Error::io("write", dir.join("f"), e))
@@ -1017,12 +1002,12 @@ mod tests {
         let dry = tempfile::tempdir().unwrap();
         let io = FaultyIo::new(u64::MAX, Fault::Fail);
         run(&io, dry.path()).unwrap();
-        let n = io.log().iter().position(|(k, _)| *k == "dup").unwrap() as u64;
+        let n = io.log().iter().position(|(k, _)| *k == step).unwrap() as u64;
         let dir = tempfile::tempdir().unwrap();
         let err = run(&FaultyIo::new_once(n, Fault::Fail), dir.path()).unwrap_err();
         match &err {
-            Error::Io { op, path, .. } => {
-                assert_eq!(*op, "the start of write-behind", "{err}");
+            Error::Io { op: got, path, .. } => {
+                assert_eq!(*got, op, "{err}");
                 let name = path.file_name().unwrap().to_string_lossy();
                 assert!(name.starts_with(TMP_PREFIX), "{err}");
             }
