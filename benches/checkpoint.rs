@@ -103,9 +103,6 @@ fn evict(_path: &std::path::Path) {}
 /// extent at its next journal commit) and writeback would otherwise land on whichever
 /// step syncs next, floe's checkpoint or the raw baseline.
 fn settle(dir: &std::path::Path) {
-    if std::env::var("FLOE_X_NOSETTLE").is_ok() {
-        return;
-    }
     let d = std::fs::File::open(dir).unwrap();
     rustix::fs::syncfs(&d).unwrap();
 }
@@ -204,9 +201,8 @@ fn main() {
         settle(&root);
         raw_t.push(raw(&root, b));
 
-        // The same full checkpoint with each compression setting, for comparison with the
-        // default used above.
-        // Each is taken twice in its own directory: the first full checkpoint of a fresh
+        // The same full checkpoint with each setting, for comparison with the default used
+        // above, taken twice in its own directory: the first full checkpoint of a fresh
         // directory, then the next one (every checkpoint full), which finds the buffers the
         // first left, as every checkpoint of a running job but its first does.
         for (i, &(_, compression, direct_io)) in variants.iter().enumerate() {
