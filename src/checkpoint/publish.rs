@@ -333,14 +333,21 @@ impl Chunk {
     fn bytes(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.filled]
     }
+
+    /// The chunk to fill again: its old bytes stay in the buffer but are never written
+    /// ([`Chunk::bytes`] ends at `filled`).
+    fn emptied(mut self) -> Chunk {
+        self.filled = 0;
+        self
+    }
 }
 
 /// The aligned chunks of a checkpoint directory's direct files, kept from one file for the
 /// next, so a directory written one file at a time allocates none after its first file
 /// (instances writing at once share the kept chunks and allocate the rest). Each file
-/// otherwise allocated (and freed) up to 5 MiB of chunks, and memory the allocator has just taken
-/// back from the kernel costs a page fault and a page clear per 4 KiB when touched again
-/// (mimalloc, the binary's allocator, returns freed memory after 10 ms). Measured
+/// otherwise allocated (and freed) up to 5 MiB of chunks, and memory the allocator has
+/// just taken back from the kernel costs a page fault and a page clear per 4 KiB when
+/// touched again (mimalloc, the binary's allocator, returns freed memory after 10 ms). Measured
 /// (2026-12-02, 10^6 keys, random values): alternating files in one process, 170-200 ms
 /// reused against 245-270 ms fresh; in `cargo bench --bench checkpoint`'s second full
 /// checkpoint of a directory, `Compression::None` 165-185 ms against 194-202 ms and `Lz4`
@@ -375,10 +382,7 @@ impl ChunkPool {
             Some(free.swap_remove(at))
         });
         match reused {
-            Some(mut c) => {
-                c.filled = 0;
-                c
-            }
+            Some(c) => c.emptied(),
             None => {
                 if let Some(p) = pool {
                     p.allocated.fetch_add(1, Ordering::Relaxed);
@@ -435,10 +439,7 @@ impl DirectWriter<'_> {
         }
         let (to_disk, spare) = self.to_disk.as_ref().ok_or_else(failed)?;
         let next = match spare.try_recv() {
-            Ok(mut c) => {
-                c.filled = 0;
-                c
-            }
+            Ok(c) => c.emptied(),
             Err(_) => ChunkPool::take(self.pool, self.chunk.capacity()),
         };
         let full = std::mem::replace(&mut self.chunk, next);
