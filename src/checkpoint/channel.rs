@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::block_choice::BlockChoice;
 use super::io::{Io, IoFile};
 use super::layout::{self, DATA_DIR};
 use super::lifecycle::AfterWrite;
@@ -127,11 +128,12 @@ impl CheckpointStorage {
         let file = writer.dest.create(self.io())?;
         writer.created = true;
         let header = ChannelHeader::new(checkpoint_id, operator, subtask);
-        // Compression::Adaptive: compress when the directory's data files showed a disk
-        // slower than its writer (the file is written as records come, so it has no measure
-        // of its own).
-        let compress =
-            self.config().compression.fixed().unwrap_or_else(|| self.disk.disk_slower().unwrap_or(false));
+        // Compression::Adaptive: data LZ4 shrinks well is compressed; other data when the
+        // directory's data files showed a disk slower than its writer (the file is written
+        // as records come, so it has no measure of its own).
+        let slow = self.disk.disk_slower().unwrap_or(false);
+        let disk_bound: &'static (dyn Fn() -> bool + Sync) = if slow { &|| true } else { &|| false };
+        let compress = BlockChoice::new(self.config().compression, disk_bound);
         let target = self.config().block_target;
         match ChannelFileWriter::new(file, &writer.dest.tmp, header, target, compress) {
             Ok(w) => writer.w = Some(w),

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use super::block_choice::BlockChoice;
 use super::channel::ChannelStateHandle;
 use super::layout;
 use super::publish::{WriteOptions, publish};
@@ -151,7 +152,8 @@ impl CheckpointStorage {
                         let mut store = Store::with_config(config)?;
                         load_chain(&mut store, &files, &one, config.key_groups)?;
                         let snap = store.snapshot();
-                        for mut b in encode_unit(&snap, 0, kg, None, target_len, &|| compress, &pool)? {
+                        let mut choice = BlockChoice::always(compress);
+                        for mut b in encode_unit(&snap, 0, kg, None, target_len, &mut choice, &pool)? {
                             b.state = si;
                             w.write_block(&b)?;
                             pool.give(b.bytes);

@@ -27,24 +27,28 @@ impl Default for ChainPolicy {
 #[non_exhaustive]
 pub enum Compression {
     /// Every block LZ4-compressed (stored as is only when LZ4 does not shrink it): the
-    /// smallest files, at ~1 GB/s of records per core on the benchmark's data. The default:
-    /// never more bytes than needed, and on a disk slower than the encoders (or object
-    /// storage, where bytes cost) also the fastest (README, "Benchmarks").
-    #[default]
+    /// smallest files, at ~1-1.4 GB/s of records per core on the benchmark's data, even
+    /// where LZ4 saves little (values LZ4 cannot shrink: ~11% fewer bytes for ~1.7x the
+    /// time of storing on a fast disk). For object storage, where bytes cost, or to make
+    /// files as small as they get. The default until 2026-12-03.
     Lz4,
     /// Every block stored uncompressed: the least CPU per checkpoint.
     None,
-    /// A block is compressed only while the disk is the bottleneck: it makes bytes durable
-    /// slower than the encoders produce them and lags behind (so CPU spent on compression
-    /// is free and shrinks what the disk must take); when the disk keeps up, blocks are
-    /// stored. A file too small to measure the disk itself follows what the directory's
-    /// earlier files showed. On a disk slower than LZ4 this writes (nearly) what `Lz4`
-    /// writes; on one faster than LZ4 a checkpoint is no longer CPU-bound. Offline
-    /// compaction, which has no checkpoint to hold up, uses `Lz4`. Not the default yet:
-    /// until 2026-12-02 a direct file could never show the backlog it waited for (so on a
-    /// disk of 0.3-0.5 GB/s it stored blocks while `Lz4` was as fast with 58% of the
-    /// bytes); fixed, it writes within 8% of `Lz4`'s bytes and time on a 400 MB/s disk and
-    /// takes 0.6x `Lz4`'s time on a 1.5-2 GB/s one (README, "Benchmarks").
+    /// LZ4 where it pays. Blocks of data that LZ4 shrinks by at least 1/8 are compressed
+    /// as `Lz4` compresses them; blocks of data that it shrinks by less are compressed only
+    /// while the disk is the bottleneck (it makes bytes durable slower than the encoders
+    /// produce them, so CPU spent on compression is free and shrinks what the disk must
+    /// take), and stored while the disk keeps up. Each encoder thread judges the data by
+    /// the blocks it compressed last and tries LZ4 again after 1, 2, 4, ... 16 stored
+    /// blocks. A file too small to measure the disk itself follows what the directory's
+    /// earlier files showed; object storage, where there is no disk to measure, gets every
+    /// block compressed. Offline compaction, which has no checkpoint to hold up, uses
+    /// `Lz4`. The default: compressible data gets `Lz4`'s bytes, and data LZ4 cannot
+    /// shrink is written at `None`'s speed on a disk that keeps up (README, "Benchmarks",
+    /// session 27). What it gives up: on a disk slower than the encoders whose backlog does
+    /// not show (a throttle that passes bursts), up to 1/8 more bytes than `Lz4` on such
+    /// data (measured: 7-8%) in about the same time.
+    #[default]
     Adaptive,
 }
 

@@ -1,6 +1,7 @@
 //! Checkpoint storage: durable, recoverable snapshots (see ARCHITECTURE.md, "Checkpoint
 //! layer", and format-spec/ for the bytes).
 
+mod block_choice;
 mod channel;
 mod checkpointer;
 mod compaction;

@@ -6,10 +6,12 @@ use std::path::Path;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::block_choice::BlockChoice;
 use super::config::StorageConfig;
 use super::io::Io;
 use super::publish::{ChunkPool, DiskModel, WriteOptions, publish};
 use crate::error::{Error, Result};
+use crate::format::CompressChoice;
 use crate::format::datafile::BlockRecords;
 use crate::format::datafile::encode_record;
 use crate::format::{
@@ -18,15 +20,16 @@ use crate::format::{
 use crate::state::{Snapshot, StateId, StateKind, key_hash};
 
 /// Encodes the records of one (state, key group) of `snapshot` into blocks of about
-/// `target` uncompressed bytes, asking `compress` before each block whether to compress it.
-/// Block buffers come from `pool` (the writing thread returns them there).
+/// `target` uncompressed bytes, asking `choice` before each block whether to try LZ4 on it
+/// (and telling it how that went). Block buffers come from `pool` (the writing thread
+/// returns them there).
 pub(crate) fn encode_unit(
     snapshot: &Snapshot,
     state: u32,
     key_group: u32,
     since: Option<u64>,
     target: usize,
-    compress: &dyn Fn() -> bool,
+    choice: &mut BlockChoice<'_>,
     pool: &BufferPool,
 ) -> Result<Vec<EncodedBlock>> {
     let mut blocks = Vec::new();
@@ -62,8 +65,12 @@ pub(crate) fn encode_unit(
                     return;
                 }
                 if may_split {
-                    match encode_block(meta, &mut buf, pool.take(), compress()) {
-                        Ok(b) => blocks.push(b),
+                    let tried = choice.try_lz4();
+                    match encode_block(meta, &mut buf, pool.take(), tried) {
+                        Ok(b) => {
+                            choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, tried);
+                            blocks.push(b);
+                        }
                         Err(e) => failed = Some(e),
                     }
                     meta.records = 0;
@@ -89,7 +96,10 @@ pub(crate) fn encode_unit(
     }
     if meta.records > 0 {
         meta.last_hash = key_hash(last_key);
-        blocks.push(encode_block(meta, &mut buf, pool.take(), compress())?);
+        let tried = choice.try_lz4();
+        let b = encode_block(meta, &mut buf, pool.take(), tried)?;
+        choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, tried);
+        blocks.push(b);
     }
     pool.give(buf);
     Ok(blocks)
@@ -150,17 +160,18 @@ pub(crate) fn write_snapshot_file(
         header.checkpoint_id,
         WriteOptions::data_file(config, Some(disk), Some(chunks)),
         |out: &mut dyn Write, progress| {
-            // `Compression::Adaptive` compresses a block only while the disk is the
-            // bottleneck (`SyncProgress::disk_bound`): compression then costs no time (the
-            // checkpoint waits for the disk anyway) and shrinks what the disk must take; when
-            // the disk keeps up, storing is faster. A direct file is behind when its writer
+            // `Compression::Adaptive` compresses the blocks LZ4 shrinks well, and the others
+            // only while the disk is the bottleneck (`block_choice.rs`,
+            // `SyncProgress::disk_bound`): compression then costs no time (the checkpoint
+            // waits for the disk anyway) and shrinks what the disk must take; when the disk
+            // keeps up, storing them is faster. A direct file is behind when its writer
             // thread has `DIRECT_QUEUE` chunks waiting (the writer thread sleeps in the
             // device, so a busy CPU hardly delays it). A buffered file also needs a measured
             // disk slower than the producer (its syncer competes for a core, and compressing
             // on a CPU-bound machine would make that worse); until it has a measure of its
             // own, the directory's earlier files decide. Without write-behind there is no
             // measure of the disk, and every block is compressed.
-            let compress = || config.compression.fixed().unwrap_or_else(|| progress.disk_bound());
+            let disk_bound = || progress.disk_bound();
             let mut w = DataFileWriter::new(out, &path, header, states)?;
             // Encoders take the next unit as they become free (units differ in size, and the
             // cores are shared with this thread and the syncer, so a fixed split leaves one
@@ -176,15 +187,17 @@ pub(crate) fn write_snapshot_file(
                 let mut started = 0;
                 for _ in 0..threads {
                     let tx = tx.clone();
-                    let (units, compress, queue, pool) = (&units, &compress, &queue, &pool);
+                    let (units, disk_bound, queue, pool) = (&units, &disk_bound, &queue, &pool);
                     // A process at its thread limit writes with the encoders it could start
                     // (the work queue does not care how many), and fails with a named error
                     // when it could start none.
                     let spawned =
                         std::thread::Builder::new().name("floe-encode".into()).spawn_scoped(s, move || {
+                            // Each thread learns from its own blocks.
+                            let mut choice = BlockChoice::new(config.compression, disk_bound);
                             while let Some(i) = queue.take() {
                                 let (st, kg) = units[i];
-                                let r = encode_unit(snapshot, st, kg, since, target, compress, pool);
+                                let r = encode_unit(snapshot, st, kg, since, target, &mut choice, pool);
                                 let failed = r.is_err();
                                 if tx.send((i, r)).is_err() || failed {
                                     return;

@@ -15,6 +15,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::chain::ChainProblem;
+use super::datafile::CompressChoice;
 use super::{
     CHANNEL_BLOCK_HEADER_LEN, CHANNEL_FOOTER_LEN, CHANNEL_FOOTER_MAGIC, CHANNEL_HEADER_LEN, CHANNEL_MAGIC,
     CHANNEL_RECORD_HEADER_LEN, CHANNEL_STATE_VERSION, MAX_BLOCK_LEN, compression,
@@ -98,7 +99,7 @@ pub struct ChannelFileWriter<W: Write> {
     packed: Vec<u8>,
     block_records: u32,
     target: usize,
-    compress: bool,
+    compress: Box<dyn CompressChoice>,
     offset: u64,
     crc: crc32fast::Hasher,
     blocks: u64,
@@ -110,8 +111,14 @@ pub struct ChannelFileWriter<W: Write> {
 impl<W: Write> ChannelFileWriter<W> {
     /// Starts a file (writes its header). `path` only names the file in errors; blocks are
     /// closed once their records reach `target` bytes, and LZ4-compressed when `compress`
-    /// and LZ4 makes them smaller.
-    pub fn new(out: W, path: &Path, header: ChannelHeader, target: usize, compress: bool) -> Result<Self> {
+    /// says to try (`true`: every block) and LZ4 makes them smaller.
+    pub fn new(
+        out: W,
+        path: &Path,
+        header: ChannelHeader,
+        target: usize,
+        compress: impl CompressChoice + 'static,
+    ) -> Result<Self> {
         let target = target.clamp(1, MAX_BLOCK_LEN as usize);
         let mut raw = Vec::with_capacity(CHANNEL_BLOCK_HEADER_LEN + target.saturating_add(1024));
         raw.resize(CHANNEL_BLOCK_HEADER_LEN, 0);
@@ -122,7 +129,7 @@ impl<W: Write> ChannelFileWriter<W> {
             packed: Vec::new(),
             block_records: 0,
             target,
-            compress,
+            compress: Box::new(compress),
             offset: 0,
             crc: crc32fast::Hasher::new(),
             blocks: 0,
@@ -190,7 +197,8 @@ impl<W: Write> ChannelFileWriter<W> {
         }
         const H: usize = CHANNEL_BLOCK_HEADER_LEN;
         let raw_len = self.raw.len() - H;
-        let packed = self.compress && {
+        let tried = self.compress.try_lz4();
+        let packed = tried && {
             self.packed.clear();
             self.packed.resize(H + lz4_flex::block::get_maximum_output_size(raw_len), 0);
             match lz4_flex::block::compress_into(&self.raw[H..], &mut self.packed[H..]) {
@@ -208,6 +216,7 @@ impl<W: Write> ChannelFileWriter<W> {
             (&mut self.raw, compression::NONE)
         };
         let stored_len = block.len() - H;
+        self.compress.encoded(raw_len as u64, stored_len as u64, tried);
         // Both fit: a block holds at most MAX_BLOCK_LEN bytes of records, and LZ4 output is
         // used only when smaller.
         let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);

@@ -226,6 +226,25 @@ pub struct BlockRecords {
     pub last_hash: u64,
 }
 
+/// A writer's choice, block by block, of whether to try LZ4 on the next block: `true` or
+/// `false` for every block, or a policy that learns from the blocks it asked for
+/// (`Compression::Adaptive`, `checkpoint/block_choice.rs`).
+pub trait CompressChoice: Send {
+    /// Whether to try LZ4 on the next block.
+    fn try_lz4(&mut self) -> bool;
+    /// What the block it was last asked for became: `raw` bytes of records stored in
+    /// `stored` bytes (equal when LZ4 did not shrink it, or was not `tried`).
+    fn encoded(&mut self, raw: u64, stored: u64, tried: bool) {
+        let _ = (raw, stored, tried);
+    }
+}
+
+impl CompressChoice for bool {
+    fn try_lz4(&mut self) -> bool {
+        *self
+    }
+}
+
 /// Makes a block of the encoded records in `raw`, which it leaves empty and ready for the
 /// next block. `spare` is an empty buffer (of any capacity) that the call may use: the
 /// block is LZ4-compressed into it if `compress` and LZ4 makes it smaller (then `raw` keeps

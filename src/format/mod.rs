@@ -13,8 +13,8 @@ pub mod timers;
 
 pub use channel::{ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
 pub use datafile::{
-    BlockInfo, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner, FileState,
-    FileSummary, RangeSource, RangedParts, encode_block,
+    BlockInfo, CompressChoice, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner,
+    FileState, FileSummary, RangeSource, RangedParts, encode_block,
 };
 pub use manifest::{
     ChannelStateRef, CheckpointStatistics, FileRef, Manifest, ManifestKind, OperatorState, RestoreStatistics,
