@@ -285,7 +285,7 @@ impl Job {
                 let _claim = claim;
                 run(&plan, &config, &rx, &shared)
             })
-            .map_err(|e| Error::io("spawn job thread", "", e))?;
+            .map_err(|e| Error::io("the start of the job thread", storage.root(), e))?;
         Ok(JobHandle { commands: tx, thread: Some(thread), storage, checkpoints })
     }
 }
@@ -549,7 +549,7 @@ impl Run<'_> {
                 let h = std::thread::Builder::new()
                     .name(format!("floe-{}-{s}", n.name))
                     .spawn(move || run_task(name, report, body))
-                    .map_err(|e| Error::io("spawn task thread", "", e));
+                    .map_err(|e| Error::io("the start of a task thread", cfg.storage.root(), e));
                 match h {
                     Ok(h) => tasks.handles.push(h),
                     Err(e) => {

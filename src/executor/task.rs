@@ -475,7 +475,7 @@ impl<L: Logic> Loop<L> {
         if let Some(w) = parts.write {
             stats.sync = w.sync_duration;
             stats.file_kind = Some(w.kind);
-            spawn_waiter(b.id, w, self.writes_tx.clone())?;
+            spawn_waiter(b.id, w, self.writes_tx.clone(), self.t.common.storage.root())?;
         }
         self.t.out.barrier(b, overtake)?;
         self.t.side.barrier(b, overtake)?;
@@ -581,14 +581,14 @@ fn map_element<T, U>(e: Element<T>, f: impl Fn(T) -> U) -> Element<U> {
 }
 
 /// Waits for a background write on its own thread and reports it to the task's select.
-fn spawn_waiter(id: u64, w: PendingWrite, tx: Sender<WriteDone>) -> Result<()> {
+fn spawn_waiter(id: u64, w: PendingWrite, tx: Sender<WriteDone>, root: &std::path::Path) -> Result<()> {
     std::thread::Builder::new()
         .name(format!("floe-wait-{id}"))
         .spawn(move || {
             let _ = tx.send((id, w.wait()));
         })
         .map(|_| ())
-        .map_err(|e| Error::io("spawn write waiter", "", e))
+        .map_err(|e| Error::io("the start of the thread that waits for a state file", root, e))
 }
 
 /// A source task.
