@@ -671,6 +671,83 @@ fn compression_settings_write_recoverable_files() {
     assert_eq!(lz4, all, "a small file on a known-slow disk should be compressed: {stats:?}");
 }
 
+/// Goal: under the default `Adaptive`, on a disk that keeps up, every block that LZ4 shrinks
+/// by 1/8 or more is compressed, whatever blocks the same encoder thread wrote before it.
+/// Key groups alternate between random values (LZ4 saves ~10%: stored) and repeated text,
+/// on one encoder thread, and one random key group also holds a 300 KiB text value. (The
+/// first block after a compressible one is compressed outright, so random key groups need
+/// more than one block for any to be stored.) Block
+/// boundaries depend only on the records, so the files' blocks pair up with `Lz4`'s.
+/// (Until 2026-12-04 a thread that had met random data stored up to 16 blocks after it
+/// without trying LZ4: 1.3x `Lz4`'s bytes on a mix like this.)
+#[test]
+fn adaptive_compresses_compressible_blocks_after_random_ones() {
+    use floe::checkpoint::Compression;
+    use floe::format::{DataFile, compression};
+    use floe::state::key_group;
+
+    let mp = StoreConfig::default().max_parallelism;
+    let build = || {
+        let mut store = new_store(StoreConfig::default());
+        let mut rng = Rng::new(5);
+        // ~1,600 keys per key group: 3 blocks per unit.
+        for i in 0..200_000u32 {
+            let key = format!("key-{i}");
+            let v = if key_group(key.as_bytes(), mp).is_multiple_of(2) {
+                rng.bytes(100)
+            } else {
+                format!("{i:08}-{}", "abcdefgh".repeat(12)).into_bytes()
+            };
+            store.put(V, key.as_bytes(), &v).unwrap();
+        }
+        let big = (0..)
+            .map(|i| format!("big-{i}"))
+            .find(|k| key_group(k.as_bytes(), mp).is_multiple_of(2))
+            .unwrap();
+        store.put(V, big.as_bytes(), "a large text value ".repeat(16 << 10).as_bytes()).unwrap();
+        store
+    };
+    let model = materialize(&build().snapshot());
+    let mut files = Vec::new();
+    for compression in [Compression::Lz4, Compression::Adaptive] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig { compression, threads: 1, ..StorageConfig::default() };
+        let storage = CheckpointStorage::open(dir.path(), config).unwrap();
+        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+        let mut store = build();
+        checkpoint(&storage, &mut cp, &mut store, 1);
+        assert_eq!(recover_model(dir.path(), 1, StoreConfig::default()), model, "{compression:?}");
+        let rel = storage.read_manifest(1).unwrap().files.last().unwrap().path.clone();
+        let blocks: Vec<(u32, u32, u8)> = DataFile::open(&dir.path().join(rel))
+            .unwrap()
+            .blocks()
+            .iter()
+            .map(|b| (b.raw_len, b.stored_len, b.compression))
+            .collect();
+        files.push(blocks);
+    }
+    let (lz4, adaptive) = (&files[0], &files[1]);
+    assert_eq!(lz4.len(), adaptive.len());
+    let (mut paying, mut stored) = (0, 0);
+    for (i, (l, a)) in lz4.iter().zip(adaptive).enumerate() {
+        assert_eq!(l.0, a.0, "block {i}: the blocks do not pair up");
+        if u64::from(l.1) * 8 <= u64::from(l.0) * 7 {
+            paying += 1;
+            assert_eq!(
+                a.2,
+                compression::LZ4_BLOCK,
+                "block {i} ({} raw bytes, LZ4 makes {}) stored",
+                l.0,
+                l.1
+            );
+        } else if a.2 == compression::NONE {
+            stored += 1;
+        }
+    }
+    // Both kinds are there: the test is not vacuous.
+    assert!(paying > 20 && stored > 20, "{paying} compressible blocks, {stored} random blocks stored");
+}
+
 /// Child side of the kill test: writes checkpoints forever, printing each completed id.
 #[test]
 #[ignore = "run by kill_test_child_processes as a child process"]

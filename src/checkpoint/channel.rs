@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::block_choice::BlockChoice;
-use super::io::{Io, IoFile};
+use super::io::{Io, IoFile, Medium};
 use super::layout::{self, DATA_DIR};
 use super::lifecycle::AfterWrite;
 use super::publish::Destination;
@@ -130,8 +130,10 @@ impl CheckpointStorage {
         let header = ChannelHeader::new(checkpoint_id, operator, subtask);
         // Compression::Adaptive: data LZ4 shrinks well is compressed; other data when the
         // directory's data files showed a disk slower than its writer (the file is written
-        // as records come, so it has no measure of its own).
-        let slow = self.disk.disk_slower().unwrap_or(false);
+        // as records come, so it has no measure of its own), and always on object storage
+        // (no disk to measure; every byte is paid for in time and money), as data files
+        // are without write-behind.
+        let slow = self.io().medium() == Medium::Objects || self.disk.disk_slower().unwrap_or(false);
         let disk_bound: &'static (dyn Fn() -> bool + Sync) = if slow { &|| true } else { &|| false };
         let compress = BlockChoice::new(self.config().compression, disk_bound);
         let target = self.config().block_target;

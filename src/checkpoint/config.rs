@@ -38,9 +38,11 @@ pub enum Compression {
     /// as `Lz4` compresses them; blocks of data that it shrinks by less are compressed only
     /// while the disk is the bottleneck (it makes bytes durable slower than the encoders
     /// produce them, so CPU spent on compression is free and shrinks what the disk must
-    /// take), and stored while the disk keeps up. Each encoder thread judges the data by
-    /// the blocks it compressed last and tries LZ4 again after 1, 2, 4, ... 16 stored
-    /// blocks. A file too small to measure the disk itself follows what the directory's
+    /// take), and stored while the disk keeps up. Each encoder thread judges a block by
+    /// the one it compressed before (after a block LZ4 shrank by 1/8, the next is
+    /// compressed outright) or else by LZ4 on a 4 KiB sample of the block (1/16 of a
+    /// default block, spread over it), so the data may change kind at any block. A file
+    /// too small to measure the disk itself follows what the directory's
     /// earlier files showed; object storage, where there is no disk to measure, gets every
     /// block compressed. Offline compaction, which has no checkpoint to hold up, uses
     /// `Lz4`. The default: compressible data gets `Lz4`'s bytes, and data LZ4 cannot

@@ -65,7 +65,7 @@ pub(crate) fn encode_unit(
                     return;
                 }
                 if may_split {
-                    let tried = choice.try_lz4();
+                    let tried = choice.try_lz4(&buf);
                     match encode_block(meta, &mut buf, pool.take(), tried) {
                         Ok(b) => {
                             choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, tried);
@@ -96,7 +96,7 @@ pub(crate) fn encode_unit(
     }
     if meta.records > 0 {
         meta.last_hash = key_hash(last_key);
-        let tried = choice.try_lz4();
+        let tried = choice.try_lz4(&buf);
         let b = encode_block(meta, &mut buf, pool.take(), tried)?;
         choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, tried);
         blocks.push(b);

@@ -197,7 +197,7 @@ impl<W: Write> ChannelFileWriter<W> {
         }
         const H: usize = CHANNEL_BLOCK_HEADER_LEN;
         let raw_len = self.raw.len() - H;
-        let tried = self.compress.try_lz4();
+        let tried = self.compress.try_lz4(&self.raw[H..]);
         let packed = tried && {
             self.packed.clear();
             self.packed.resize(H + lz4_flex::block::get_maximum_output_size(raw_len), 0);

@@ -230,8 +230,8 @@ pub struct BlockRecords {
 /// `false` for every block, or a policy that learns from the blocks it asked for
 /// (`Compression::Adaptive`, `checkpoint/block_choice.rs`).
 pub trait CompressChoice: Send {
-    /// Whether to try LZ4 on the next block.
-    fn try_lz4(&mut self) -> bool;
+    /// Whether to try LZ4 on the next block, whose records are `raw`.
+    fn try_lz4(&mut self, raw: &[u8]) -> bool;
     /// What the block it was last asked for became: `raw` bytes of records stored in
     /// `stored` bytes (equal when LZ4 did not shrink it, or was not `tried`).
     fn encoded(&mut self, raw: u64, stored: u64, tried: bool) {
@@ -240,9 +240,18 @@ pub trait CompressChoice: Send {
 }
 
 impl CompressChoice for bool {
-    fn try_lz4(&mut self) -> bool {
+    fn try_lz4(&mut self, _raw: &[u8]) -> bool {
         *self
     }
+}
+
+/// The length LZ4 would compress `raw` to (at least `raw.len()` when it does not shrink
+/// it), using `scratch` for the output: how a [`CompressChoice`] can judge a sample of a
+/// block before deciding on the whole.
+pub fn lz4_len(raw: &[u8], scratch: &mut Vec<u8>) -> usize {
+    scratch.clear();
+    scratch.resize(lz4_flex::block::get_maximum_output_size(raw.len()), 0);
+    lz4_flex::block::compress_into(raw, scratch).unwrap_or(raw.len())
 }
 
 /// Makes a block of the encoded records in `raw`, which it leaves empty and ready for the
