@@ -603,22 +603,22 @@ fn fix_block_header(b: &mut [u8], at: usize) {
     put32(b, at + 20, crc);
 }
 
-/// Goal: the default compression (`Adaptive`) compresses in-flight records that LZ4 shrinks
-/// well, on a fresh directory whose disk nothing has measured yet, whatever records came
-/// before them in the file; records it cannot shrink stay about their size on a local disk
-/// and are compressed on object storage (no disk measure there; bytes cost); all read back
-/// exactly. (Before 2026-12-03 `Adaptive` stored every block of a channel-state file unless
-/// earlier data files had shown a slow disk; until 2026-12-04 it also stored compressible
-/// blocks that followed random ones, and stored random ones on object storage.)
+/// Goal: `Compression::Adaptive` compresses in-flight records that LZ4 shrinks well, on a
+/// fresh directory whose disk nothing has measured yet, whatever records came before them
+/// in the file; records it cannot shrink stay about their size on a local disk and are
+/// compressed on object storage (no disk measure there; bytes cost); all read back exactly.
+/// (Before 2026-12-03 `Adaptive` stored every block of a channel-state file unless earlier
+/// data files had shown a slow disk; until 2026-12-04 it also stored compressible blocks
+/// that followed random ones, and stored random ones on object storage.)
 #[test]
-fn default_compression_compresses_in_flight_records_that_shrink() {
+fn adaptive_compresses_in_flight_records_that_shrink() {
     let dir = tempfile::tempdir().unwrap();
     // The local disk's file of random records, to compare object storage's with.
     let mut stored_noise = None;
     for root in [dir.path().join("ckpt"), PathBuf::from("memory://channel-state/adaptive")] {
         let objects = root.starts_with("memory:");
-        let storage = open_with(&root, config(), None);
-        assert_eq!(storage.config().compression, Compression::Adaptive);
+        let config = StorageConfig { compression: Compression::Adaptive, block_target: 64 << 10, ..config() };
+        let storage = open_with(&root, config, None);
         let mut store = new_store();
         let mut cp = Checkpointer::new(Arc::clone(&storage), OP, 0);
         let text = |sub: u32| -> Vec<Rec> {

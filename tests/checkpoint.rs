@@ -671,8 +671,9 @@ fn compression_settings_write_recoverable_files() {
     assert_eq!(lz4, all, "a small file on a known-slow disk should be compressed: {stats:?}");
 }
 
-/// Goal: under the default `Adaptive`, on a disk that keeps up, every block that LZ4 shrinks
-/// by 1/8 or more is compressed, whatever blocks the same encoder thread wrote before it.
+/// Goal: the default compression writes `Lz4`'s file, block by block; under `Adaptive`, on a
+/// disk that keeps up, every block that LZ4 shrinks by 1/8 or more from redundancy within
+/// 1 KiB is compressed, whatever blocks the same encoder thread wrote before it.
 /// Key groups alternate between random values (LZ4 saves ~10%: stored) and repeated text,
 /// on one encoder thread, and one random key group also holds a 300 KiB text value. (The
 /// first block after a compressible one is compressed outright, so random key groups need
@@ -709,7 +710,7 @@ fn adaptive_compresses_compressible_blocks_after_random_ones() {
     };
     let model = materialize(&build().snapshot());
     let mut files = Vec::new();
-    for compression in [Compression::Lz4, Compression::Adaptive] {
+    for compression in [Compression::Lz4, Compression::Adaptive, StorageConfig::default().compression] {
         let dir = tempfile::tempdir().unwrap();
         let config = StorageConfig { compression, threads: 1, ..StorageConfig::default() };
         let storage = CheckpointStorage::open(dir.path(), config).unwrap();
@@ -727,6 +728,7 @@ fn adaptive_compresses_compressible_blocks_after_random_ones() {
         files.push(blocks);
     }
     let (lz4, adaptive) = (&files[0], &files[1]);
+    assert!(files[2] == *lz4, "the default compression did not write Lz4's blocks");
     assert_eq!(lz4.len(), adaptive.len());
     let (mut paying, mut stored) = (0, 0);
     for (i, (l, a)) in lz4.iter().zip(adaptive).enumerate() {

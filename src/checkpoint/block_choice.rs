@@ -10,17 +10,27 @@
 //!   compressed only while the disk is behind (CPU spent then is free, and shrinks what
 //!   the disk must take), and stored while the disk keeps up.
 //!
-//! Which kind a block is: after a block LZ4 shrank by the share, the next block is
-//! compressed outright (runs of such data cost what `Lz4` costs). Otherwise LZ4 is first
-//! run on a [`SAMPLE`] of the block (4 KiB in 4 pieces spread from its start to its end,
-//! 1/16 of a default block; on every such block, as the data can change kind at any block:
-//! between key groups, between states, or within one), and the whole block is compressed
-//! if the sample shrank by the share. A block of at most `SAMPLE` bytes is compressed
-//! outright.
+//! Which kind a block is, without running LZ4 on all of it (which is what `Lz4` costs):
+//! - after a block LZ4 shrank by the share, the next block is compressed outright (runs
+//!   of such data cost what `Lz4` costs);
+//! - otherwise LZ4 is run on a [`SAMPLE`] of the block (4 KiB in 4 pieces spread from its
+//!   start to its end, 1/16 of a default block), and the whole block is compressed if the
+//!   sample shrank by the share. This sees redundancy within a piece (repeated text,
+//!   shared key prefixes, small values from a small set) at any block, as data can change
+//!   kind between key groups, between states, or within one;
+//! - it cannot see redundancy between records more than a piece apart (one large value
+//!   shared by many keys, identifiers drawn from a catalog of thousands): every
+//!   [`PROBE`]-th block after a full try is tried in full, whatever its sample showed, so
+//!   such data is found within `PROBE` blocks of where it starts and then compressed
+//!   outright while it lasts;
+//! - a block under [`WHOLE`] bytes is compressed outright (a sample would be a large share
+//!   of it).
 //!
-//! So a file holds more bytes than `Lz4` would write only in blocks whose sample LZ4
-//! shrinks by less than 1/8, and only for blocks encoded while the disk kept up.
-//! `Lz4` and `None` decide nothing: every block is tried, or none is.
+//! So `Adaptive` writes more bytes than `Lz4` where LZ4 saves less than 1/8, and, where it
+//! saves more but only from redundancy the sample cannot see, in at most `PROBE - 1` blocks
+//! after each change of kind; both only for blocks encoded while the disk kept up. That is
+//! why it is not the default. `Lz4` and `None` decide nothing: every block is tried, or
+//! none is.
 
 use crate::format::{CompressChoice, lz4_len};
 
@@ -38,8 +48,14 @@ pub(crate) const SAMPLE: usize = 4 << 10;
 /// Pieces a sample is taken in.
 const PIECES: usize = 4;
 
+/// Blocks smaller than this are tried in full without a sample.
+pub(crate) const WHOLE: usize = 4 * SAMPLE;
+
+/// A block is tried in full at least once every `PROBE` blocks.
+pub(crate) const PROBE: u32 = 8;
+
 /// One encoder thread's choice, block by block (not shared: each thread carries what its
-/// last block showed).
+/// last blocks showed).
 pub(crate) struct BlockChoice<'a> {
     /// `Some` for `Lz4` and `None`: every block the same.
     fixed: Option<bool>,
@@ -47,6 +63,8 @@ pub(crate) struct BlockChoice<'a> {
     disk_bound: &'a (dyn Fn() -> bool + Sync),
     /// Whether the last block compressed showed compressible data.
     paid: bool,
+    /// Blocks stored since the last block tried in full.
+    stored: u32,
     /// LZ4's output for samples.
     scratch: Vec<u8>,
 }
@@ -54,13 +72,19 @@ pub(crate) struct BlockChoice<'a> {
 impl<'a> BlockChoice<'a> {
     /// The choice of `compression`, asking `disk_bound` when `Adaptive` must.
     pub(crate) fn new(compression: Compression, disk_bound: &'a (dyn Fn() -> bool + Sync)) -> Self {
-        BlockChoice { fixed: compression.fixed(), disk_bound, paid: false, scratch: Vec::new() }
+        BlockChoice { fixed: compression.fixed(), disk_bound, paid: false, stored: 0, scratch: Vec::new() }
     }
 
     /// Every block compressed (`true`) or stored.
     pub(crate) fn always(compress: bool) -> BlockChoice<'static> {
         // Never asked: a fixed choice decides alone.
-        BlockChoice { fixed: Some(compress), disk_bound: &|| false, paid: false, scratch: Vec::new() }
+        BlockChoice {
+            fixed: Some(compress),
+            disk_bound: &|| false,
+            paid: false,
+            stored: 0,
+            scratch: Vec::new(),
+        }
     }
 }
 
@@ -75,7 +99,7 @@ impl CompressChoice for BlockChoice<'_> {
         if let Some(fixed) = self.fixed {
             return fixed;
         }
-        if self.paid || raw.len() <= SAMPLE {
+        if self.paid || raw.len() < WHOLE || self.stored + 1 >= PROBE {
             return true;
         }
         // PIECES pieces of SAMPLE / PIECES bytes, at even steps through the block: a block
@@ -95,7 +119,13 @@ impl CompressChoice for BlockChoice<'_> {
         if self.fixed.is_some() {
             return;
         }
-        self.paid = tried && pays(raw, stored);
+        let paid = tried && pays(raw, stored);
+        // A small block (a unit's last few records) that does not pay says little about the
+        // data: it does not end a run of compressible blocks.
+        if paid || raw >= WHOLE as u64 {
+            self.paid = paid;
+        }
+        self.stored = if tried { 0 } else { self.stored + 1 };
     }
 }
 
@@ -147,7 +177,9 @@ mod tests {
         let keeps_up = || false;
         let mut choice = BlockChoice::new(Compression::Adaptive, &keeps_up);
         let random: Vec<bool> = (0..200).map(|s| encode(&mut choice, true, s)).collect();
-        assert!(random.iter().all(|&c| !c), "incompressible blocks compressed: {random:?}");
+        // Stored, but for every PROBE-th block, tried in full (LZ4 shrinks it a little).
+        let probes = (0..200).map(|i| (i + 1) % PROBE as usize == 0);
+        assert!(random.iter().copied().eq(probes), "incompressible blocks: {random:?}");
 
         // The data turns compressible: every block is, from the first.
         assert!((0..40).all(|s| encode(&mut choice, false, s)));
@@ -163,10 +195,28 @@ mod tests {
         let mut mixed = records(true, 7);
         mixed.extend(records(false, 8).iter().cycle().take(256 << 10));
         assert!(encode_raw(&mut choice, mixed));
-        // A small block is its own sample, compressed.
+        // A small block is tried in full.
         encode(&mut choice, true, 9);
         assert!(!encode(&mut choice, true, 10));
-        assert!(encode_raw(&mut choice, records(true, 10)[..SAMPLE].to_vec()));
+        assert!(encode_raw(&mut choice, records(true, 10)[..WHOLE - 1].to_vec()));
+
+        // Redundancy the sample cannot see: 2 KiB values, each one of three, after random
+        // blocks. Found by the next full try, then compressed outright.
+        encode(&mut choice, true, 11);
+        let payloads: Vec<Vec<u8>> = (0..3).map(|p| records(true, 20 + p)[..2048].to_vec()).collect();
+        let shared: Vec<bool> = (0..40u64)
+            .map(|b| {
+                let mut raw = Vec::new();
+                for i in 0..30 {
+                    raw.push(16);
+                    raw.extend_from_slice(format!("key-{:012}", b * 100 + i).as_bytes());
+                    raw.extend_from_slice(&payloads[((b * 7 + i) % 3) as usize]);
+                }
+                encode_raw(&mut choice, raw)
+            })
+            .collect();
+        let first = shared.iter().position(|&c| c).expect("shared values never compressed");
+        assert!(first < PROBE as usize && shared[first..].iter().all(|&c| c), "{shared:?}");
 
         // A disk that is behind: every block compressed (LZ4 still shrinks these a bit).
         let behind = || true;

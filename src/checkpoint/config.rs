@@ -28,29 +28,34 @@ impl Default for ChainPolicy {
 pub enum Compression {
     /// Every block LZ4-compressed (stored as is only when LZ4 does not shrink it): the
     /// smallest files, at ~1-1.4 GB/s of records per core on the benchmark's data, even
-    /// where LZ4 saves little (values LZ4 cannot shrink: ~11% fewer bytes for ~1.7x the
-    /// time of storing on a fast disk). For object storage, where bytes cost, or to make
-    /// files as small as they get. The default until 2026-12-03.
+    /// where LZ4 saves little (values LZ4 cannot shrink: ~11% fewer bytes for ~1.5-1.7x the
+    /// time of storing on a fast disk). The default (again since 2026-12-04): it never
+    /// writes more bytes than LZ4 makes of the data, whatever the data and the disk, and on
+    /// object storage bytes cost time and money.
+    #[default]
     Lz4,
     /// Every block stored uncompressed: the least CPU per checkpoint.
     None,
-    /// LZ4 where it pays. Blocks of data that LZ4 shrinks by at least 1/8 are compressed
-    /// as `Lz4` compresses them; blocks of data that it shrinks by less are compressed only
-    /// while the disk is the bottleneck (it makes bytes durable slower than the encoders
-    /// produce them, so CPU spent on compression is free and shrinks what the disk must
-    /// take), and stored while the disk keeps up. Each encoder thread judges a block by
-    /// the one it compressed before (after a block LZ4 shrank by 1/8, the next is
-    /// compressed outright) or else by LZ4 on a 4 KiB sample of the block (1/16 of a
-    /// default block, spread over it), so the data may change kind at any block. A file
-    /// too small to measure the disk itself follows what the directory's
+    /// LZ4 where it pays, for a fast local disk and data LZ4 cannot shrink, where it writes
+    /// at about `None`'s speed. Blocks of data that LZ4 shrinks by at least 1/8 are
+    /// compressed as `Lz4` compresses them; blocks of data that it shrinks by less are
+    /// compressed only while the disk is the bottleneck (it makes bytes durable slower than
+    /// the encoders produce them, so CPU spent on compression is free and shrinks what the
+    /// disk must take), and stored while the disk keeps up. Each encoder thread judges a
+    /// block by the one before (after a block LZ4 shrank by 1/8, the next is compressed
+    /// outright), else by LZ4 on a 4 KiB sample spread over the block, and tries every
+    /// 8th block in full whatever its sample showed; blocks under 16 KiB are tried in
+    /// full. A file too small to measure the disk itself follows what the directory's
     /// earlier files showed; object storage, where there is no disk to measure, gets every
     /// block compressed. Offline compaction, which has no checkpoint to hold up, uses
-    /// `Lz4`. The default: compressible data gets `Lz4`'s bytes, and data LZ4 cannot
-    /// shrink is written at `None`'s speed on a disk that keeps up (README, "Benchmarks",
-    /// session 27). What it gives up: on a disk slower than the encoders whose backlog does
-    /// not show (a throttle that passes bursts), up to 1/8 more bytes than `Lz4` on such
-    /// data (measured: 7-8%) in about the same time.
-    #[default]
+    /// `Lz4`. What it gives up, and why it is not the default: the sample cannot see
+    /// redundancy between records more than 1 KiB apart (one large value shared by many
+    /// keys, identifiers from a large catalog), so such data is stored for up to 7 blocks
+    /// after it starts, each time it starts (measured on a mix alternating such data by
+    /// key group: several times `Lz4`'s bytes before the full tries were added, README
+    /// "Benchmarks", session 28); and on a disk slower than the encoders whose backlog
+    /// does not show (a throttle that passes bursts), up to 1/8 more bytes than `Lz4` on
+    /// data LZ4 shrinks by less than that (measured: 7-8%) in about the same time.
     Adaptive,
 }
 
