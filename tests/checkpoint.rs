@@ -672,15 +672,14 @@ fn compression_settings_write_recoverable_files() {
 }
 
 /// Goal: the default compression writes `Lz4`'s file, block by block; under `Adaptive`, on a
-/// disk that keeps up, every block that LZ4 shrinks by 1/8 or more from redundancy within
-/// 1 KiB is compressed, whatever blocks the same encoder thread wrote before it.
-/// Key groups alternate between random values (LZ4 saves ~10%: stored) and repeated text,
-/// on one encoder thread, and one random key group also holds a 300 KiB text value. (The
-/// first block after a compressible one is compressed outright, so random key groups need
-/// more than one block for any to be stored.) Block
-/// boundaries depend only on the records, so the files' blocks pair up with `Lz4`'s.
-/// (Until 2026-12-04 a thread that had met random data stored up to 16 blocks after it
-/// without trying LZ4: 1.3x `Lz4`'s bytes on a mix like this.)
+/// disk that keeps up, every block LZ4 shrinks is compressed, and every block that LZ4
+/// shrinks by 1/8 or more from redundancy within 1 KiB is compressed exactly as `Lz4` does,
+/// whatever blocks the same encoder thread wrote before it. Key groups alternate between
+/// random values (LZ4 saves ~10%: the fast effort) and repeated text, on one encoder
+/// thread, and one random key group also holds a 300 KiB text value. Block boundaries
+/// depend only on the records, so the files' blocks pair up with `Lz4`'s. (Until 2026-12-04
+/// a thread that had met random data stored up to 16 blocks after it without trying LZ4:
+/// 1.3x `Lz4`'s bytes on a mix like this.)
 #[test]
 fn adaptive_compresses_compressible_blocks_after_random_ones() {
     use floe::checkpoint::Compression;
@@ -730,24 +729,24 @@ fn adaptive_compresses_compressible_blocks_after_random_ones() {
     let (lz4, adaptive) = (&files[0], &files[1]);
     assert!(files[2] == *lz4, "the default compression did not write Lz4's blocks");
     assert_eq!(lz4.len(), adaptive.len());
-    let (mut paying, mut stored) = (0, 0);
+    let (mut paying, mut fast) = (0, 0);
     for (i, (l, a)) in lz4.iter().zip(adaptive).enumerate() {
         assert_eq!(l.0, a.0, "block {i}: the blocks do not pair up");
+        assert_eq!(a.2 == compression::LZ4_BLOCK, l.2 == compression::LZ4_BLOCK, "block {i}: {l:?} {a:?}");
         if u64::from(l.1) * 8 <= u64::from(l.0) * 7 {
             paying += 1;
-            assert_eq!(
-                a.2,
-                compression::LZ4_BLOCK,
-                "block {i} ({} raw bytes, LZ4 makes {}) stored",
-                l.0,
-                l.1
-            );
-        } else if a.2 == compression::NONE {
-            stored += 1;
+            assert_eq!(a, l, "block {i} ({} raw bytes, LZ4 makes {}): {a:?}", l.0, l.1);
+        } else if a != l {
+            // The fast effort: within 5% of the full one's bytes on these values.
+            fast += 1;
+            assert!(u64::from(a.1) * 100 <= u64::from(l.1) * 105, "block {i}: {l:?} {a:?}");
         }
     }
     // Both kinds are there: the test is not vacuous.
-    assert!(paying > 20 && stored > 20, "{paying} compressible blocks, {stored} random blocks stored");
+    assert!(
+        paying > 20 && fast > 20,
+        "{paying} compressible blocks, {fast} random blocks at the fast effort"
+    );
 }
 
 /// Child side of the kill test: writes checkpoints forever, printing each completed id.

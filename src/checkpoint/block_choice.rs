@@ -1,38 +1,37 @@
-//! Whether an encoder thread tries LZ4 on its next block (`Compression`), block by block.
+//! How hard an encoder thread tries LZ4 on its next block (`Compression`), block by block.
 //!
-//! `Compression::Adaptive` spends CPU on LZ4 where it buys something, judged by the data
-//! and by whether the disk is behind now (`SyncProgress::disk_bound`):
+//! `Compression::Adaptive` compresses every block, and spends LZ4's full effort where it
+//! buys something, judged by the data and by whether the disk is behind now
+//! (`SyncProgress::disk_bound`):
 //! - data LZ4 shrinks by at least a [`MIN_SAVING`] share (compressible records: LZ4 runs
-//!   at ~1.4 GB/s per core on the benchmark's and writes ~0.6x the bytes) is compressed,
-//!   whatever the disk, as `Lz4` would;
-//! - data LZ4 shrinks by less (values LZ4 cannot shrink, where only keys and record
-//!   framing compress: ~11% on the benchmark's random values, at ~1 GB/s per core) is
-//!   compressed only while the disk is behind (CPU spent then is free, and shrinks what
-//!   the disk must take), and stored while the disk keeps up.
+//!   at ~1.2-1.4 GB/s per core on the benchmark's and writes ~0.6x the bytes) gets
+//!   `Effort::Full`, whatever the disk, as `Lz4` does;
+//! - other data (values LZ4 cannot shrink, where only keys and record framing compress:
+//!   ~10% on the benchmark's random values, at ~1 GB/s per core) gets `Full` while the disk
+//!   is behind (CPU spent then is free, and shrinks what the disk must take), and
+//!   `Effort::Fast` while it keeps up: liblz4 at acceleration 8, ~3x faster on such data,
+//!   to the same ratio on the benchmark's (`format::Effort`).
 //!
-//! Which kind a block is, without running LZ4 on all of it (which is what `Lz4` costs):
-//! - after a block LZ4 shrank by the share, the next block is compressed outright (runs
-//!   of such data cost what `Lz4` costs);
-//! - otherwise LZ4 is run on a [`SAMPLE`] of the block (4 KiB in 4 pieces spread from its
-//!   start to its end, 1/16 of a default block), and the whole block is compressed if the
+//! Which kind a block is, without running full LZ4 on all of it:
+//! - after a block LZ4 (at either effort) shrank by the share, the next block gets `Full`
+//!   outright (runs of such data cost what `Lz4` costs);
+//! - otherwise `Full` LZ4 is run on a [`SAMPLE`] of the block (4 KiB in 4 pieces spread
+//!   from its start to its end, 1/16 of a default block), and the block gets `Full` if the
 //!   sample shrank by the share. This sees redundancy within a piece (repeated text,
 //!   shared key prefixes, small values from a small set) at any block, as data can change
 //!   kind between key groups, between states, or within one;
-//! - it cannot see redundancy between records more than a piece apart (one large value
-//!   shared by many keys, identifiers drawn from a catalog of thousands): every
-//!   [`PROBE`]-th block after a full try is tried in full, whatever its sample showed, so
-//!   such data is found within `PROBE` blocks of where it starts and then compressed
-//!   outright while it lasts;
-//! - a block under [`WHOLE`] bytes is compressed outright (a sample would be a large share
+//! - redundancy the sample cannot see (one large value shared by many keys, identifiers
+//!   from a large catalog) is still compressed by `Fast` (it finds long repeats), at a
+//!   ratio a little worse than `Full`'s, and the next block gets `Full`;
+//! - a block under [`WHOLE`] bytes gets `Full` outright (a sample would be a large share
 //!   of it).
 //!
-//! So `Adaptive` writes more bytes than `Lz4` where LZ4 saves less than 1/8, and, where it
-//! saves more but only from redundancy the sample cannot see, in at most `PROBE - 1` blocks
-//! after each change of kind; both only for blocks encoded while the disk kept up. That is
-//! why it is not the default. `Lz4` and `None` decide nothing: every block is tried, or
-//! none is.
+//! So `Adaptive` stores only blocks LZ4 does not shrink at all, as `Lz4` does, and writes
+//! more bytes than `Lz4` only by `Fast`'s ratio loss, in blocks encoded while the disk kept
+//! up whose sample and predecessor showed less than 1/8 saved. `Lz4` and `None` decide
+//! nothing: every block gets `Full`, or none is tried.
 
-use crate::format::{CompressChoice, lz4_len};
+use crate::format::{CompressChoice, Effort, lz4_len};
 
 use super::config::Compression;
 
@@ -48,23 +47,18 @@ pub(crate) const SAMPLE: usize = 4 << 10;
 /// Pieces a sample is taken in.
 const PIECES: usize = 4;
 
-/// Blocks smaller than this are tried in full without a sample.
+/// Blocks smaller than this get `Full` without a sample.
 pub(crate) const WHOLE: usize = 4 * SAMPLE;
 
-/// A block is tried in full at least once every `PROBE` blocks.
-pub(crate) const PROBE: u32 = 8;
-
 /// One encoder thread's choice, block by block (not shared: each thread carries what its
-/// last blocks showed).
+/// last block showed).
 pub(crate) struct BlockChoice<'a> {
     /// `Some` for `Lz4` and `None`: every block the same.
     fixed: Option<bool>,
-    /// Whether the disk is behind now (asked only for blocks of data LZ4 does not pay on).
+    /// Whether the disk is behind now (asked only for blocks judged not to pay).
     disk_bound: &'a (dyn Fn() -> bool + Sync),
-    /// Whether the last block compressed showed compressible data.
+    /// Whether the last block showed compressible data.
     paid: bool,
-    /// Blocks stored since the last block tried in full.
-    stored: u32,
     /// LZ4's output for samples.
     scratch: Vec<u8>,
 }
@@ -72,19 +66,13 @@ pub(crate) struct BlockChoice<'a> {
 impl<'a> BlockChoice<'a> {
     /// The choice of `compression`, asking `disk_bound` when `Adaptive` must.
     pub(crate) fn new(compression: Compression, disk_bound: &'a (dyn Fn() -> bool + Sync)) -> Self {
-        BlockChoice { fixed: compression.fixed(), disk_bound, paid: false, stored: 0, scratch: Vec::new() }
+        BlockChoice { fixed: compression.fixed(), disk_bound, paid: false, scratch: Vec::new() }
     }
 
     /// Every block compressed (`true`) or stored.
     pub(crate) fn always(compress: bool) -> BlockChoice<'static> {
         // Never asked: a fixed choice decides alone.
-        BlockChoice {
-            fixed: Some(compress),
-            disk_bound: &|| false,
-            paid: false,
-            stored: 0,
-            scratch: Vec::new(),
-        }
+        BlockChoice { fixed: Some(compress), disk_bound: &|| false, paid: false, scratch: Vec::new() }
     }
 }
 
@@ -95,12 +83,12 @@ fn pays(raw: u64, stored: u64) -> bool {
 }
 
 impl CompressChoice for BlockChoice<'_> {
-    fn try_lz4(&mut self, raw: &[u8]) -> bool {
+    fn effort(&mut self, raw: &[u8]) -> Effort {
         if let Some(fixed) = self.fixed {
-            return fixed;
+            return Effort::from(fixed);
         }
-        if self.paid || raw.len() < WHOLE || self.stored + 1 >= PROBE {
-            return true;
+        if self.paid || raw.len() < WHOLE {
+            return Effort::Full;
         }
         // PIECES pieces of SAMPLE / PIECES bytes, at even steps through the block: a block
         // that mixes kinds (a large compressible value after small random ones) is judged
@@ -112,20 +100,19 @@ impl CompressChoice for BlockChoice<'_> {
                 lz4_len(&raw[at..at + piece], &mut self.scratch)
             })
             .sum();
-        pays(SAMPLE as u64, stored as u64) || (self.disk_bound)()
+        if pays(SAMPLE as u64, stored as u64) || (self.disk_bound)() { Effort::Full } else { Effort::Fast }
     }
 
-    fn encoded(&mut self, raw: u64, stored: u64, tried: bool) {
+    fn encoded(&mut self, raw: u64, stored: u64, effort: Effort) {
         if self.fixed.is_some() {
             return;
         }
-        let paid = tried && pays(raw, stored);
+        let paid = effort != Effort::Store && pays(raw, stored);
         // A small block (a unit's last few records) that does not pay says little about the
         // data: it does not end a run of compressible blocks.
         if paid || raw >= WHOLE as u64 {
             self.paid = paid;
         }
-        self.stored = if tried { 0 } else { self.stored + 1 };
     }
 }
 
@@ -157,81 +144,92 @@ mod tests {
         out
     }
 
-    fn encode_raw(choice: &mut BlockChoice<'_>, mut raw: Vec<u8>) -> bool {
+    /// The effort `choice` picked for `raw`, and the block's stored length (its LZ4 block,
+    /// or `raw` stored).
+    fn encode_raw(choice: &mut BlockChoice<'_>, mut raw: Vec<u8>) -> (Effort, usize) {
         let meta = BlockRecords { state: 0, key_group: 0, records: 1, first_hash: 0, last_hash: 0 };
-        let tried = choice.try_lz4(&raw);
-        let block = encode_block(meta, &mut raw, Vec::new(), tried).unwrap();
-        choice.encoded(u64::from(block.raw_len), block.bytes.len() as u64, tried);
-        block.compression == compression::LZ4_BLOCK
+        let effort = choice.effort(&raw);
+        let raw_len = raw.len();
+        let block = encode_block(meta, &mut raw, Vec::new(), effort).unwrap();
+        choice.encoded(u64::from(block.raw_len), block.bytes.len() as u64, effort);
+        // Every block LZ4 can shrink is compressed, whatever the effort.
+        assert_eq!(block.compression == compression::LZ4_BLOCK, effort != Effort::Store);
+        assert!(block.bytes.len() < raw_len || effort == Effort::Store);
+        (effort, block.bytes.len())
     }
 
-    fn encode(choice: &mut BlockChoice<'_>, random: bool, seed: u64) -> bool {
-        encode_raw(choice, records(random, seed))
+    fn encode(choice: &mut BlockChoice<'_>, random: bool, seed: u64) -> Effort {
+        encode_raw(choice, records(random, seed)).0
     }
 
-    /// On values LZ4 cannot shrink and a disk that keeps up, blocks are stored; every
-    /// compressible block is compressed, whatever blocks came before it; a disk that is
-    /// behind gets every block compressed.
+    /// 2 KiB values, each one of three, with 16-byte keys: redundancy the sample's 1 KiB
+    /// pieces cannot see.
+    fn shared(block: u64) -> Vec<u8> {
+        let payloads: Vec<Vec<u8>> = (0..3).map(|p| records(true, 20 + p)[..2048].to_vec()).collect();
+        let mut raw = Vec::new();
+        for i in 0..30 {
+            raw.push(16);
+            raw.extend_from_slice(format!("key-{:012}", block * 100 + i).as_bytes());
+            raw.extend_from_slice(&payloads[((block * 7 + i) % 3) as usize]);
+        }
+        raw
+    }
+
+    /// On values LZ4 cannot shrink and a disk that keeps up, blocks get the fast effort;
+    /// every compressible block gets the full one, whatever blocks came before it; a disk
+    /// that is behind gets the full effort on every block. No block LZ4 shrinks is stored.
     #[test]
-    fn adaptive_stores_what_does_not_pay_while_the_disk_keeps_up() {
+    fn adaptive_spends_full_effort_where_it_pays() {
+        use Effort::{Fast, Full};
         let keeps_up = || false;
         let mut choice = BlockChoice::new(Compression::Adaptive, &keeps_up);
-        let random: Vec<bool> = (0..200).map(|s| encode(&mut choice, true, s)).collect();
-        // Stored, but for every PROBE-th block, tried in full (LZ4 shrinks it a little).
-        let probes = (0..200).map(|i| (i + 1) % PROBE as usize == 0);
-        assert!(random.iter().copied().eq(probes), "incompressible blocks: {random:?}");
+        assert!((0..100).all(|s| encode(&mut choice, true, s) == Fast));
 
-        // The data turns compressible: every block is, from the first.
-        assert!((0..40).all(|s| encode(&mut choice, false, s)));
-        // Kinds alternate: every compressible block is compressed; a random block after a
-        // compressible one is tried (and LZ4 shrinks it a little), the next one is stored.
-        for s in 0..40 {
-            assert!(encode(&mut choice, true, s), "random block {s} after a compressible one");
-            assert!(!encode(&mut choice, true, s + 1), "random block {s} after a random one");
-            assert!(encode(&mut choice, false, s), "compressible block {s} after a random one");
+        // The data turns compressible: every block gets the full effort, from the first.
+        assert!((0..20).all(|s| encode(&mut choice, false, s) == Full));
+        // Kinds alternate: a random block after a compressible one gets the full effort,
+        // the next one the fast one; a compressible block after a random one, the full.
+        for s in 0..20 {
+            assert_eq!(encode(&mut choice, true, s), Full, "random block {s} after a compressible one");
+            assert_eq!(encode(&mut choice, true, s + 1), Fast, "random block {s} after a random one");
+            assert_eq!(encode(&mut choice, false, s), Full, "compressible block {s} after a random one");
         }
         // A block that starts with random records and ends in a large compressible value
         // (LZ4 saves well over 1/8 of it) after random blocks.
         let mut mixed = records(true, 7);
         mixed.extend(records(false, 8).iter().cycle().take(256 << 10));
-        assert!(encode_raw(&mut choice, mixed));
-        // A small block is tried in full.
         encode(&mut choice, true, 9);
-        assert!(!encode(&mut choice, true, 10));
-        assert!(encode_raw(&mut choice, records(true, 10)[..WHOLE - 1].to_vec()));
+        assert_eq!(encode_raw(&mut choice, mixed).0, Full);
+        // A small block gets the full effort.
+        encode(&mut choice, true, 9);
+        assert_eq!(encode(&mut choice, true, 10), Fast);
+        assert_eq!(encode_raw(&mut choice, records(true, 10)[..WHOLE - 1].to_vec()).0, Full);
 
-        // Redundancy the sample cannot see: 2 KiB values, each one of three, after random
-        // blocks. Found by the next full try, then compressed outright.
+        // Redundancy the sample cannot see, after random blocks: the first block gets the
+        // fast effort, which still shrinks it to within 1.25x of the full effort's bytes
+        // (and far below 7/8), and the blocks after it the full effort.
         encode(&mut choice, true, 11);
-        let payloads: Vec<Vec<u8>> = (0..3).map(|p| records(true, 20 + p)[..2048].to_vec()).collect();
-        let shared: Vec<bool> = (0..40u64)
-            .map(|b| {
-                let mut raw = Vec::new();
-                for i in 0..30 {
-                    raw.push(16);
-                    raw.extend_from_slice(format!("key-{:012}", b * 100 + i).as_bytes());
-                    raw.extend_from_slice(&payloads[((b * 7 + i) % 3) as usize]);
-                }
-                encode_raw(&mut choice, raw)
-            })
-            .collect();
-        let first = shared.iter().position(|&c| c).expect("shared values never compressed");
-        assert!(first < PROBE as usize && shared[first..].iter().all(|&c| c), "{shared:?}");
+        encode(&mut choice, true, 12);
+        let (effort, fast) = encode_raw(&mut choice, shared(0));
+        assert_eq!(effort, Fast);
+        let full = lz4_len(&shared(0), &mut Vec::new());
+        assert!(fast * 4 <= full * 5, "fast {fast} bytes, full {full}");
+        assert!((1..20).all(|b| encode_raw(&mut choice, shared(b)).0 == Full));
 
-        // A disk that is behind: every block compressed (LZ4 still shrinks these a bit).
+        // A disk that is behind: every block gets the full effort.
         let behind = || true;
         let mut choice = BlockChoice::new(Compression::Adaptive, &behind);
-        assert!((0..50).all(|s| encode(&mut choice, true, s)));
+        assert!((0..50).all(|s| encode(&mut choice, true, s) == Full));
     }
 
     #[test]
     fn fixed_settings_decide_nothing() {
         let never = || panic!("a fixed setting asked the disk");
-        for (compression, compressed) in [(Compression::Lz4, true), (Compression::None, false)] {
+        for (compression, effort) in [(Compression::Lz4, Effort::Full), (Compression::None, Effort::Store)] {
             let mut choice = BlockChoice::new(compression, &never);
-            assert!((0..40).all(|s| encode(&mut choice, true, s) == compressed));
+            assert!((0..40).all(|s| encode(&mut choice, true, s) == effort));
         }
         let mut choice = BlockChoice::always(true);
-        assert!((0..40).all(|s| encode(&mut choice, true, s)));
+        assert!((0..40).all(|s| encode(&mut choice, true, s) == Effort::Full));
     }
 }

@@ -36,26 +36,24 @@ pub enum Compression {
     Lz4,
     /// Every block stored uncompressed: the least CPU per checkpoint.
     None,
-    /// LZ4 where it pays, for a fast local disk and data LZ4 cannot shrink, where it writes
-    /// at about `None`'s speed. Blocks of data that LZ4 shrinks by at least 1/8 are
-    /// compressed as `Lz4` compresses them; blocks of data that it shrinks by less are
-    /// compressed only while the disk is the bottleneck (it makes bytes durable slower than
-    /// the encoders produce them, so CPU spent on compression is free and shrinks what the
-    /// disk must take), and stored while the disk keeps up. Each encoder thread judges a
-    /// block by the one before (after a block LZ4 shrank by 1/8, the next is compressed
-    /// outright), else by LZ4 on a 4 KiB sample spread over the block, and tries every
-    /// 8th block in full whatever its sample showed; blocks under 16 KiB are tried in
-    /// full. A file too small to measure the disk itself follows what the directory's
-    /// earlier files showed; object storage, where there is no disk to measure, gets every
-    /// block compressed. Offline compaction, which has no checkpoint to hold up, uses
-    /// `Lz4`. What it gives up, and why it is not the default: the sample cannot see
-    /// redundancy between records more than 1 KiB apart (one large value shared by many
-    /// keys, identifiers from a large catalog), so such data is stored for up to 7 blocks
-    /// after it starts, each time it starts (measured on a mix alternating such data by
-    /// key group: several times `Lz4`'s bytes before the full tries were added, README
-    /// "Benchmarks", session 28); and on a disk slower than the encoders whose backlog
-    /// does not show (a throttle that passes bursts), up to 1/8 more bytes than `Lz4` on
-    /// data LZ4 shrinks by less than that (measured: 7-8%) in about the same time.
+    /// LZ4's full effort where it pays, and a fast one elsewhere: for a fast local disk and
+    /// data LZ4 cannot shrink, where it writes `Lz4`'s bytes (+1-3%) in less time. Every
+    /// block is compressed (stored only if LZ4 does not shrink it, as with `Lz4`). Blocks
+    /// of data that LZ4 shrinks by at least 1/8 get `Lz4`'s full effort; blocks of data
+    /// that it shrinks by less get it too while the disk is the bottleneck (it makes bytes
+    /// durable slower than the encoders produce them, so CPU spent on compression is free),
+    /// and the fast effort while the disk keeps up: liblz4 at acceleration 8, ~3x faster
+    /// on values LZ4 cannot shrink, to about the same ratio (`format::Effort`). Each
+    /// encoder thread judges a block by the one before (after a block that shrank by 1/8,
+    /// the next gets the full effort outright), else by full LZ4 on a 4 KiB sample spread
+    /// over the block; blocks under 16 KiB get the full effort. A file too small to measure
+    /// the disk itself follows what the directory's earlier files showed; object storage,
+    /// where there is no disk to measure, gets the full effort on every block. Offline
+    /// compaction, which has no checkpoint to hold up, uses `Lz4`. What it gives up, and
+    /// why it is not the default (yet): where LZ4 saves about 1/8 from redundancy the
+    /// sample cannot see (identifiers from a large catalog), the fast effort finds less of
+    /// it (measured: 1.07x `Lz4`'s bytes); on the benchmark's random values 1-3% more
+    /// bytes. README "Benchmarks", session 28.
     Adaptive,
 }
 

@@ -65,10 +65,10 @@ pub(crate) fn encode_unit(
                     return;
                 }
                 if may_split {
-                    let tried = choice.try_lz4(&buf);
-                    match encode_block(meta, &mut buf, pool.take(), tried) {
+                    let effort = choice.effort(&buf);
+                    match encode_block(meta, &mut buf, pool.take(), effort) {
                         Ok(b) => {
-                            choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, tried);
+                            choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, effort);
                             blocks.push(b);
                         }
                         Err(e) => failed = Some(e),
@@ -96,9 +96,9 @@ pub(crate) fn encode_unit(
     }
     if meta.records > 0 {
         meta.last_hash = key_hash(last_key);
-        let tried = choice.try_lz4(&buf);
-        let b = encode_block(meta, &mut buf, pool.take(), tried)?;
-        choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, tried);
+        let effort = choice.effort(&buf);
+        let b = encode_block(meta, &mut buf, pool.take(), effort)?;
+        choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, effort);
         blocks.push(b);
     }
     pool.give(buf);

@@ -15,7 +15,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::chain::ChainProblem;
-use super::datafile::CompressChoice;
+use super::datafile::{CompressChoice, lz4_into};
 use super::{
     CHANNEL_BLOCK_HEADER_LEN, CHANNEL_FOOTER_LEN, CHANNEL_FOOTER_MAGIC, CHANNEL_HEADER_LEN, CHANNEL_MAGIC,
     CHANNEL_RECORD_HEADER_LEN, CHANNEL_STATE_VERSION, MAX_BLOCK_LEN, compression,
@@ -197,18 +197,10 @@ impl<W: Write> ChannelFileWriter<W> {
         }
         const H: usize = CHANNEL_BLOCK_HEADER_LEN;
         let raw_len = self.raw.len() - H;
-        let tried = self.compress.try_lz4(&self.raw[H..]);
-        let packed = tried && {
-            self.packed.clear();
-            self.packed.resize(H + lz4_flex::block::get_maximum_output_size(raw_len), 0);
-            match lz4_flex::block::compress_into(&self.raw[H..], &mut self.packed[H..]) {
-                Ok(n) if n < raw_len => {
-                    self.packed.truncate(H + n);
-                    true
-                }
-                _ => false,
-            }
-        };
+        let effort = self.compress.effort(&self.raw[H..]);
+        self.packed.clear();
+        self.packed.resize(H, 0);
+        let packed = lz4_into(&self.raw[H..], &mut self.packed, effort);
         self.note_memory();
         let (block, code) = if packed {
             (&mut self.packed, compression::LZ4_BLOCK)
@@ -216,7 +208,7 @@ impl<W: Write> ChannelFileWriter<W> {
             (&mut self.raw, compression::NONE)
         };
         let stored_len = block.len() - H;
-        self.compress.encoded(raw_len as u64, stored_len as u64, tried);
+        self.compress.encoded(raw_len as u64, stored_len as u64, effort);
         // Both fit: a block holds at most MAX_BLOCK_LEN bytes of records, and LZ4 output is
         // used only when smaller.
         let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);

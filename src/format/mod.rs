@@ -13,8 +13,8 @@ pub mod timers;
 
 pub use channel::{ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
 pub use datafile::{
-    BlockInfo, CompressChoice, DataFile, DataFileWriter, DataHeader, EncodedBlock, FileKind, FileOwner,
-    FileState, FileSummary, RangeSource, RangedParts, encode_block, lz4_len,
+    BlockInfo, CompressChoice, DataFile, DataFileWriter, DataHeader, Effort, EncodedBlock, FileKind,
+    FileOwner, FileState, FileSummary, RangeSource, RangedParts, encode_block, lz4_into, lz4_len,
 };
 pub use manifest::{
     ChannelStateRef, CheckpointStatistics, FileRef, Manifest, ManifestKind, OperatorState, RestoreStatistics,
