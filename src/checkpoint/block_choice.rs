@@ -20,16 +20,20 @@
 //!   sample shrank by the share. This sees redundancy within a piece (repeated text,
 //!   shared key prefixes, small values from a small set) at any block, as data can change
 //!   kind between key groups, between states, or within one;
-//! - redundancy the sample cannot see (one large value shared by many keys, identifiers
-//!   from a large catalog) is still compressed by `Fast` (it finds long repeats), at a
-//!   ratio a little worse than `Full`'s, and the next block gets `Full`;
+//! - redundancy the sample cannot see is still compressed by `Fast` where it is long (one
+//!   large value shared by many keys), and the next block gets `Full`; where it is short
+//!   and far apart (ids of a few bytes from a catalog of thousands) `Fast` misses most of
+//!   it too, so every [`PROBE`]-th block after a `Full` one gets `Full` whatever its
+//!   sample showed, and a run of such data gets `Full` from the first probe on;
 //! - a block under [`WHOLE`] bytes gets `Full` outright (a sample would be a large share
-//!   of it).
+//!   of it), and so does every block while the disk is behind, before any sample.
 //!
-//! So `Adaptive` stores only blocks LZ4 does not shrink at all, as `Lz4` does, and writes
-//! more bytes than `Lz4` only by `Fast`'s ratio loss, in blocks encoded while the disk kept
-//! up whose sample and predecessor showed less than 1/8 saved. `Lz4` and `None` decide
-//! nothing: every block gets `Full`, or none is tried.
+//! So `Adaptive` writes more bytes than `Lz4` only by `Fast`'s ratio loss, in blocks encoded
+//! while the disk kept up whose sample and predecessor showed less than 1/8 saved, and at
+//! most `PROBE - 1` blocks into a run of data only `Full` finds savings in; a block `Fast`
+//! cannot shrink is stored even where `Full` would have saved a little (random 300-byte
+//! values: 0.9%). `Lz4` and `None` decide nothing: every block gets `Full`, or none is
+//! tried.
 
 use crate::format::{CompressChoice, Effort, lz4_len};
 
@@ -47,8 +51,14 @@ pub(crate) const SAMPLE: usize = 4 << 10;
 /// Pieces a sample is taken in.
 const PIECES: usize = 4;
 
-/// Blocks smaller than this get `Full` without a sample.
-pub(crate) const WHOLE: usize = 4 * SAMPLE;
+/// Blocks smaller than this get `Full` without a sample (the sample would be more than
+/// 1/8 of them, and on compressible pieces cost most of a full pass).
+pub(crate) const WHOLE: usize = 8 * SAMPLE;
+
+/// A block that does not follow a paying one gets `Full` at least once every `PROBE`
+/// blocks, whatever its sample showed: what decides runs of data whose savings the sample
+/// and the fast effort both miss (short ids from a catalog of thousands).
+pub(crate) const PROBE: u32 = 8;
 
 /// One encoder thread's choice, block by block (not shared: each thread carries what its
 /// last block showed).
@@ -59,6 +69,8 @@ pub(crate) struct BlockChoice<'a> {
     disk_bound: &'a (dyn Fn() -> bool + Sync),
     /// Whether the last block showed compressible data.
     paid: bool,
+    /// Blocks since the last one that got `Full`.
+    since_full: u32,
     /// LZ4's output for samples.
     scratch: Vec<u8>,
 }
@@ -66,13 +78,25 @@ pub(crate) struct BlockChoice<'a> {
 impl<'a> BlockChoice<'a> {
     /// The choice of `compression`, asking `disk_bound` when `Adaptive` must.
     pub(crate) fn new(compression: Compression, disk_bound: &'a (dyn Fn() -> bool + Sync)) -> Self {
-        BlockChoice { fixed: compression.fixed(), disk_bound, paid: false, scratch: Vec::new() }
+        BlockChoice {
+            fixed: compression.fixed(),
+            disk_bound,
+            paid: false,
+            since_full: 0,
+            scratch: Vec::new(),
+        }
     }
 
     /// Every block compressed (`true`) or stored.
     pub(crate) fn always(compress: bool) -> BlockChoice<'static> {
         // Never asked: a fixed choice decides alone.
-        BlockChoice { fixed: Some(compress), disk_bound: &|| false, paid: false, scratch: Vec::new() }
+        BlockChoice {
+            fixed: Some(compress),
+            disk_bound: &|| false,
+            paid: false,
+            since_full: 0,
+            scratch: Vec::new(),
+        }
     }
 }
 
@@ -87,7 +111,7 @@ impl CompressChoice for BlockChoice<'_> {
         if let Some(fixed) = self.fixed {
             return Effort::from(fixed);
         }
-        if self.paid || raw.len() < WHOLE {
+        if self.paid || raw.len() < WHOLE || self.since_full + 1 >= PROBE || (self.disk_bound)() {
             return Effort::Full;
         }
         // PIECES pieces of SAMPLE / PIECES bytes, at even steps through the block: a block
@@ -100,7 +124,7 @@ impl CompressChoice for BlockChoice<'_> {
                 lz4_len(&raw[at..at + piece], &mut self.scratch)
             })
             .sum();
-        if pays(SAMPLE as u64, stored as u64) || (self.disk_bound)() { Effort::Full } else { Effort::Fast }
+        if pays(SAMPLE as u64, stored as u64) { Effort::Full } else { Effort::Fast }
     }
 
     fn encoded(&mut self, raw: u64, stored: u64, effort: Effort) {
@@ -113,6 +137,7 @@ impl CompressChoice for BlockChoice<'_> {
         if paid || raw >= WHOLE as u64 {
             self.paid = paid;
         }
+        self.since_full = if effort == Effort::Full { 0 } else { self.since_full + 1 };
     }
 }
 
@@ -183,7 +208,10 @@ mod tests {
         use Effort::{Fast, Full};
         let keeps_up = || false;
         let mut choice = BlockChoice::new(Compression::Adaptive, &keeps_up);
-        assert!((0..100).all(|s| encode(&mut choice, true, s) == Fast));
+        // The fast effort, but for every PROBE-th block, which gets the full one.
+        let efforts: Vec<Effort> = (0..100).map(|s| encode(&mut choice, true, s)).collect();
+        let probes = (0..100).map(|i| if (i + 1) % PROBE as usize == 0 { Full } else { Fast });
+        assert!(efforts.iter().copied().eq(probes), "{efforts:?}");
 
         // The data turns compressible: every block gets the full effort, from the first.
         assert!((0..20).all(|s| encode(&mut choice, false, s) == Full));
@@ -215,6 +243,39 @@ mod tests {
         let full = lz4_len(&shared(0), &mut Vec::new());
         assert!(fast * 4 <= full * 5, "fast {fast} bytes, full {full}");
         assert!((1..20).all(|b| encode_raw(&mut choice, shared(b)).0 == Full));
+
+        // Ids from a catalog: records of 15 binary 7-byte ids, of 2048. LZ4 at full effort
+        // finds the repeats (they are far apart), the sample and the fast effort do not:
+        // a probe finds them within PROBE blocks, and the blocks after it get the full
+        // effort.
+        let catalog: Vec<Vec<u8>> = (0..2048).map(|i| records(true, 40 + i)[20..27].to_vec()).collect();
+        let mut x = 99u64;
+        let mut ids = |block: u64| -> Vec<u8> {
+            let mut raw = Vec::new();
+            for _ in 0..640 {
+                // A record header of sorts: the block's number.
+                raw.extend_from_slice(&(block as u16).to_le_bytes());
+                for _ in 0..15 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    raw.extend_from_slice(&catalog[(x % 2048) as usize]);
+                }
+            }
+            raw
+        };
+        let probe = ids(1000);
+        let mut out = Vec::new();
+        let fast = if crate::format::lz4_into(&probe, &mut out, Fast) { out.len() } else { probe.len() };
+        let full = lz4_len(&probe, &mut out);
+        assert!(
+            pays(probe.len() as u64, full as u64) && !pays(probe.len() as u64, fast as u64),
+            "{fast} {full}"
+        );
+        encode(&mut choice, true, 13);
+        let efforts: Vec<Effort> = (0..30).map(|b| encode_raw(&mut choice, ids(b)).0).collect();
+        let first = efforts.iter().position(|&e| e == Full).expect("ids never got the full effort");
+        assert!(first < PROBE as usize && efforts[first..].iter().all(|&e| e == Full), "{efforts:?}");
 
         // A disk that is behind: every block gets the full effort.
         let behind = || true;

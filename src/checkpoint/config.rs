@@ -38,7 +38,7 @@ pub enum Compression {
     None,
     /// LZ4's full effort where it pays, and a fast one elsewhere: for a fast local disk and
     /// data LZ4 cannot shrink, where it writes `Lz4`'s bytes (+1-3%) in less time. Every
-    /// block is compressed (stored only if LZ4 does not shrink it, as with `Lz4`). Blocks
+    /// block is compressed (stored only if the effort tried does not shrink it). Blocks
     /// of data that LZ4 shrinks by at least 1/8 get `Lz4`'s full effort; blocks of data
     /// that it shrinks by less get it too while the disk is the bottleneck (it makes bytes
     /// durable slower than the encoders produce them, so CPU spent on compression is free),
@@ -46,14 +46,16 @@ pub enum Compression {
     /// on values LZ4 cannot shrink, to about the same ratio (`format::Effort`). Each
     /// encoder thread judges a block by the one before (after a block that shrank by 1/8,
     /// the next gets the full effort outright), else by full LZ4 on a 4 KiB sample spread
-    /// over the block; blocks under 16 KiB get the full effort. A file too small to measure
+    /// over the block, with the full effort on every 8th block whatever its sample showed;
+    /// blocks under 32 KiB get the full effort. A file too small to measure
     /// the disk itself follows what the directory's earlier files showed; object storage,
     /// where there is no disk to measure, gets the full effort on every block. Offline
     /// compaction, which has no checkpoint to hold up, uses `Lz4`. What it gives up, and
-    /// why it is not the default (yet): where LZ4 saves about 1/8 from redundancy the
-    /// sample cannot see (identifiers from a large catalog), the fast effort finds less of
-    /// it (measured: 1.07x `Lz4`'s bytes); on the benchmark's random values 1-3% more
-    /// bytes. README "Benchmarks", session 28.
+    /// why it is not the default (yet): up to 7 blocks at the fast effort where a run of
+    /// data whose savings only the full effort finds begins (ids from a large catalog:
+    /// 1.004-1.07x `Lz4`'s bytes measured), 1-3% more bytes on the benchmark's random
+    /// values, and blocks the fast effort cannot shrink are stored where the full one
+    /// would save ~1%. README "Benchmarks", session 28.
     Adaptive,
 }
 
