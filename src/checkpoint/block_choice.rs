@@ -90,13 +90,7 @@ impl<'a> BlockChoice<'a> {
     /// Every block compressed (`true`) or stored.
     pub(crate) fn always(compress: bool) -> BlockChoice<'static> {
         // Never asked: a fixed choice decides alone.
-        BlockChoice {
-            fixed: Some(compress),
-            disk_bound: &|| false,
-            paid: false,
-            since_full: 0,
-            scratch: Vec::new(),
-        }
+        BlockChoice::new(if compress { Compression::Lz4 } else { Compression::None }, &|| false)
     }
 }
 

@@ -128,9 +128,9 @@ impl CheckpointStorage {
         let file = writer.dest.create(self.io())?;
         writer.created = true;
         let header = ChannelHeader::new(checkpoint_id, operator, subtask);
-        // Compression::Adaptive: data LZ4 shrinks well is compressed; other data when the
-        // directory's data files showed a disk slower than its writer (the file is written
-        // as records come, so it has no measure of its own), and always on object storage
+        // Compression::Adaptive: data LZ4 shrinks well gets its full effort; other data too
+        // when the directory's data files showed a disk slower than its writer (the file is
+        // written as records come, so it has no measure of its own), and always on object storage
         // (no disk to measure; every byte is paid for in time and money), as data files
         // are without write-behind.
         let slow = self.io().medium() == Medium::Objects || self.disk.disk_slower().unwrap_or(false);

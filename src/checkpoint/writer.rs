@@ -65,12 +65,8 @@ pub(crate) fn encode_unit(
                     return;
                 }
                 if may_split {
-                    let effort = choice.effort(&buf);
-                    match encode_block(meta, &mut buf, pool.take(), effort) {
-                        Ok(b) => {
-                            choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, effort);
-                            blocks.push(b);
-                        }
+                    match encode_chosen(choice, meta, &mut buf, pool) {
+                        Ok(b) => blocks.push(b),
                         Err(e) => failed = Some(e),
                     }
                     meta.records = 0;
@@ -96,13 +92,24 @@ pub(crate) fn encode_unit(
     }
     if meta.records > 0 {
         meta.last_hash = key_hash(last_key);
-        let effort = choice.effort(&buf);
-        let b = encode_block(meta, &mut buf, pool.take(), effort)?;
-        choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, effort);
-        blocks.push(b);
+        blocks.push(encode_chosen(choice, meta, &mut buf, pool)?);
     }
     pool.give(buf);
     Ok(blocks)
+}
+
+/// Encodes the records in `buf` as one block at the effort `choice` picks, and tells it
+/// what the block became.
+fn encode_chosen(
+    choice: &mut BlockChoice<'_>,
+    meta: BlockRecords,
+    buf: &mut Vec<u8>,
+    pool: &BufferPool,
+) -> Result<EncodedBlock> {
+    let effort = choice.effort(buf);
+    let b = encode_block(meta, buf, pool.take(), effort)?;
+    choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, effort);
+    Ok(b)
 }
 
 /// Block buffers for reuse. A block's buffer goes from an encoder thread to the writing
@@ -160,11 +167,11 @@ pub(crate) fn write_snapshot_file(
         header.checkpoint_id,
         WriteOptions::data_file(config, Some(disk), Some(chunks)),
         |out: &mut dyn Write, progress| {
-            // `Compression::Adaptive` compresses the blocks LZ4 shrinks well, and the others
-            // only while the disk is the bottleneck (`block_choice.rs`,
-            // `SyncProgress::disk_bound`): compression then costs no time (the checkpoint
+            // `Compression::Adaptive` gives the blocks LZ4 shrinks well its full effort, and
+            // the others too only while the disk is the bottleneck (`block_choice.rs`,
+            // `SyncProgress::disk_bound`): the full effort then costs no time (the checkpoint
             // waits for the disk anyway) and shrinks what the disk must take; when the disk
-            // keeps up, storing them is faster. A direct file is behind when its writer
+            // keeps up, the fast effort is faster. A direct file is behind when its writer
             // thread has `DIRECT_QUEUE` chunks waiting (the writer thread sleeps in the
             // device, so a busy CPU hardly delays it). A buffered file also needs a measured
             // disk slower than the producer (its syncer competes for a core, and compressing
