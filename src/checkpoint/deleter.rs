@@ -47,6 +47,12 @@ impl Deleter {
         self.pending.files.lock().contains(path)
     }
 
+    /// The files pending now. Taken before listing a directory, it covers files the listing
+    /// sees whose unlink completes before they are checked with `is_pending`.
+    pub fn pending_now(&self) -> BTreeSet<PathBuf> {
+        self.pending.files.lock().clone()
+    }
+
     /// Schedules `files` for deletion. If no thread can be started, deletes them here.
     pub fn schedule(&self, files: Vec<PathBuf>) {
         if files.is_empty() {

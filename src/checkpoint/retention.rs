@@ -153,9 +153,12 @@ impl CheckpointStorage {
         let protect = self.protection(newest)?;
         let mut out = Orphans::default();
         let data = self.root.join(DATA_DIR);
+        // Pending before the listing, or still pending: a file the listing saw whose unlink
+        // finished before it is checked below is neither pending then nor an orphan.
+        let pending = self.deleter.pending_now();
         for e in self.list(&data)? {
             let path = data.join(&e.name);
-            if self.deleter.is_pending(&path) {
+            if pending.contains(&path) || self.deleter.is_pending(&path) {
                 // Already being deleted.
                 continue;
             }
