@@ -480,6 +480,12 @@ impl Page {
     pub fn first_line(&self) -> *const u8 {
         self.bytes.as_ptr()
     }
+
+    /// Length of the page's bytes.
+    #[inline]
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
 }
 
 #[cfg(test)]

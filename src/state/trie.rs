@@ -790,11 +790,11 @@ impl Trie {
         let mut batch: Vec<&'a Page> = Vec::with_capacity(WALK_BATCH);
         let mut drain = |batch: &mut Vec<&'a Page>| {
             for p in batch.iter().take(PREFETCH_AHEAD) {
-                prefetch_page(p);
+                prefetch_page(p, since.is_none());
             }
             for (i, p) in batch.iter().enumerate() {
                 if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
-                    prefetch_page(ahead);
+                    prefetch_page(ahead, since.is_none());
                 }
                 f(p);
             }
@@ -921,15 +921,20 @@ const WALK_BATCH: usize = 128;
 /// How many pages ahead of the visited one a page is prefetched.
 const PREFETCH_AHEAD: usize = 4;
 
-/// Prefetches the first cache lines of a page (its header arrays, then its data follows
-/// in order, which the hardware prefetcher streams).
+/// Prefetches a page: all of it for a full walk (`whole`), which copies every value; its
+/// first four cache lines (the header arrays, where the stamps are) for a walk since an
+/// epoch, which reads the stamps and only the few entries above it. Measured on 10^6
+/// entries of 16-byte keys and 100-byte values (~1.1 KiB pages): a full walk that encodes
+/// every record took 67-73 ms on one thread with the first four lines, 43-46 ms with the
+/// whole page (the hardware prefetcher does not run ahead across a page's lines soon
+/// enough: each page's data missed one line after another).
 #[inline]
-fn prefetch_page(p: &Page) {
+fn prefetch_page(p: &Page, whole: bool) {
     let at = p.first_line();
-    prefetch(at);
-    prefetch(at.wrapping_add(64));
-    prefetch(at.wrapping_add(128));
-    prefetch(at.wrapping_add(192));
+    let len = if whole { p.byte_len() } else { 256 };
+    for off in (0..len).step_by(64) {
+        prefetch(at.wrapping_add(off));
+    }
 }
 
 /// A hint to load the cache line holding `p` (a no-op off x86_64).
