@@ -331,3 +331,117 @@ impl CheckpointStorage {
         let _ = self.io.remove_dir(&sp);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::io;
+    use std::path::Path;
+    use std::sync::{Arc, OnceLock, Weak};
+
+    use parking_lot::{Condvar, Mutex};
+
+    use super::super::config::{ChainPolicy, StorageConfig};
+    use super::super::io::{DirEntry, EntryKind, Io, IoFile, Opened, StdIo};
+    use super::super::storage::{CheckpointStorage, Target};
+    use super::DATA_DIR;
+    use crate::error::Result;
+    use crate::state::{StateDescriptor, StateKind, Store};
+
+    /// Real files, with two gates that force one interleaving of a listing of `data/` and
+    /// the background deleter: while `hold` is set, unlinks in `data/` wait; a listing of
+    /// `data/` made while `storage` is set lists first, then lets the unlinks go and waits
+    /// until the deleter has attempted every pending file, then returns what it listed.
+    #[derive(Default)]
+    struct Gates {
+        hold: Mutex<bool>,
+        released: Condvar,
+        storage: OnceLock<Weak<CheckpointStorage>>,
+    }
+
+    struct GateIo(Arc<Gates>);
+
+    impl Io for GateIo {
+        fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+            StdIo.create_new(path)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            StdIo.rename(from, to)
+        }
+        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+            StdIo.sync_dir(dir)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            let mut hold = self.0.hold.lock();
+            while *hold && path.parent().is_some_and(|p| p.ends_with(DATA_DIR)) {
+                self.0.released.wait(&mut hold);
+            }
+            drop(hold);
+            StdIo.remove_file(path)
+        }
+        fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+            StdIo.create_dir_all(path)
+        }
+        fn remove_dir(&self, path: &Path) -> io::Result<()> {
+            StdIo.remove_dir(path)
+        }
+        fn list_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+            let listed = StdIo.list_dir(dir)?;
+            if dir.ends_with(DATA_DIR)
+                && let Some(storage) = self.0.storage.get().and_then(Weak::upgrade)
+            {
+                *self.0.hold.lock() = false;
+                self.0.released.notify_all();
+                storage.wait_for_cleanup();
+            }
+            Ok(listed)
+        }
+        fn stat(&self, path: &Path) -> io::Result<(EntryKind, u64)> {
+            StdIo.stat(path)
+        }
+        fn open_read(&self, path: &Path) -> Result<Opened> {
+            StdIo.open_read(path)
+        }
+    }
+
+    /// A data file that retention scheduled for deletion, listed by `orphans()` before its
+    /// unlink and checked after it (no longer pending then), is not reported as an orphan:
+    /// it was pending when the listing began. Before the fix it was reported (and a
+    /// commit's retention would schedule it again; `gc` would fail to remove it).
+    #[test]
+    fn a_file_unlinked_during_the_listing_is_not_an_orphan() {
+        let dir = tempfile::tempdir().unwrap();
+        let gates = Arc::new(Gates::default());
+        let config = StorageConfig {
+            num_retained: 1,
+            policy: ChainPolicy { max_increments: 0, ..ChainPolicy::default() },
+            ..StorageConfig::default()
+        };
+        let storage =
+            CheckpointStorage::open_with_io(dir.path(), config, Arc::new(GateIo(Arc::clone(&gates))))
+                .unwrap();
+        let mut store = Store::new();
+        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        let checkpoint = |store: &mut Store, cid: u64| {
+            store.put(id, &cid.to_le_bytes(), b"value").unwrap();
+            let snapshot = store.snapshot();
+            storage.begin(cid).unwrap();
+            let h = storage.write_state(cid, Target::Checkpoint, "op", 0, &snapshot, None).unwrap();
+            storage.commit(cid, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        };
+        checkpoint(&mut store, 1);
+        let first: Vec<_> =
+            std::fs::read_dir(dir.path().join(DATA_DIR)).unwrap().map(|e| e.unwrap().path()).collect();
+        assert_eq!(first.len(), 1, "{first:?}");
+        // Checkpoint 2's retention schedules checkpoint 1's data file; its unlink waits.
+        *gates.hold.lock() = true;
+        checkpoint(&mut store, 2);
+        assert!(first[0].exists(), "the unlink was held");
+        gates.storage.set(Arc::downgrade(&storage)).unwrap();
+        let orphans = storage.orphans().unwrap();
+        assert!(!first[0].exists(), "the unlink ran during the listing");
+        assert!(orphans.ours.is_empty(), "a file unlinked during the listing: {:?}", orphans.ours);
+        assert!(orphans.foreign.is_empty(), "{:?}", orphans.foreign);
+        assert!(storage.take_cleanup_errors().is_empty());
+    }
+}
