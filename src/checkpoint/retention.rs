@@ -100,8 +100,9 @@ impl CheckpointStorage {
             }
             Ok(orphans) => {
                 for p in orphans.ours {
-                    self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
-                    report.removed_files.push(p);
+                    if self.remove_orphan(&p)? {
+                        report.removed_files.push(p);
+                    }
                 }
             }
             Err(e) => report.skipped = Some(e.to_string()),
@@ -273,11 +274,22 @@ impl CheckpointStorage {
         let orphans = self.orphans_inner()?;
         if !dry_run {
             for p in &orphans.ours {
-                self.io.remove_file(p).map_err(|e| Error::io("remove", p, e))?;
+                self.remove_orphan(p)?;
             }
             self.remove_empty_savepoint_dirs();
         }
         Ok(orphans)
+    }
+
+    /// Removes an orphan `orphans_inner` listed; whether it was still there. One gone since
+    /// the listing (an abort of this handle on another thread removed it) is what the
+    /// caller wanted, not a failure.
+    fn remove_orphan(&self, p: &Path) -> Result<bool> {
+        match self.io.remove_file(p) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("remove", p, e)),
+        }
     }
 
     /// Removes the files an aborted checkpoint `id` left (data and temp files named with
@@ -337,7 +349,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::io;
     use std::path::Path;
-    use std::sync::{Arc, OnceLock, Weak};
+    use std::sync::Arc;
 
     use parking_lot::{Condvar, Mutex};
 
@@ -348,15 +360,18 @@ mod tests {
     use crate::error::Result;
     use crate::state::{StateDescriptor, StateKind, Store};
 
+    /// What runs after a listing of `data/` and before it returns.
+    type AfterList = Box<dyn FnOnce() + Send>;
+
     /// Real files, with two gates that force one interleaving of a listing of `data/` and
-    /// the background deleter: while `hold` is set, unlinks in `data/` wait; a listing of
-    /// `data/` made while `storage` is set lists first, then lets the unlinks go and waits
-    /// until the deleter has attempted every pending file, then returns what it listed.
+    /// what runs beside it: while `hold` is set, unlinks in `data/` wait; a listing of
+    /// `data/` made while `after_list` is set lists first, then lets the unlinks go and
+    /// runs `after_list`, then returns what it listed.
     #[derive(Default)]
     struct Gates {
         hold: Mutex<bool>,
         released: Condvar,
-        storage: OnceLock<Weak<CheckpointStorage>>,
+        after_list: Mutex<Option<AfterList>>,
     }
 
     struct GateIo(Arc<Gates>);
@@ -387,12 +402,11 @@ mod tests {
         }
         fn list_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
             let listed = StdIo.list_dir(dir)?;
-            if dir.ends_with(DATA_DIR)
-                && let Some(storage) = self.0.storage.get().and_then(Weak::upgrade)
-            {
+            let after = if dir.ends_with(DATA_DIR) { self.0.after_list.lock().take() } else { None };
+            if let Some(after) = after {
                 *self.0.hold.lock() = false;
                 self.0.released.notify_all();
-                storage.wait_for_cleanup();
+                after();
             }
             Ok(listed)
         }
@@ -437,11 +451,45 @@ mod tests {
         *gates.hold.lock() = true;
         checkpoint(&mut store, 2);
         assert!(first[0].exists(), "the unlink was held");
-        gates.storage.set(Arc::downgrade(&storage)).unwrap();
+        let weak = Arc::downgrade(&storage);
+        // The listing waits for the deleter to unlink it.
+        *gates.after_list.lock() = Some(Box::new(move || weak.upgrade().unwrap().wait_for_cleanup()));
         let orphans = storage.orphans().unwrap();
         assert!(!first[0].exists(), "the unlink ran during the listing");
         assert!(orphans.ours.is_empty(), "a file unlinked during the listing: {:?}", orphans.ours);
         assert!(orphans.foreign.is_empty(), "{:?}", orphans.foreign);
+        assert!(storage.take_cleanup_errors().is_empty());
+    }
+
+    /// `gc` removes the orphans it listed; one that is gone by then (an abort of the same
+    /// handle on another thread removed it) is already what `gc` wanted, not a failure.
+    #[test]
+    fn gc_of_an_orphan_removed_meanwhile_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let gates = Arc::new(Gates::default());
+        let storage = CheckpointStorage::open_with_io(
+            dir.path(),
+            StorageConfig::default(),
+            Arc::new(GateIo(Arc::clone(&gates))),
+        )
+        .unwrap();
+        let mut store = Store::new();
+        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        store.put(id, b"k", b"v").unwrap();
+        storage.begin(1).unwrap();
+        let h = storage.write_state(1, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
+        storage.commit(1, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+        // An unreferenced data file of an id no checkpoint uses: an orphan of floe's.
+        let data = dir.path().join(DATA_DIR);
+        let own = data.join(h.files[0].path.trim_start_matches("data/"));
+        let name = own.file_name().unwrap().to_str().unwrap().to_string();
+        let orphan = data.join(format!("{:020}{}", 9, &name[20..]));
+        std::fs::copy(&own, &orphan).unwrap();
+        let gone = orphan.clone();
+        *gates.after_list.lock() = Some(Box::new(move || std::fs::remove_file(&gone).unwrap()));
+        let found = storage.gc(false).unwrap();
+        assert_eq!(found.ours, vec![orphan], "listed before it went");
+        assert!(own.exists(), "checkpoint 1's file stays");
         assert!(storage.take_cleanup_errors().is_empty());
     }
 }
