@@ -97,3 +97,45 @@ pub(crate) fn read_bounded_opened(
     }
     Ok(out)
 }
+
+/// A named thread builder, for every thread floe starts. Tests built with the
+/// `fault-injection` feature can make the start fail as at the process's thread limit
+/// (`checkpoint::testing::refuse_thread_starts`): the paths that handle it are tested.
+pub(crate) fn thread(name: &str) -> ThreadStart {
+    ThreadStart(name.to_string())
+}
+
+/// See [`thread`].
+pub(crate) struct ThreadStart(String);
+
+impl ThreadStart {
+    fn check(&self) -> std::io::Result<std::thread::Builder> {
+        #[cfg(any(test, feature = "fault-injection"))]
+        if crate::checkpoint::testing::refuse_start(&self.0) {
+            return Err(std::io::Error::from_raw_os_error(rustix::io::Errno::AGAIN.raw_os_error()));
+        }
+        Ok(std::thread::Builder::new().name(self.0.clone()))
+    }
+
+    /// `std::thread::Builder::spawn`.
+    pub(crate) fn spawn<F, T>(self, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.check()?.spawn(f)
+    }
+
+    /// `std::thread::Builder::spawn_scoped`.
+    pub(crate) fn spawn_scoped<'scope, 'env, F, T>(
+        self,
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        f: F,
+    ) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, T>>
+    where
+        F: FnOnce() -> T + Send + 'scope,
+        T: Send + 'scope,
+    {
+        self.check()?.spawn_scoped(scope, f)
+    }
+}

@@ -220,8 +220,7 @@ impl Checkpointer {
         let storage = Arc::clone(&self.storage);
         let (operator, subtask) = (self.operator.clone(), self.subtask);
         let root = self.storage.root().to_path_buf();
-        let handle = std::thread::Builder::new()
-            .name(format!("floe-write-{subtask}"))
+        let handle = crate::fsutil::thread(&format!("floe-write-{subtask}"))
             .spawn(move || {
                 for job in rx {
                     let t = Instant::now();

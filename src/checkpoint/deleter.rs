@@ -64,7 +64,7 @@ impl Deleter {
             let (tx, rx) = mpsc::channel::<Vec<PathBuf>>();
             let (io, pending, errors) =
                 (Arc::clone(&self.io), Arc::clone(&self.pending), Arc::clone(&self.errors));
-            match std::thread::Builder::new().name("floe-delete".into()).spawn(move || {
+            match crate::fsutil::thread("floe-delete").spawn(move || {
                 for batch in rx {
                     unlink_all(&*io, &pending, &errors, batch);
                 }

@@ -713,8 +713,7 @@ fn produce_buffered<T>(
         let start = |d: std::io::Result<Box<dyn DataSyncer>>| -> std::io::Result<mpsc::Sender<u64>> {
             let started = d.and_then(|d| {
                 let (tx, rx) = mpsc::channel();
-                let handle = std::thread::Builder::new()
-                    .name("floe-sync".into())
+                let handle = crate::fsutil::thread("floe-sync")
                     .spawn_scoped(s, move || run_syncer(d, rx, progress))?;
                 *syncer.borrow_mut() = Some(handle);
                 Ok(tx)
@@ -785,15 +784,13 @@ fn produce_direct<T>(
             // is produced, not all at the final fsync.
             let syncer = file.data_syncer()?;
             let (flush, requests) = mpsc::channel();
-            let handle = std::thread::Builder::new()
-                .name("floe-flush".into())
-                .spawn_scoped(s, move || run_flusher(syncer, requests))?;
+            let handle =
+                crate::fsutil::thread("floe-flush").spawn_scoped(s, move || run_flusher(syncer, requests))?;
             *flusher.borrow_mut() = Some(handle);
             let flush = (flush, (DIRECT_FLUSH_CHUNKS * chunk_len) as u64);
             let (to_disk, rx) = mpsc::sync_channel(DIRECT_QUEUE);
             let (spare_tx, spare) = mpsc::channel();
-            let handle = std::thread::Builder::new()
-                .name("floe-direct".into())
+            let handle = crate::fsutil::thread("floe-direct")
                 .spawn_scoped(s, move || run_direct_writer(file, rx, spare_tx, progress, flush))?;
             *writer.borrow_mut() = Some(handle);
             Ok((to_disk, spare))

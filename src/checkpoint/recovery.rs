@@ -217,10 +217,7 @@ pub fn load_chain(
         let handles: Vec<_> = parts
             .iter()
             .map(|&part| {
-                std::thread::Builder::new()
-                    .name("floe-restore".into())
-                    .spawn_scoped(s, move || load(part))
-                    .map_err(|_| part)
+                crate::fsutil::thread("floe-restore").spawn_scoped(s, move || load(part)).map_err(|_| part)
             })
             .collect();
         handles

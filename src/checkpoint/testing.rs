@@ -401,3 +401,36 @@ impl Io for FaultyIoHandle {
 pub fn io_for(dir: &Path) -> Result<(PathBuf, Arc<dyn Io>)> {
     super::object::resolve(dir)
 }
+
+/// Thread starts to refuse: (name prefix, starts to allow first, how many to refuse then).
+static REFUSED_STARTS: Mutex<Vec<(String, u32, u32)>> = Mutex::new(Vec::new());
+
+/// Makes floe's threads whose name begins with `prefix` (`floe-encode`, `floe-write`,
+/// `floe-delete`, `floe-direct`, `floe-flush`, `floe-sync`, `floe-restore`) fail to start
+/// as at the process's thread limit (`EAGAIN`): after `allow_first` more starts, the next
+/// `count` (`u32::MAX`: all, until [`allow_thread_starts`]). For the whole process: a test
+/// binary that uses it must run its tests one at a time.
+pub fn refuse_thread_starts(prefix: &str, allow_first: u32, count: u32) {
+    REFUSED_STARTS.lock().push((prefix.to_string(), allow_first, count));
+}
+
+/// Ends every [`refuse_thread_starts`].
+pub fn allow_thread_starts() {
+    REFUSED_STARTS.lock().clear();
+}
+
+/// Whether the start of a thread named `name` is to be refused (and counts it).
+pub(crate) fn refuse_start(name: &str) -> bool {
+    let mut refused = REFUSED_STARTS.lock();
+    let Some(rule) = refused.iter_mut().find(|(p, _, n)| *n > 0 && name.starts_with(p.as_str())) else {
+        return false;
+    };
+    if rule.1 > 0 {
+        rule.1 -= 1;
+        return false;
+    }
+    if rule.2 != u32::MAX {
+        rule.2 -= 1;
+    }
+    true
+}

@@ -198,19 +198,18 @@ pub(crate) fn write_snapshot_file(
                     // A process at its thread limit writes with the encoders it could start
                     // (the work queue does not care how many), and fails with a named error
                     // when it could start none.
-                    let spawned =
-                        std::thread::Builder::new().name("floe-encode".into()).spawn_scoped(s, move || {
-                            // Each thread learns from its own blocks.
-                            let mut choice = BlockChoice::new(config.compression, disk_bound);
-                            while let Some(i) = queue.take() {
-                                let (st, kg) = units[i];
-                                let r = encode_unit(snapshot, st, kg, since, target, &mut choice, pool);
-                                let failed = r.is_err();
-                                if tx.send((i, r)).is_err() || failed {
-                                    return;
-                                }
+                    let spawned = crate::fsutil::thread("floe-encode").spawn_scoped(s, move || {
+                        // Each thread learns from its own blocks.
+                        let mut choice = BlockChoice::new(config.compression, disk_bound);
+                        while let Some(i) = queue.take() {
+                            let (st, kg) = units[i];
+                            let r = encode_unit(snapshot, st, kg, since, target, &mut choice, pool);
+                            let failed = r.is_err();
+                            if tx.send((i, r)).is_err() || failed {
+                                return;
                             }
-                        });
+                        }
+                    });
                     match spawned {
                         Ok(_) => started += 1,
                         Err(e) if started == 0 => {

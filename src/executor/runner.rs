@@ -279,8 +279,7 @@ impl Job {
         // Claimed before the job's thread starts: a second job is refused here, whichever
         // thread gets going first.
         let claim = config.storage.claim_for_job()?;
-        let thread = std::thread::Builder::new()
-            .name("floe-job".into())
+        let thread = crate::fsutil::thread("floe-job")
             .spawn(move || {
                 let _claim = claim;
                 run(&plan, &config, &rx, &shared)
@@ -546,8 +545,7 @@ impl Run<'_> {
                     }
                 };
                 let report = report_tx.clone();
-                let h = std::thread::Builder::new()
-                    .name(format!("floe-{}-{s}", n.name))
+                let h = crate::fsutil::thread(&format!("floe-{}-{s}", n.name))
                     .spawn(move || run_task(name, report, body))
                     .map_err(|e| Error::io("the start of a task thread", cfg.storage.root(), e));
                 match h {

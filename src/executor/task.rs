@@ -582,8 +582,7 @@ fn map_element<T, U>(e: Element<T>, f: impl Fn(T) -> U) -> Element<U> {
 
 /// Waits for a background write on its own thread and reports it to the task's select.
 fn spawn_waiter(id: u64, w: PendingWrite, tx: Sender<WriteDone>, root: &std::path::Path) -> Result<()> {
-    std::thread::Builder::new()
-        .name(format!("floe-wait-{id}"))
+    crate::fsutil::thread(&format!("floe-wait-{id}"))
         .spawn(move || {
             let _ = tx.send((id, w.wait()));
         })
