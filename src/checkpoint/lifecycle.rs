@@ -1,9 +1,14 @@
 //! The one owner of a checkpoint id's life in a writing handle:
 //!
 //! ```text
-//! (unused) ──begin/reserve──> begun ──commit──> committed
-//!                               └────abort────> aborted (final)
+//! (unused) ──begin/reserve──> begun ──commit──> committing ──manifest durable──> committed
+//!                               │                      └──commit failed──┐
+//!                               └────abort────> aborted (final) <────────┘
 //! ```
+//!
+//! A commit that has begun decides alone: an abort of a committing id does nothing (a
+//! commit that returns `Ok` keeps every file it names), and the commit aborts the id itself
+//! if it fails.
 //!
 //! Ids only go up: an id is begun only above every id the directory or this handle ever
 //! used; a commit raises the newest committed id, and every lower id still begun becomes
@@ -19,6 +24,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Life {
     Begun,
+    /// Its commit runs: only the commit ends it (committed, or aborted if it fails).
+    Committing,
     Aborted,
 }
 
@@ -71,9 +78,12 @@ impl IdBook {
 
     /// Begins `id` (again: begun ids are fine), or says why it cannot be used.
     pub fn begin(&mut self, id: u64) -> Result<()> {
-        match self.live.get(&id) {
-            Some(e) if e.life == Life::Begun => return Ok(()),
-            Some(_) => return Err(aborted(id)),
+        match self.live.get(&id).map(|e| e.life) {
+            Some(Life::Begun) => return Ok(()),
+            Some(Life::Committing) => {
+                return Err(Error::CheckpointId { id, why: "it is being committed".into() });
+            }
+            Some(Life::Aborted) => return Err(aborted(id)),
             None => {}
         }
         if id == 0 {
@@ -113,7 +123,7 @@ impl IdBook {
         let Some(e) = self.live.get_mut(&id) else { return AfterWrite::Keep };
         e.writers = e.writers.saturating_sub(1);
         match e.life {
-            Life::Begun => AfterWrite::Keep,
+            Life::Begun | Life::Committing => AfterWrite::Keep,
             Life::Aborted => {
                 let last = e.writers == 0;
                 if last && id <= self.newest_committed {
@@ -124,9 +134,20 @@ impl IdBook {
         }
     }
 
-    /// Checks that `id` may commit now.
+    /// Starts the commit of `id`, if it may commit now: from here until [`IdBook::committed`]
+    /// or [`IdBook::commit_failed`], aborts of `id` do nothing.
     pub fn check_commit(&mut self, id: u64) -> Result<()> {
-        self.begin(id)
+        self.begin(id)?;
+        if let Some(e) = self.live.get_mut(&id) {
+            e.life = Life::Committing;
+        }
+        Ok(())
+    }
+
+    /// The commit of `id` failed: it is aborted for good. Returns whether no writer of it
+    /// runs (its files can go now).
+    pub fn commit_failed(&mut self, id: u64) -> bool {
+        self.abort_inner(id, true)
     }
 
     /// `id` committed: every lower id still begun is aborted for good.
@@ -142,10 +163,18 @@ impl IdBook {
         self.live.retain(|&k, e| k > id || e.writers > 0);
     }
 
-    /// Aborts `id` for good. Returns whether no writer of it runs (its files can go now).
+    /// Aborts `id` for good, unless its commit runs (then the commit decides). Returns
+    /// whether it was aborted and no writer of it runs (its files can go now).
     pub fn abort(&mut self, id: u64) -> bool {
+        self.abort_inner(id, false)
+    }
+
+    fn abort_inner(&mut self, id: u64, committing_too: bool) -> bool {
         if id <= self.newest_committed && !self.live.contains_key(&id) {
             // Settled already: committed, or aborted and cleaned.
+            return false;
+        }
+        if !committing_too && self.live.get(&id).is_some_and(|e| e.life == Life::Committing) {
             return false;
         }
         let e = self.live.entry(id).or_insert(Entry { life: Life::Aborted, writers: 0 });
@@ -157,7 +186,7 @@ impl IdBook {
     /// Whether the files of `id` are protected from cleanup (being written or able to
     /// commit).
     pub fn protects(&self, id: u64) -> bool {
-        self.live.get(&id).is_some_and(|e| e.life == Life::Begun || e.writers > 0)
+        self.live.get(&id).is_some_and(|e| e.life != Life::Aborted || e.writers > 0)
     }
 
     /// The highest id used (0: none).
@@ -196,6 +225,23 @@ mod tests {
         assert!(b.check_commit(5).is_err(), "a second commit of the same id");
         assert!(b.begin(7).is_err());
         assert_eq!(b.reserve().unwrap(), 8);
+    }
+
+    #[test]
+    fn a_commit_that_began_decides_alone() {
+        let mut b = IdBook::new(0, 0);
+        b.begin(3).unwrap();
+        b.check_commit(3).unwrap();
+        assert!(!b.abort(3), "an abort of a committing id does nothing");
+        assert!(b.protects(3), "its files stay protected");
+        assert!(b.begin(3).is_err() && b.writer_start(3).is_err(), "no new writer while it commits");
+        b.committed(3);
+        assert!(!b.abort(3) && !b.protects(3));
+        // A failed commit aborts the id for good.
+        b.begin(4).unwrap();
+        b.check_commit(4).unwrap();
+        assert!(b.commit_failed(4));
+        assert!(!b.protects(4) && b.begin(4).is_err() && b.check_commit(4).is_err());
     }
 
     #[test]

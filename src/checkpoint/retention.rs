@@ -65,6 +65,7 @@ impl CheckpointStorage {
     /// file no remaining checkpoint references. Skips file deletion (and says why) if a
     /// remaining manifest cannot be read, since its files are unknown.
     pub fn retain(&self) -> Result<CleanupReport> {
+        let _serial = self.serialize_with_commits();
         self.retain_inner(false)
     }
 
@@ -113,6 +114,7 @@ impl CheckpointStorage {
     /// floe's files that no valid checkpoint needs (and that no checkpoint in flight is
     /// writing), and files floe did not write.
     pub fn orphans(&self) -> Result<Orphans> {
+        let _serial = self.serialize_with_commits();
         self.orphans_inner()
     }
 
@@ -271,6 +273,8 @@ impl CheckpointStorage {
             self.check_in_place()?;
         }
         self.deleter.wait();
+        // Held until the orphans are removed: a commit in between could name one.
+        let _serial = self.serialize_with_commits();
         let orphans = self.orphans_inner()?;
         if !dry_run {
             for p in &orphans.ours {
@@ -367,11 +371,16 @@ mod tests {
     /// what runs beside it: while `hold` is set, unlinks in `data/` wait; a listing of
     /// `data/` made while `after_list` is set lists first, then lets the unlinks go and
     /// runs `after_list`, then returns what it listed.
+    ///
+    /// And two hooks: `root_listed` runs after the next listing of the root (where the
+    /// manifests are), `before_manifest` before the next rename of a manifest into place.
     #[derive(Default)]
     struct Gates {
         hold: Mutex<bool>,
         released: Condvar,
         after_list: Mutex<Option<AfterList>>,
+        root_listed: Mutex<Option<AfterList>>,
+        before_manifest: Mutex<Option<AfterList>>,
     }
 
     struct GateIo(Arc<Gates>);
@@ -381,6 +390,11 @@ mod tests {
             StdIo.create_new(path)
         }
         fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            if to.extension().is_some_and(|e| e == "manifest")
+                && let Some(hook) = self.0.before_manifest.lock().take()
+            {
+                hook();
+            }
             StdIo.rename(from, to)
         }
         fn sync_dir(&self, dir: &Path) -> io::Result<()> {
@@ -402,6 +416,11 @@ mod tests {
         }
         fn list_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
             let listed = StdIo.list_dir(dir)?;
+            if dir.join(DATA_DIR).exists()
+                && let Some(hook) = self.0.root_listed.lock().take()
+            {
+                hook();
+            }
             let after = if dir.ends_with(DATA_DIR) { self.0.after_list.lock().take() } else { None };
             if let Some(after) = after {
                 *self.0.hold.lock() = false;
@@ -491,5 +510,85 @@ mod tests {
         assert_eq!(found.ours, vec![orphan], "listed before it went");
         assert!(own.exists(), "checkpoint 1's file stays");
         assert!(storage.take_cleanup_errors().is_empty());
+    }
+
+    fn storage_with_gates(dir: &Path) -> (Arc<CheckpointStorage>, Arc<Gates>) {
+        let gates = Arc::new(Gates::default());
+        let storage = CheckpointStorage::open_with_io(
+            dir,
+            StorageConfig::default(),
+            Arc::new(GateIo(Arc::clone(&gates))),
+        )
+        .unwrap();
+        (storage, gates)
+    }
+
+    /// Checkpoint 1 committed, and checkpoint 2's data file written (not committed).
+    fn one_committed_one_written(storage: &CheckpointStorage) -> super::super::storage::StateHandle {
+        let mut store = Store::new();
+        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        store.put(id, b"k", b"1").unwrap();
+        storage.begin(1).unwrap();
+        let h = storage.write_state(1, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
+        storage.commit(1, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        store.put(id, b"k", b"2").unwrap();
+        storage.begin(2).unwrap();
+        storage.write_state(2, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap()
+    }
+
+    fn restores(storage: &CheckpointStorage, id: u64) -> Result<()> {
+        let r = crate::checkpoint::restore_from_path(&storage.manifest_path(id), "op", Default::default())?;
+        let v = r.store.get(crate::state::StateId::from_index(0), b"k")?.map(<[u8]>::to_vec);
+        assert_eq!(v, Some(id.to_string().into_bytes()));
+        Ok(())
+    }
+
+    /// An abort of a checkpoint whose commit has begun does nothing: the commit returns
+    /// `Ok` and its files stay. Before, the abort removed the data file while the manifest
+    /// was written, and the "committed" checkpoint could not be restored (helper-4, F2).
+    #[test]
+    fn an_abort_during_the_commit_leaves_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, gates) = storage_with_gates(dir.path());
+        let h = one_committed_one_written(&storage);
+        let weak = Arc::downgrade(&storage);
+        *gates.before_manifest.lock() = Some(Box::new(move || weak.upgrade().unwrap().abort(2)));
+        storage.commit(2, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        assert!(gates.before_manifest.lock().is_none(), "the abort ran during the commit");
+        restores(&storage, 2).unwrap();
+        // And an abort after the commit does nothing either.
+        storage.abort(2);
+        restores(&storage, 2).unwrap();
+    }
+
+    /// `gc` beside a commit on the same handle: a commit that lands between gc's listing
+    /// of the manifests and its check of the ids in flight must not lose its files. Before,
+    /// gc deleted them (helper-4, F1). The commit runs on another thread from inside gc's
+    /// listing; with gc holding the commit lock it cannot finish there, and the hook stops
+    /// waiting for it after a while (the wait decides only which interleaving runs: the
+    /// test passes either way when the lock is held).
+    #[test]
+    fn gc_beside_a_commit_keeps_the_new_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, gates) = storage_with_gates(dir.path());
+        let h = one_committed_one_written(&storage);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let committer = Arc::clone(&storage);
+        let (start_tx, start_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            start_rx.recv().unwrap();
+            let r = committer
+                .commit(2, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new())
+                .map(|_| ());
+            let _ = done_tx.send(());
+            r
+        });
+        *gates.root_listed.lock() = Some(Box::new(move || {
+            start_tx.send(()).unwrap();
+            let _ = done_rx.recv_timeout(std::time::Duration::from_secs(2));
+        }));
+        storage.gc(false).unwrap();
+        thread.join().unwrap().unwrap();
+        restores(&storage, 2).unwrap();
     }
 }

@@ -418,6 +418,14 @@ impl CheckpointStorage {
         }
     }
 
+    /// The writing handle's commit lock (none for a read-only handle): held by a commit,
+    /// and by the cleanup calls that decide from the manifests which files no checkpoint
+    /// needs, so that no commit lands between their listing of the manifests and their
+    /// check of the ids in flight (its files would look unneeded).
+    pub(crate) fn serialize_with_commits(&self) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        self.writer.as_ref().map(|w| w.commit.lock())
+    }
+
     pub(crate) fn writer(&self, op: &'static str) -> Result<&Writer> {
         self.writer.as_ref().ok_or_else(|| Error::ReadOnly { path: self.root.clone(), op })
     }
@@ -631,15 +639,22 @@ impl CheckpointStorage {
     ) -> Result<Manifest> {
         let w = self.writer("commit")?;
         let _serial = w.commit.lock();
-        w.book.lock().check_commit(checkpoint_id)?;
         // Not ours any more: no manifest, and no abort or retention (they delete by name).
         self.check_in_place()?;
+        // From here the commit decides alone: aborts of this id on other threads do
+        // nothing until it ends (`lifecycle.rs`).
+        w.book.lock().check_commit(checkpoint_id)?;
         let result = self
             .build_manifest(checkpoint_id, target, handles, channel_state, sources, extra, meta)
             .and_then(|m| self.write_manifest(&m, target).map(|()| m));
         match &result {
             Ok(_) => w.book.lock().committed(checkpoint_id),
-            Err(_) => self.abort(checkpoint_id),
+            Err(_) => {
+                let removable = w.book.lock().commit_failed(checkpoint_id);
+                if removable && self.check_in_place().is_ok() {
+                    self.remove_files_of(checkpoint_id);
+                }
+            }
         }
         if target == Target::Checkpoint || result.is_err() {
             // Retention failing does not undo the checkpoint; it is retried next time and
@@ -824,7 +839,9 @@ impl CheckpointStorage {
     /// Aborts a checkpoint for good: it is never written or committed later, and its
     /// files are removed now, or by its last writer when one still runs. Failures to
     /// remove are reported through [`CheckpointStorage::take_cleanup_errors`]. Does nothing
-    /// on a read-only handle.
+    /// on a read-only handle, nor for a checkpoint whose commit has begun on another
+    /// thread: that commit decides (if it fails, it aborts the checkpoint itself; if it
+    /// returns `Ok`, every file its manifest names stays).
     pub fn abort(&self, checkpoint_id: u64) {
         let Some(w) = &self.writer else { return };
         // Files are removed by id: in a directory that replaced ours they are another's.
