@@ -149,7 +149,12 @@ impl CheckpointStorage {
         for &id in &ids {
             // A manifest name that is not a regular file (a link, FIFO, directory) makes
             // this fail like a damaged manifest: nothing can be proven unreferenced.
-            let m = self.read_manifest(id)?;
+            let m = match self.read_manifest(id) {
+                // Removed since the listing (a read-only handle beside a running job's
+                // retention): that checkpoint is gone, and its files with it.
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                m => m?,
+            };
             referenced.extend(m.files.into_iter().map(|f| f.path));
         }
         let newest = ids.last().copied().unwrap_or(0);
@@ -589,6 +594,23 @@ mod tests {
         }));
         storage.gc(false).unwrap();
         thread.join().unwrap().unwrap();
+        restores(&storage, 2).unwrap();
+    }
+
+    /// A manifest removed between the listing and its reading (beside a running job, by
+    /// its retention) is a checkpoint that is gone, not an error: `orphans()` (and so `gc
+    /// --dry-run` and `floe inspect`) go on, and its files are orphans (helper-4, F3).
+    #[test]
+    fn a_manifest_gone_since_the_listing_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, gates) = storage_with_gates(dir.path());
+        let h = one_committed_one_written(&storage);
+        storage.commit(2, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        let first = storage.read_manifest(1).unwrap().files[0].path.clone();
+        let manifest = storage.manifest_path(1);
+        *gates.root_listed.lock() = Some(Box::new(move || std::fs::remove_file(&manifest).unwrap()));
+        let o = storage.orphans().unwrap();
+        assert_eq!(o.ours, vec![dir.path().join(first)]);
         restores(&storage, 2).unwrap();
     }
 }
