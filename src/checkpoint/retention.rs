@@ -227,7 +227,8 @@ impl CheckpointStorage {
         for (dir, is_root) in [(sp.join(DATA_DIR), false), (sp.clone(), true)] {
             if is_root || matches!(self.io.stat(&dir), Ok((EntryKind::Dir, _))) {
                 for e in self.io.list_dir(&dir).unwrap_or_default() {
-                    if is_root && e.name == DATA_DIR && e.kind == EntryKind::Dir {
+                    // Its `data` entry, of whatever kind, was judged in the first round.
+                    if is_root && e.name == DATA_DIR {
                         continue;
                     }
                     let ours = e.kind == EntryKind::File
@@ -612,5 +613,24 @@ mod tests {
         let o = storage.orphans().unwrap();
         assert_eq!(o.ours, vec![dir.path().join(first)]);
         restores(&storage, 2).unwrap();
+    }
+
+    /// A savepoint folder without a MANIFEST whose `data` is a link: reported once as
+    /// foreign, never followed (it was listed twice: as `data` and as an entry of the
+    /// folder; helper-4, F5).
+    #[test]
+    fn a_linked_savepoint_data_folder_is_foreign_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("00000000000000000009-op-x-0.full"), b"not ours").unwrap();
+        let (storage, _gates) = storage_with_gates(dir.path());
+        let sp = dir.path().join(super::layout::savepoint_dir(9));
+        std::fs::create_dir_all(&sp).unwrap();
+        std::os::unix::fs::symlink(outside.path(), sp.join(DATA_DIR)).unwrap();
+        let o = storage.orphans().unwrap();
+        assert_eq!(o.foreign, vec![sp.join(DATA_DIR)]);
+        assert!(o.ours.is_empty(), "{:?}", o.ours);
+        storage.gc(false).unwrap();
+        assert!(outside.path().join("00000000000000000009-op-x-0.full").exists());
     }
 }
