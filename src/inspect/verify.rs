@@ -240,6 +240,12 @@ impl Checker {
     fn check_checkpoint(&mut self, l: &Located) -> usize {
         let m = match l.read() {
             Ok(m) => m,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                let what = "gone since it was listed (another process, such as a running job's \
+                            retention, may have removed it)";
+                self.report_unreadable(l.id, &l.manifest_path, what.into());
+                return 0;
+            }
             Err(e) => {
                 self.report_error(l.id, &l.manifest_path, &e);
                 return 0;
@@ -559,6 +565,10 @@ mod tests {
         assert_eq!(gone.id, 2);
         gone.id = 1;
         gone.manifest_path = dir.path().join("chk-00000000000000000001.manifest");
-        assert!(!verify_located(&reader, vec![gone], false).ok);
+        let r = verify_located(&reader, vec![gone], false);
+        assert!(!r.ok);
+        assert_eq!(r.problems.len(), 1);
+        assert_eq!(r.problems[0].kind, "unreadable", "{:?}", r.problems);
+        assert!(r.problems[0].what.contains("gone since it was listed"), "{:?}", r.problems);
     }
 }
