@@ -42,9 +42,18 @@ fn store(n: u64, round: u64) -> Store {
     s
 }
 
+/// Values LZ4 cannot shrink, so that files reach the sizes that take the parallel paths.
 fn put(s: &mut Store, n: u64, round: u64) {
+    let mut x = round.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for i in 0..n {
-        let v: Vec<u8> = (0..100u64).map(|j| (i * 31 + j * 7 + round) as u8).collect();
+        let v: Vec<u8> = (0..100)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
         s.put(V, &i.to_le_bytes(), &v).unwrap();
     }
 }
@@ -160,6 +169,8 @@ fn restore_threads_that_cannot_start_load_on_the_caller() {
     // Files of 1 MiB or more restore on several threads.
     let mut s = store(40_000, 1);
     checkpoint(&storage, &mut cp, &mut s, 1).unwrap();
+    let size = storage.read_manifest(1).unwrap().files[0].size;
+    assert!(size >= 1 << 20, "{size} bytes: too small to restore on several threads");
     refuse_thread_starts("floe-restore", 0, u32::MAX);
     assert_restores(&storage, 1, &mut s);
 }
