@@ -219,9 +219,13 @@ impl CheckpointStorage {
     /// `out.ours` and anything else to `out.foreign`.
     fn savepoint_leftovers(&self, id: u64, out: &mut Orphans) {
         let sp = self.root.join(layout::savepoint_dir(id));
-        if !matches!(self.io.stat(&sp), Ok((EntryKind::Dir, _)))
-            || self.io.stat(&sp.join(SAVEPOINT_MANIFEST)).is_ok()
-        {
+        // Only a MANIFEST that is not there makes its files leftovers: one that cannot be
+        // looked at now (a transient I/O error) may well be there.
+        let manifest_absent = matches!(
+            self.io.stat(&sp.join(SAVEPOINT_MANIFEST)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        if !matches!(self.io.stat(&sp), Ok((EntryKind::Dir, _))) || !manifest_absent {
             return;
         }
         for (dir, is_root) in [(sp.join(DATA_DIR), false), (sp.clone(), true)] {
@@ -346,7 +350,10 @@ impl CheckpointStorage {
     /// MANIFEST (a folder that still holds anything, floe's or not, stays).
     fn remove_empty_savepoint_dir(&self, id: u64) {
         let sp = self.root.join(layout::savepoint_dir(id));
-        if self.io.stat(&sp.join(SAVEPOINT_MANIFEST)).is_ok() {
+        if !matches!(
+            self.io.stat(&sp.join(SAVEPOINT_MANIFEST)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        ) {
             return;
         }
         let _ = self.io.remove_dir(&sp.join(DATA_DIR));
@@ -387,6 +394,8 @@ mod tests {
         after_list: Mutex<Option<AfterList>>,
         root_listed: Mutex<Option<AfterList>>,
         before_manifest: Mutex<Option<AfterList>>,
+        /// The next `stat` of this path fails with `EIO`.
+        fail_stat: Mutex<Option<std::path::PathBuf>>,
     }
 
     struct GateIo(Arc<Gates>);
@@ -436,6 +445,12 @@ mod tests {
             Ok(listed)
         }
         fn stat(&self, path: &Path) -> io::Result<(EntryKind, u64)> {
+            let mut fail = self.0.fail_stat.lock();
+            if fail.as_deref() == Some(path) {
+                *fail = None;
+                return Err(io::Error::from_raw_os_error(5));
+            }
+            drop(fail);
             StdIo.stat(path)
         }
         fn open_read(&self, path: &Path) -> Result<Opened> {
@@ -632,5 +647,30 @@ mod tests {
         assert!(o.ours.is_empty(), "{:?}", o.ours);
         storage.gc(false).unwrap();
         assert!(outside.path().join("00000000000000000009-op-x-0.full").exists());
+    }
+
+    /// A savepoint whose MANIFEST cannot be looked at for a moment (`EIO`) is not a
+    /// savepoint without one: gc leaves its files (helper-5: it deleted them, leaving a
+    /// MANIFEST that names a missing file).
+    #[test]
+    fn a_transient_error_on_a_savepoint_manifest_deletes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, gates) = storage_with_gates(dir.path());
+        let mut store = Store::new();
+        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        store.put(id, b"k", b"1").unwrap();
+        storage.begin(1).unwrap();
+        let h = storage.write_state(1, Target::Savepoint, "op", 0, &store.snapshot(), None).unwrap();
+        storage.commit(1, Target::Savepoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        let manifest = storage.savepoint_manifest_path(1);
+        *gates.fail_stat.lock() = Some(manifest.clone());
+        let o = storage.gc(false).unwrap();
+        assert!(gates.fail_stat.lock().is_none(), "the stat failed once");
+        assert!(o.ours.is_empty(), "{:?}", o.ours);
+        crate::checkpoint::restore_from_path(&manifest, "op", Default::default()).unwrap();
+        // Nor is it hidden from the list of savepoints.
+        *gates.fail_stat.lock() = Some(manifest);
+        assert!(storage.savepoint_ids().is_err());
+        assert_eq!(storage.savepoint_ids().unwrap(), vec![1]);
     }
 }

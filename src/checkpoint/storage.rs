@@ -512,7 +512,11 @@ impl CheckpointStorage {
                     && let Some(own) = h.files.last()
                 {
                     let p = self.target_dir(checkpoint_id, target).join(&own.path);
-                    if let Err(e) = self.io.remove_file(&p) {
+                    // Gone already: a gc or retention on another thread took it once the
+                    // id no longer protected it.
+                    if let Err(e) = self.io.remove_file(&p)
+                        && e.kind() != std::io::ErrorKind::NotFound
+                    {
                         self.note_cleanup_error(Error::io("remove", &p, e));
                     }
                 }
@@ -896,10 +900,14 @@ impl CheckpointStorage {
             if e.kind != EntryKind::Dir {
                 continue;
             }
-            if let Some(id) = layout::parse_savepoint_dir_name(&e.name)
-                && self.io.stat(&dir.join(&e.name).join(SAVEPOINT_MANIFEST)).is_ok()
-            {
-                ids.push(id);
+            let Some(id) = layout::parse_savepoint_dir_name(&e.name) else { continue };
+            // Only a MANIFEST that is not there makes the folder no savepoint; any other
+            // failure to look is an error, not a savepoint hidden.
+            let manifest = dir.join(&e.name).join(SAVEPOINT_MANIFEST);
+            match self.io.stat(&manifest) {
+                Ok(_) => ids.push(id),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("stat", &manifest, e)),
             }
         }
         ids.sort_unstable();
