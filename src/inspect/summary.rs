@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::stats::{Footprint, Recovery, RestoreRate, StatsTotals, TreeNode, tree};
 use super::{Report, human_bytes, iso8601, list_all, open_read_only, rel};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::{CheckpointStatistics, Manifest};
 
 /// One checkpoint or savepoint.
@@ -115,13 +115,21 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
     let mut referenced: BTreeMap<PathBuf, u64> = BTreeMap::new();
     let mut manifests: Vec<(usize, Manifest)> = Vec::new();
     for l in list_all(&storage)? {
+        let read = l.read();
+        if let Err(Error::Io { source, .. }) = &read
+            && source.kind() == std::io::ErrorKind::NotFound
+        {
+            // Removed since the listing (a running job's retention): that checkpoint is
+            // gone, not damaged.
+            continue;
+        }
         if l.savepoint {
             totals.savepoints += 1;
         } else {
             totals.checkpoints += 1;
         }
         let manifest = rel(&root, &l.manifest_path);
-        let m = match l.read() {
+        let m = match read {
             Ok(m) => m,
             Err(e) => {
                 let status = if super::is_unreadable(&e) {
@@ -198,6 +206,18 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                     None => ratio_known = false,
                 }
             }
+        }
+        if problem.is_some()
+            && matches!(storage.io().stat(&l.manifest_path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        {
+            // Retired while inspected (its manifest first, then the files only it needed):
+            // gone, not damaged.
+            if l.savepoint {
+                totals.savepoints -= 1;
+            } else {
+                totals.checkpoints -= 1;
+            }
+            continue;
         }
         let status = match &problem {
             None => "ok",
