@@ -260,6 +260,11 @@ impl Error {
         }
     }
 
+    /// True for an I/O error whose cause is a file that is not there (`NotFound`).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+
     /// True for [`Error::NoSpace`], also when it is the cause of a task failure.
     pub fn is_no_space(&self) -> bool {
         matches!(self, Error::NoSpace { .. })

@@ -86,6 +86,14 @@ fn config() -> StorageConfig {
     StorageConfig { threads: 2, ..StorageConfig::default() }
 }
 
+/// A fresh directory with `config`, and a checkpointer of operator `op` on it.
+fn open(config: StorageConfig) -> (tempfile::TempDir, Arc<CheckpointStorage>, Checkpointer) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path(), config).unwrap();
+    let cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    (dir, storage, cp)
+}
+
 fn names(e: &floe::Error, root: &Path) {
     let msg = e.to_string();
     assert!(msg.contains(root.to_str().unwrap()), "the error names the directory: {msg}");
@@ -94,9 +102,7 @@ fn names(e: &floe::Error, root: &Path) {
 #[test]
 fn encoders_that_cannot_start() {
     let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let storage = CheckpointStorage::open(dir.path(), config()).unwrap();
-    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let (dir, storage, mut cp) = open(config());
     let mut s = store(20_000, 1);
     checkpoint(&storage, &mut cp, &mut s, 1).unwrap();
     // The second of the two encoders: the first encodes every unit.
@@ -129,9 +135,7 @@ fn store_at(round: u64) -> Store {
 #[test]
 fn checkpoint_writer_thread_that_cannot_start() {
     let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let storage = CheckpointStorage::open(dir.path(), config()).unwrap();
-    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let (dir, storage, mut cp) = open(config());
     let mut s = store(1_000, 1);
     refuse_thread_starts("floe-write", 0, 1);
     let e = checkpoint(&storage, &mut cp, &mut s, 1).unwrap_err();
@@ -145,9 +149,7 @@ fn checkpoint_writer_thread_that_cannot_start() {
 #[test]
 fn deleter_that_cannot_start_unlinks_on_the_committing_thread() {
     let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let storage = CheckpointStorage::open(dir.path(), StorageConfig { num_retained: 1, ..config() }).unwrap();
-    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let (_dir, storage, mut cp) = open(StorageConfig { num_retained: 1, ..config() });
     let mut s = store(1_000, 1);
     refuse_thread_starts("floe-delete", 0, u32::MAX);
     for id in 1..=4 {
@@ -163,9 +165,7 @@ fn deleter_that_cannot_start_unlinks_on_the_committing_thread() {
 #[test]
 fn restore_threads_that_cannot_start_load_on_the_caller() {
     let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let storage = CheckpointStorage::open(dir.path(), config()).unwrap();
-    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let (_dir, storage, mut cp) = open(config());
     // Files of 1 MiB or more restore on several threads.
     let mut s = store(40_000, 1);
     checkpoint(&storage, &mut cp, &mut s, 1).unwrap();
@@ -181,10 +181,7 @@ fn restore_threads_that_cannot_start_load_on_the_caller() {
 fn data_file_threads_that_cannot_start() {
     let _s = serial();
     for (thread, direct_io) in [("floe-direct", true), ("floe-flush", true), ("floe-sync", false)] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = StorageConfig { direct_io, sync_every: 1 << 16, ..config() };
-        let storage = CheckpointStorage::open(dir.path(), config).unwrap();
-        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+        let (dir, storage, mut cp) = open(StorageConfig { direct_io, sync_every: 1 << 16, ..config() });
         let mut s = store(20_000, 1);
         checkpoint(&storage, &mut cp, &mut s, 1).unwrap();
         put(&mut s, 20_000, 2);

@@ -235,13 +235,8 @@ impl ChannelStateWriter {
         match after {
             AfterWrite::Keep => result,
             AfterWrite::Remove { last } => {
-                // Gone already: a gc or retention on another thread took it once the id no
-                // longer protected it.
-                if result.is_ok()
-                    && let Err(e) = self.storage.io().remove_file(&self.dest.final_path)
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    self.storage.note_cleanup_error(Error::io("remove", &self.dest.final_path, e));
+                if result.is_ok() {
+                    self.storage.remove_noting(&self.dest.final_path);
                 }
                 if last {
                     self.storage.remove_files_of(self.checkpoint_id);

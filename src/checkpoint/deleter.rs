@@ -108,9 +108,7 @@ fn unlink_all(io: &dyn Io, pending: &Pending, errors: &Mutex<Vec<String>>, files
     for f in files {
         // A file left behind is an orphan that the next cleanup retries; the failure is
         // reported (`CheckpointStorage::take_cleanup_errors`), never dropped.
-        if let Err(e) = io.remove_file(&f)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        if let Err(e) = super::io::remove_if_there(io, &f) {
             errors.lock().push(crate::error::Error::io("remove", &f, e).to_string());
         }
         let mut set = pending.files.lock();

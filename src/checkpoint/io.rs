@@ -232,6 +232,23 @@ pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     std::fs::remove_file(from)
 }
 
+/// Removes `path` if it is there: whether it was. Cleanup races with other cleanup (a gc
+/// or retention on another thread, an abort), so a file already gone is what the caller
+/// wanted, not a failure.
+pub(crate) fn remove_if_there(io: &dyn Io, path: &Path) -> io::Result<bool> {
+    match io.remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `path` is not there (`NotFound`). Any other failure to look says nothing: the
+/// file may well be there (a transient `EIO`), so cleanup must not act on it.
+pub(crate) fn is_absent(io: &dyn Io, path: &Path) -> bool {
+    matches!(io.stat(path), Err(e) if e.kind() == io::ErrorKind::NotFound)
+}
+
 pub(crate) fn std_list_dir(dir: &Path) -> io::Result<Vec<DirEntry>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir)? {

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::io::{EntryKind, Medium};
+use super::io::{EntryKind, Medium, is_absent, remove_if_there};
 use super::layout::{self, DATA_DIR, MARKER, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
 use super::lock::{DirLock, LOCK_FILE};
 use super::storage::CheckpointStorage;
@@ -101,7 +101,7 @@ impl CheckpointStorage {
             }
             Ok(orphans) => {
                 for p in orphans.ours {
-                    if self.remove_orphan(&p)? {
+                    if remove_if_there(&*self.io, &p).map_err(|e| Error::io("remove", &p, e))? {
                         report.removed_files.push(p);
                     }
                 }
@@ -152,7 +152,7 @@ impl CheckpointStorage {
             let m = match self.read_manifest(id) {
                 // Removed since the listing (a read-only handle beside a running job's
                 // retention): that checkpoint is gone, and its files with it.
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if e.is_not_found() => continue,
                 m => m?,
             };
             referenced.extend(m.files.into_iter().map(|f| f.path));
@@ -221,11 +221,9 @@ impl CheckpointStorage {
         let sp = self.root.join(layout::savepoint_dir(id));
         // Only a MANIFEST that is not there makes its files leftovers: one that cannot be
         // looked at now (a transient I/O error) may well be there.
-        let manifest_absent = matches!(
-            self.io.stat(&sp.join(SAVEPOINT_MANIFEST)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound
-        );
-        if !matches!(self.io.stat(&sp), Ok((EntryKind::Dir, _))) || !manifest_absent {
+        if !matches!(self.io.stat(&sp), Ok((EntryKind::Dir, _)))
+            || !is_absent(&*self.io, &sp.join(SAVEPOINT_MANIFEST))
+        {
             return;
         }
         for (dir, is_root) in [(sp.join(DATA_DIR), false), (sp.clone(), true)] {
@@ -288,22 +286,13 @@ impl CheckpointStorage {
         let orphans = self.orphans_inner()?;
         if !dry_run {
             for p in &orphans.ours {
-                self.remove_orphan(p)?;
+                // One gone since the listing (an abort of this handle on another thread
+                // removed it) is what gc wanted.
+                remove_if_there(&*self.io, p).map_err(|e| Error::io("remove", p, e))?;
             }
             self.remove_empty_savepoint_dirs();
         }
         Ok(orphans)
-    }
-
-    /// Removes an orphan `orphans_inner` listed; whether it was still there. One gone since
-    /// the listing (an abort of this handle on another thread removed it) is what the
-    /// caller wanted, not a failure.
-    fn remove_orphan(&self, p: &Path) -> Result<bool> {
-        match self.io.remove_file(p) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(Error::io("remove", p, e)),
-        }
     }
 
     /// Removes the files an aborted checkpoint `id` left (data and temp files named with
@@ -325,11 +314,7 @@ impl CheckpointStorage {
         doomed.extend(leftovers.ours);
         doomed.retain(|p| self.io.created_here(p));
         for p in doomed {
-            if let Err(e) = self.io.remove_file(&p)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                self.note_cleanup_error(Error::io("remove", &p, e));
-            }
+            self.remove_noting(&p);
         }
         self.remove_empty_savepoint_dir(id);
     }
@@ -350,10 +335,7 @@ impl CheckpointStorage {
     /// MANIFEST (a folder that still holds anything, floe's or not, stays).
     fn remove_empty_savepoint_dir(&self, id: u64) {
         let sp = self.root.join(layout::savepoint_dir(id));
-        if !matches!(
-            self.io.stat(&sp.join(SAVEPOINT_MANIFEST)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound
-        ) {
+        if !is_absent(&*self.io, &sp.join(SAVEPOINT_MANIFEST)) {
             return;
         }
         let _ = self.io.remove_dir(&sp.join(DATA_DIR));
@@ -372,10 +354,10 @@ mod tests {
 
     use super::super::config::{ChainPolicy, StorageConfig};
     use super::super::io::{DirEntry, EntryKind, Io, IoFile, Opened, StdIo};
-    use super::super::storage::{CheckpointStorage, Target};
+    use super::super::storage::{CheckpointStorage, StateHandle, Target};
     use super::DATA_DIR;
     use crate::error::Result;
-    use crate::state::{StateDescriptor, StateKind, Store};
+    use crate::state::{StateDescriptor, StateId, StateKind, Store};
 
     /// What runs after a listing of `data/` and before it returns.
     type AfterList = Box<dyn FnOnce() + Send>;
@@ -465,23 +447,17 @@ mod tests {
     #[test]
     fn a_file_unlinked_during_the_listing_is_not_an_orphan() {
         let dir = tempfile::tempdir().unwrap();
-        let gates = Arc::new(Gates::default());
         let config = StorageConfig {
             num_retained: 1,
             policy: ChainPolicy { max_increments: 0, ..ChainPolicy::default() },
             ..StorageConfig::default()
         };
-        let storage =
-            CheckpointStorage::open_with_io(dir.path(), config, Arc::new(GateIo(Arc::clone(&gates))))
-                .unwrap();
-        let mut store = Store::new();
-        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        let (storage, gates) = storage_with_gates(dir.path(), config);
+        let mut store = store();
         let checkpoint = |store: &mut Store, cid: u64| {
-            store.put(id, &cid.to_le_bytes(), b"value").unwrap();
-            let snapshot = store.snapshot();
-            storage.begin(cid).unwrap();
-            let h = storage.write_state(cid, Target::Checkpoint, "op", 0, &snapshot, None).unwrap();
-            storage.commit(cid, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+            store.put(V, &cid.to_le_bytes(), b"value").unwrap();
+            let h = write(&storage, store, cid, Target::Checkpoint);
+            commit(&storage, cid, Target::Checkpoint, h);
         };
         checkpoint(&mut store, 1);
         let first: Vec<_> =
@@ -506,19 +482,11 @@ mod tests {
     #[test]
     fn gc_of_an_orphan_removed_meanwhile_succeeds() {
         let dir = tempfile::tempdir().unwrap();
-        let gates = Arc::new(Gates::default());
-        let storage = CheckpointStorage::open_with_io(
-            dir.path(),
-            StorageConfig::default(),
-            Arc::new(GateIo(Arc::clone(&gates))),
-        )
-        .unwrap();
-        let mut store = Store::new();
-        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
-        store.put(id, b"k", b"v").unwrap();
-        storage.begin(1).unwrap();
-        let h = storage.write_state(1, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
-        storage.commit(1, Target::Checkpoint, vec![h.clone()], BTreeMap::new(), BTreeMap::new()).unwrap();
+        let (storage, gates) = storage_with_gates(dir.path(), StorageConfig::default());
+        let mut store = store();
+        store.put(V, b"k", b"v").unwrap();
+        let h = write(&storage, &mut store, 1, Target::Checkpoint);
+        commit(&storage, 1, Target::Checkpoint, h.clone());
         // An unreferenced data file of an id no checkpoint uses: an orphan of floe's.
         let data = dir.path().join(DATA_DIR);
         let own = data.join(h.files[0].path.trim_start_matches("data/"));
@@ -533,33 +501,46 @@ mod tests {
         assert!(storage.take_cleanup_errors().is_empty());
     }
 
-    fn storage_with_gates(dir: &Path) -> (Arc<CheckpointStorage>, Arc<Gates>) {
+    /// The one value state of the tests' stores.
+    const V: StateId = StateId::from_index(0);
+
+    fn storage_with_gates(dir: &Path, config: StorageConfig) -> (Arc<CheckpointStorage>, Arc<Gates>) {
         let gates = Arc::new(Gates::default());
-        let storage = CheckpointStorage::open_with_io(
-            dir,
-            StorageConfig::default(),
-            Arc::new(GateIo(Arc::clone(&gates))),
-        )
-        .unwrap();
+        let storage =
+            CheckpointStorage::open_with_io(dir, config, Arc::new(GateIo(Arc::clone(&gates)))).unwrap();
         (storage, gates)
     }
 
-    /// Checkpoint 1 committed, and checkpoint 2's data file written (not committed).
-    fn one_committed_one_written(storage: &CheckpointStorage) -> super::super::storage::StateHandle {
+    /// A store with the one value state [`V`].
+    fn store() -> Store {
         let mut store = Store::new();
-        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
-        store.put(id, b"k", b"1").unwrap();
-        storage.begin(1).unwrap();
-        let h = storage.write_state(1, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap();
-        storage.commit(1, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
-        store.put(id, b"k", b"2").unwrap();
-        storage.begin(2).unwrap();
-        storage.write_state(2, Target::Checkpoint, "op", 0, &store.snapshot(), None).unwrap()
+        store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        store
+    }
+
+    /// `store` written as the full data file of `cid` (begun here), not committed.
+    fn write(storage: &CheckpointStorage, store: &mut Store, cid: u64, target: Target) -> StateHandle {
+        storage.begin(cid).unwrap();
+        storage.write_state(cid, target, "op", 0, &store.snapshot(), None).unwrap()
+    }
+
+    fn commit(storage: &CheckpointStorage, cid: u64, target: Target, h: StateHandle) {
+        storage.commit(cid, target, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+    }
+
+    /// Checkpoint 1 committed, and checkpoint 2's data file written (not committed).
+    fn one_committed_one_written(storage: &CheckpointStorage) -> StateHandle {
+        let mut store = store();
+        store.put(V, b"k", b"1").unwrap();
+        let h = write(storage, &mut store, 1, Target::Checkpoint);
+        commit(storage, 1, Target::Checkpoint, h);
+        store.put(V, b"k", b"2").unwrap();
+        write(storage, &mut store, 2, Target::Checkpoint)
     }
 
     fn restores(storage: &CheckpointStorage, id: u64) -> Result<()> {
         let r = crate::checkpoint::restore_from_path(&storage.manifest_path(id), "op", Default::default())?;
-        let v = r.store.get(crate::state::StateId::from_index(0), b"k")?.map(<[u8]>::to_vec);
+        let v = r.store.get(V, b"k")?.map(<[u8]>::to_vec);
         assert_eq!(v, Some(id.to_string().into_bytes()));
         Ok(())
     }
@@ -570,11 +551,11 @@ mod tests {
     #[test]
     fn an_abort_during_the_commit_leaves_its_files() {
         let dir = tempfile::tempdir().unwrap();
-        let (storage, gates) = storage_with_gates(dir.path());
+        let (storage, gates) = storage_with_gates(dir.path(), StorageConfig::default());
         let h = one_committed_one_written(&storage);
         let weak = Arc::downgrade(&storage);
         *gates.before_manifest.lock() = Some(Box::new(move || weak.upgrade().unwrap().abort(2)));
-        storage.commit(2, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        commit(&storage, 2, Target::Checkpoint, h);
         assert!(gates.before_manifest.lock().is_none(), "the abort ran during the commit");
         restores(&storage, 2).unwrap();
         // And an abort after the commit does nothing either.
@@ -591,7 +572,7 @@ mod tests {
     #[test]
     fn gc_beside_a_commit_keeps_the_new_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let (storage, gates) = storage_with_gates(dir.path());
+        let (storage, gates) = storage_with_gates(dir.path(), StorageConfig::default());
         let h = one_committed_one_written(&storage);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let committer = Arc::clone(&storage);
@@ -619,9 +600,9 @@ mod tests {
     #[test]
     fn a_manifest_gone_since_the_listing_is_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let (storage, gates) = storage_with_gates(dir.path());
+        let (storage, gates) = storage_with_gates(dir.path(), StorageConfig::default());
         let h = one_committed_one_written(&storage);
-        storage.commit(2, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        commit(&storage, 2, Target::Checkpoint, h);
         let first = storage.read_manifest(1).unwrap().files[0].path.clone();
         let manifest = storage.manifest_path(1);
         *gates.root_listed.lock() = Some(Box::new(move || std::fs::remove_file(&manifest).unwrap()));
@@ -638,7 +619,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("00000000000000000009-op-x-0.full"), b"not ours").unwrap();
-        let (storage, _gates) = storage_with_gates(dir.path());
+        let (storage, _gates) = storage_with_gates(dir.path(), StorageConfig::default());
         let sp = dir.path().join(super::layout::savepoint_dir(9));
         std::fs::create_dir_all(&sp).unwrap();
         std::os::unix::fs::symlink(outside.path(), sp.join(DATA_DIR)).unwrap();
@@ -655,13 +636,11 @@ mod tests {
     #[test]
     fn a_transient_error_on_a_savepoint_manifest_deletes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let (storage, gates) = storage_with_gates(dir.path());
-        let mut store = Store::new();
-        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
-        store.put(id, b"k", b"1").unwrap();
-        storage.begin(1).unwrap();
-        let h = storage.write_state(1, Target::Savepoint, "op", 0, &store.snapshot(), None).unwrap();
-        storage.commit(1, Target::Savepoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+        let (storage, gates) = storage_with_gates(dir.path(), StorageConfig::default());
+        let mut store = store();
+        store.put(V, b"k", b"1").unwrap();
+        let h = write(&storage, &mut store, 1, Target::Savepoint);
+        commit(&storage, 1, Target::Savepoint, h);
         let manifest = storage.savepoint_manifest_path(1);
         *gates.fail_stat.lock() = Some(manifest.clone());
         let o = storage.gc(false).unwrap();

@@ -474,6 +474,14 @@ impl CheckpointStorage {
         self.cleanup_errors.lock().push(e.to_string());
     }
 
+    /// Removes a file floe no longer needs, noting a failure as a cleanup error. One gone
+    /// already (a gc or retention on another thread took it) is no failure.
+    pub(crate) fn remove_noting(&self, p: &Path) {
+        if let Err(e) = super::io::remove_if_there(&*self.io, p) {
+            self.note_cleanup_error(Error::io("remove", p, e));
+        }
+    }
+
     /// Writes one operator instance's data file for checkpoint `checkpoint_id`: the full
     /// snapshot when `parent` is `None`, otherwise the increment since the parent's epoch
     /// (which must be an exact parent: see [`Snapshot::check_increment_parent`]). Blocking;
@@ -511,14 +519,7 @@ impl CheckpointStorage {
                 if let Ok(h) = &result
                     && let Some(own) = h.files.last()
                 {
-                    let p = self.target_dir(checkpoint_id, target).join(&own.path);
-                    // Gone already: a gc or retention on another thread took it once the
-                    // id no longer protected it.
-                    if let Err(e) = self.io.remove_file(&p)
-                        && e.kind() != std::io::ErrorKind::NotFound
-                    {
-                        self.note_cleanup_error(Error::io("remove", &p, e));
-                    }
+                    self.remove_noting(&self.target_dir(checkpoint_id, target).join(&own.path));
                 }
                 if last {
                     self.remove_files_of(checkpoint_id);

@@ -116,9 +116,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
     let mut manifests: Vec<(usize, Manifest)> = Vec::new();
     for l in list_all(&storage)? {
         let read = l.read();
-        if let Err(Error::Io { source, .. }) = &read
-            && source.kind() == std::io::ErrorKind::NotFound
-        {
+        if read.as_ref().is_err_and(Error::is_not_found) {
             // Removed since the listing (a running job's retention): that checkpoint is
             // gone, not damaged.
             continue;
@@ -207,9 +205,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                 }
             }
         }
-        if problem.is_some()
-            && matches!(storage.io().stat(&l.manifest_path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-        {
+        if problem.is_some() && crate::checkpoint::io::is_absent(storage.io(), &l.manifest_path) {
             // Retired while inspected (its manifest first, then the files only it needed):
             // gone, not damaged.
             if l.savepoint {

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::{Located, Report, list_all, locate, open_read_only, rel};
 use crate::checkpoint::CheckpointStorage;
+use crate::checkpoint::io::is_absent;
 use crate::error::{Error, Result};
 use crate::format::chain::{ChainPlace, chain_problems, created_by_problem};
 use crate::format::channel::{ChannelPlace, channel_problems};
@@ -240,7 +241,7 @@ impl Checker {
     fn check_checkpoint(&mut self, l: &Located) -> usize {
         let m = match l.read() {
             Ok(m) => m,
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(e) if e.is_not_found() => {
                 let what = "gone since it was listed (another process, such as a running job's \
                             retention, may have removed it)";
                 self.report_unreadable(l.id, &l.manifest_path, what.into());
@@ -413,7 +414,7 @@ fn verify_located(storage: &CheckpointStorage, mut targets: Vec<Located>, all: b
     if all {
         let retired: BTreeSet<u64> = targets
             .iter()
-            .filter(|l| c.problems_of(l.id) > 0 && manifest_gone(&l.manifest_path))
+            .filter(|l| c.problems_of(l.id) > 0 && is_absent(storage.io(), &l.manifest_path))
             .map(|l| l.id)
             .collect();
         if !retired.is_empty() {
@@ -465,11 +466,6 @@ fn verify_located(storage: &CheckpointStorage, mut targets: Vec<Located>, all: b
         records_checked: c.records,
         problems,
     }
-}
-
-/// Whether `manifest` is not there any more (removed since it was listed).
-fn manifest_gone(manifest: &Path) -> bool {
-    matches!(crate::checkpoint::stat_any(manifest), Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
 impl Report for VerifyReport {
