@@ -606,6 +606,54 @@ fn stop_with_savepoint_then_resume_with_another_parallelism() {
 }
 
 #[test]
+fn resuming_from_a_savepoint_into_a_new_checkpoint_directory_numbers_on_from_it() {
+    // Found by an outsider's attack: the resumed job's checkpoint ids began again at 1 in
+    // the new directory, so its sinks' transactions were named like the stopped job's
+    // (part-...-1-*) in the same output directory; the job failed on the collision after
+    // publishing part of its output, and resuming again duplicated it.
+    let seed = 78;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let sink = dir.path().join("out");
+    let mut cfg = config(&storage, Mode::ExactlyOnce);
+    let rx = completions(&mut cfg);
+    let handle = job(seed, &sink, true, 2).start(cfg).unwrap();
+    rx.iter().nth(1).unwrap();
+    let (sp, _) = handle.stop_with_savepoint().unwrap();
+    let fresh = CheckpointStorage::open(dir.path().join("ckpt-b"), StorageConfig::default()).unwrap();
+    let mut cfg = config(&fresh, Mode::ExactlyOnce);
+    cfg.restore_from = Some(sp.manifest.clone());
+    let result = job(seed, &sink, true, 3).execute(&cfg).unwrap();
+    assert_eq!(result.restarts, 0, "{:?}", result.failures);
+    assert!(
+        fresh.checkpoint_ids().unwrap().iter().all(|&id| id > sp.id),
+        "ids {:?} after savepoint {}",
+        fresh.checkpoint_ids().unwrap(),
+        sp.id
+    );
+    assert_same_output(&output_of(&sink), &expected(seed), "stopped, then resumed into a new directory");
+}
+
+#[test]
+fn key_group_settings_out_of_range_are_configuration_errors_before_any_attempt() {
+    // Found by an outsider's attack: these failed inside the tasks, were retried three
+    // times and reported as a failed job.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    for (max, parallelism, says) in
+        [(0, 2, "max_parallelism 0"), (40_000, 2, "max_parallelism 40000"), (2, 3, "above max_parallelism 2")]
+    {
+        let mut cfg = config(&storage, Mode::ExactlyOnce);
+        cfg.max_parallelism = max;
+        let err =
+            job(5, &dir.path().join("out"), true, parallelism).execute(&cfg).expect_err("must be refused");
+        assert!(matches!(err, floe::Error::InvalidConfig(_)), "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+        assert!(storage.checkpoint_ids().unwrap().is_empty(), "no attempt ran");
+    }
+}
+
+#[test]
 fn a_savepoint_then_cancel_then_resume_from_it_publishes_everything_once() {
     // Found by the outsider's attack: a savepoint must hold every record before it (its
     // sinks pre-commit), though its completion commits nothing.

@@ -76,6 +76,12 @@ impl IdBook {
         Ok(id)
     }
 
+    /// Hands out the next id above `floor` too (ids skipped up to it are never used), begun.
+    pub fn reserve_after(&mut self, floor: u64) -> Result<u64> {
+        self.next = self.next.max(u128::from(floor) + 1);
+        self.reserve()
+    }
+
     /// Begins `id` (again: begun ids are fine), or says why it cannot be used.
     pub fn begin(&mut self, id: u64) -> Result<()> {
         match self.live.get(&id).map(|e| e.life) {
@@ -252,6 +258,17 @@ mod tests {
         assert!(b.reserve().is_err());
         assert!(b.begin(u64::MAX).is_err());
         assert!(!b.abort(u64::MAX), "a committed id is settled: its files must stay");
+    }
+
+    #[test]
+    fn ids_after_a_floor_skip_up_to_it_and_never_go_back() {
+        let mut b = IdBook::new(3, 3);
+        assert_eq!(b.reserve_after(10).unwrap(), 11);
+        assert_eq!(b.reserve_after(2).unwrap(), 12, "a lower floor changes nothing");
+        assert!(b.begin(5).is_err(), "skipped ids are not handed out later");
+        assert_eq!(b.reserve().unwrap(), 13);
+        let mut full = IdBook::new(1, 0);
+        assert!(full.reserve_after(u64::MAX).is_err(), "no id above u64::MAX");
     }
 
     #[test]

@@ -456,6 +456,13 @@ impl CheckpointStorage {
         self.writer("next_id")?.book.lock().reserve()
     }
 
+    /// [`next_id`](Self::next_id), and above `floor` too: a job restored from checkpoint
+    /// `floor` of another directory numbers its checkpoints on from there (as Flink does),
+    /// so ids that name its sinks' transactions never repeat the restored job's.
+    pub fn next_id_after(&self, floor: u64) -> Result<u64> {
+        self.writer("next_id")?.book.lock().reserve_after(floor)
+    }
+
     /// Marks a checkpoint as being written (its files are not orphans meanwhile). Ids only
     /// go up: an id at or below one already used, or an aborted one, is
     /// [`Error::CheckpointId`].

@@ -320,6 +320,9 @@ struct Run<'a> {
     job: String,
     /// The checkpoint the run was started from, when it is in the job's storage.
     started_from: Option<u64>,
+    /// The checkpoint id the job was restored from (0: none): its own ids go on above it,
+    /// whichever directory it writes to.
+    id_floor: u64,
     /// Checkpoints whose restore failed with damage the selection could not see.
     bad: BTreeSet<u64>,
     result: JobResult,
@@ -348,6 +351,7 @@ fn run(
         })),
         None => None,
     };
+    check_parallelism(plan, config)?;
     if let Some(r) = &restore {
         check_restore_shape(plan, &r.manifest)?;
     }
@@ -364,6 +368,7 @@ fn run(
         records: config.progress.clone().unwrap_or_else(|| Arc::new(AtomicU64::new(0))),
         job: config.job_id.clone().unwrap_or_else(new_job_id),
         started_from: restore.as_ref().filter(|r| same_dir(&r.dir)).map(|r| r.manifest.checkpoint_id),
+        id_floor: restore.as_ref().map_or(0, |r| r.manifest.checkpoint_id),
         bad: BTreeSet::new(),
         result: JobResult::default(),
         waiting: BTreeMap::new(),
@@ -606,7 +611,7 @@ impl Run<'_> {
         loop {
             let now = Instant::now();
             if coord.wants_trigger(now) {
-                let id = storage.next_id()?;
+                let id = storage.next_id_after(self.id_floor)?;
                 let acts = coord.poll(now, Some(id));
                 if !acts.iter().any(|a| matches!(a, Action::Trigger(b) if b.id == id)) {
                     storage.abort(id);
@@ -664,7 +669,7 @@ impl Run<'_> {
                 };
                 match c {
                     Command::Trigger { kind, reply } => {
-                        let id = storage.next_id()?;
+                        let id = storage.next_id_after(self.id_floor)?;
                         match coord.trigger(id, kind, Instant::now()) {
                             Some(a) => {
                                 self.waiting.insert(id, reply);
@@ -680,7 +685,7 @@ impl Run<'_> {
                         coord.request_stop();
                         // The stop-with-savepoint gets its id at the next poll; the reply
                         // waits for whichever terminal checkpoint that is.
-                        let id = storage.next_id()?;
+                        let id = storage.next_id_after(self.id_floor)?;
                         let acts = coord.poll(Instant::now(), Some(id));
                         if acts.iter().any(|a| matches!(a, Action::Trigger(b) if b.id == id)) {
                             self.waiting.insert(id, reply);
@@ -823,6 +828,25 @@ impl Run<'_> {
         self.shared.lock().push(stats.clone());
         self.result.checkpoints.push(stats);
     }
+}
+
+/// The key-group settings, checked before the first attempt: a mistake there fails every
+/// attempt the same way, so it is a configuration error, not a failure to restart from.
+fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
+    use crate::state::keygroup::MAX_MAX_PARALLELISM;
+    let max = config.max_parallelism;
+    if max == 0 || max > MAX_MAX_PARALLELISM {
+        return Err(Error::InvalidConfig(format!(
+            "max_parallelism {max} is not in 1..={MAX_MAX_PARALLELISM}"
+        )));
+    }
+    if let Some(n) = plan.nodes.iter().find(|n| n.parallelism > max) {
+        return Err(Error::InvalidConfig(format!(
+            "{} has parallelism {}, above max_parallelism {max} (the number of key groups)",
+            n.name, n.parallelism
+        )));
+    }
+    Ok(())
 }
 
 /// A job started from a checkpoint or savepoint (`restore_from`) must have an operator for

@@ -54,7 +54,8 @@ fn xxh64_short(key: &[u8]) -> u64 {
     h ^ (h >> 32)
 }
 
-/// The key group of a key hash.
+/// The key group of a key hash (`max_parallelism` 0, never valid in a store or a job,
+/// counts as 1 here rather than dividing by zero).
 #[inline]
 pub fn key_group_of_hash(hash: u64, max_parallelism: u32) -> u32 {
     // The modulus is at most 2^15, so the remainder fits in u32. A power of two (Flink's
@@ -62,7 +63,7 @@ pub fn key_group_of_hash(hash: u64, max_parallelism: u32) -> u32 {
     if max_parallelism.is_power_of_two() {
         (hash & u64::from(max_parallelism - 1)) as u32
     } else {
-        (hash % u64::from(max_parallelism)) as u32
+        (hash % u64::from(max_parallelism.max(1))) as u32
     }
 }
 
