@@ -63,8 +63,11 @@ impl<K: Key, O> Context<'_, K, O> {
         self.out.push((record, Some(timestamp)));
     }
 
-    /// Calls `on_timer` for this key once the watermark reaches `time` (once per key and
-    /// time, however often registered). Timers are state: checkpointed, restored, rescaled.
+    /// Calls `on_timer` for this key once the watermark reaches `time`: a timer already
+    /// pending for this key and time is not added twice, and one at or below the current
+    /// watermark fires at the next watermark the task receives (as in Flink). A timer that
+    /// fired is gone: registered again, it fires again. Timers are state: checkpointed,
+    /// restored, rescaled.
     pub fn register_event_time_timer(&mut self, time: Timestamp) -> Result<()> {
         self.timers.register(self.store, self.key_bytes, TimeDomain::EventTime, time)
     }
