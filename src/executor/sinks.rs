@@ -521,7 +521,8 @@ impl<T> FileSink<T> {
             )),
             (Some(_), Some(_)) => Err(both_exist(&pending, &part)),
             (None, None) => Err(Error::NotFound(format!(
-                "{} and {}: the transaction of checkpoint {} (subtask {}) was discarded or lost",
+                "{} and {}: the transaction of checkpoint {} (subtask {}) was discarded or lost, or the \
+                 sink now writes to another directory than the job that took that checkpoint",
                 pending.display(),
                 part.display(),
                 c.checkpoint_id,
