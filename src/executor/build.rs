@@ -143,6 +143,16 @@ fn replay<L: Logic>(
 
 fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
     let (replay1, replay2) = replay(&w, &logic)?;
+    let restored_watermark = match &w.restore {
+        Some(r) => crate::format::timers::restored_watermark(
+            &r.manifest.extra,
+            &w.common.operator,
+            w.subtask,
+            w.parallelism,
+            &r.path,
+        )?,
+        None => None,
+    };
     let n1 = w.in1.len();
     let channel_input = std::iter::repeat_n(0u8, n1).chain(std::iter::repeat_n(1u8, w.in2.len())).collect();
     Ok(OperatorTask {
@@ -154,6 +164,7 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         channel_input,
         replay1,
         replay2,
+        restored_watermark,
         common: w.common,
     })
 }

@@ -57,6 +57,12 @@ pub(crate) trait Logic: Send {
         let _ = (wm, out);
         Ok(())
     }
+    /// The task's watermark restored from a checkpoint, before any input: what lateness is
+    /// judged by from the start. Fires nothing (the timers due by it fired before the
+    /// checkpoint's barrier).
+    fn restored_watermark(&mut self, wm: Timestamp) {
+        let _ = wm;
+    }
     /// Fire processing-time timers due at `now`.
     fn processing_time(&mut self, now: Timestamp, out: &mut Collector<Self::Out, Self::Side>) -> Result<()> {
         let _ = (now, out);
@@ -242,6 +248,9 @@ pub(crate) use keyed_checkpointing;
 /// The timer part of the `Logic` of a keyed function (`core`, and `f` with `on_timer`).
 macro_rules! keyed_timers {
     ($o:ty) => {
+        fn restored_watermark(&mut self, wm: Timestamp) {
+            self.core.watermark = wm;
+        }
         fn watermark(&mut self, wm: Timestamp, out: &mut Collector<$o, ()>) -> Result<()> {
             self.core.watermark = wm;
             let f = &mut self.f;

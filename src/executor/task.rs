@@ -107,6 +107,9 @@ pub(crate) struct OperatorTask<L: Logic> {
     pub channel_input: Vec<u8>,
     pub replay1: Vec<(L::In1, Option<Timestamp>)>,
     pub replay2: Vec<(L::In2, Option<Timestamp>)>,
+    /// The watermark restored from the checkpoint (`None`: a fresh start, or a checkpoint
+    /// that recorded none).
+    pub restored_watermark: Option<Timestamp>,
 }
 
 struct Loop<L: Logic> {
@@ -131,13 +134,20 @@ enum Next {
 }
 
 impl<L: Logic> OperatorTask<L> {
-    pub fn run(self) -> Result<()> {
+    pub fn run(mut self) -> Result<()> {
         let n = self.channel_input.len();
+        let wms = match self.restored_watermark {
+            Some(wm) => {
+                self.logic.restored_watermark(wm);
+                InputWatermarks::with_floor(n, wm)
+            }
+            None => InputWatermarks::new(n),
+        };
         let (writes_tx, writes_rx) = crossbeam_channel::unbounded();
         let events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);
         let mut l = Loop {
             aligner: Aligner::new(self.common.mode, n),
-            wms: InputWatermarks::new(n),
+            wms,
             col: Collector::default(),
             acks: BTreeMap::new(),
             handles: BTreeMap::new(),
@@ -491,6 +501,12 @@ impl<L: Logic> Loop<L> {
                 Err(e) => return Err(e),
             }
         }
+        // The watermark at the barrier: a restore judges lateness from it, as this task
+        // would have after the barrier (format-spec/executor-state.md).
+        let mut extra = parts.extra;
+        let (op, sub) = (&self.t.common.operator, self.t.common.subtask);
+        extra
+            .push((crate::format::timers::watermark_key(op, sub), self.wms.current().to_le_bytes().to_vec()));
         self.acks.insert(
             b.id,
             PendingAck {
@@ -498,7 +514,7 @@ impl<L: Logic> Loop<L> {
                 capture: overtake,
                 handle: None,
                 channel_state: None,
-                extra: parts.extra,
+                extra,
                 stats,
                 error: None,
             },

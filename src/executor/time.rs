@@ -139,6 +139,17 @@ impl InputWatermarks {
         }
     }
 
+    /// Channels that start at `floor` (a restored task's watermark at the checkpoint's
+    /// barrier): the task's watermark is never below it, and advances past it only.
+    pub fn with_floor(channels: usize, floor: Timestamp) -> Self {
+        InputWatermarks { current: floor, ..Self::new(channels) }
+    }
+
+    /// The task's watermark.
+    pub fn current(&self) -> Timestamp {
+        self.current
+    }
+
     pub fn watermark(&mut self, ch: usize, wm: Timestamp) -> WatermarkChange {
         if let Some(w) = self.wm.get_mut(ch) {
             *w = (*w).max(wm);

@@ -275,6 +275,10 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
         Ok(())
     }
 
+    fn restored_watermark(&mut self, wm: Timestamp) {
+        self.core.watermark = wm;
+    }
+
     fn watermark(&mut self, wm: Timestamp, out: &mut Out<K, R, I>) -> Result<()> {
         self.core.watermark = wm;
         while let Some((t, kb)) = self.core.timers.pop_due(&mut self.core.store, TimeDomain::EventTime, wm)? {

@@ -1,6 +1,7 @@
 //! How the executor stores timers in the floe store (format-spec/executor-state.md): a map
 //! state named [`TIMER_STATE`] keyed like the operator's own states, one map entry per
-//! timer, an empty value.
+//! timer, an empty value. And each task's watermark at a checkpoint's barrier, in the
+//! manifest's `extra` map under [`watermark_key`].
 
 use crate::error::{Error, Result};
 use crate::executor::TimeDomain;
@@ -37,9 +38,73 @@ pub fn decode_timer(bytes: &[u8]) -> Result<(TimeDomain, i64)> {
     Ok((domain, time))
 }
 
+/// Prefix of the `extra` keys holding watermarks.
+pub const WATERMARK_EXTRA_PREFIX: &str = "watermark/";
+
+/// The `extra` key of the watermark of instance `subtask` of `operator`:
+/// `watermark/<operator>/<subtask>`. Its value is the `i64` little-endian.
+pub fn watermark_key(operator: &str, subtask: u32) -> String {
+    format!("{WATERMARK_EXTRA_PREFIX}{operator}/{subtask}")
+}
+
+/// The watermark instance `subtask` of `parallelism` instances of `operator` restores from
+/// a manifest's `extra` map (hex values, as stored; `origin` names the manifest in errors):
+/// its own at the parallelism the checkpoint was taken with, else (rescaled) the smallest
+/// of the operator's, which holds back no instance's lateness decisions past what its keys
+/// saw. `None` when the checkpoint has none (written before watermarks were recorded).
+pub fn restored_watermark(
+    extra: &std::collections::BTreeMap<String, String>,
+    operator: &str,
+    subtask: u32,
+    parallelism: u32,
+    origin: &std::path::Path,
+) -> Result<Option<i64>> {
+    let mut all = std::collections::BTreeMap::new();
+    let prefix = format!("{WATERMARK_EXTRA_PREFIX}{operator}/");
+    for (k, v) in extra {
+        let Some(sub) = k.strip_prefix(&prefix) else { continue };
+        let Some(sub) = super::sink_state::parse_decimal_u32(sub) else { continue };
+        let at = origin.join(k);
+        let bytes = super::manifest::hex_decode(v)
+            .ok_or_else(|| Error::corrupt(&at, 0, "watermark value is not hex"))?;
+        let wm: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+            Error::corrupt(&at, 0, format!("a watermark is 8 bytes (i64 little-endian), not {}", bytes.len()))
+        })?;
+        all.insert(sub, i64::from_le_bytes(wm));
+    }
+    let same_shape = all.len() == parallelism as usize && all.keys().all(|&s| s < parallelism);
+    Ok(if same_shape { all.get(&subtask).copied() } else { all.values().copied().min() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watermark_restores_its_own_value_or_the_smallest_after_rescaling() {
+        let origin = std::path::Path::new("m");
+        let hex = |w: i64| w.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let mut extra = std::collections::BTreeMap::new();
+        extra.insert(watermark_key("w", 0), hex(100));
+        extra.insert(watermark_key("w", 1), hex(-5));
+        extra.insert(watermark_key("other", 0), hex(7));
+        extra.insert("sink/w/0".into(), "00".into());
+        assert_eq!(restored_watermark(&extra, "w", 0, 2, origin).unwrap(), Some(100));
+        assert_eq!(restored_watermark(&extra, "w", 1, 2, origin).unwrap(), Some(-5));
+        assert_eq!(
+            restored_watermark(&extra, "w", 2, 3, origin).unwrap(),
+            Some(-5),
+            "rescaled: the smallest"
+        );
+        assert_eq!(restored_watermark(&extra, "w", 0, 1, origin).unwrap(), Some(-5));
+        assert_eq!(restored_watermark(&extra, "none", 0, 1, origin).unwrap(), None);
+        // format-spec/executor-state.md's example.
+        let spec = [("watermark/win/0".to_string(), "c700000000000000".to_string())].into_iter().collect();
+        assert_eq!(restored_watermark(&spec, "win", 0, 1, origin).unwrap(), Some(199));
+        extra.insert(watermark_key("w", 1), "0102".into());
+        let e = restored_watermark(&extra, "w", 0, 2, origin).unwrap_err().to_string();
+        assert!(e.contains("watermark/w/1") && e.contains("not 2"), "{e}");
+    }
 
     #[test]
     fn timer_keys_are_postcard_of_domain_and_time() {
