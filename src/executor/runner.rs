@@ -354,6 +354,10 @@ fn run(
     check_parallelism(plan, config)?;
     if let Some(r) = &restore {
         check_restore_shape(plan, &r.manifest)?;
+        // A damaged watermark entry would fail every attempt's task the same way.
+        for n in &plan.nodes {
+            crate::format::timers::restored_watermark(&r.manifest.extra, &n.name, 0, n.parallelism, &r.path)?;
+        }
     }
     let same_dir = |dir: &Path| {
         let canon = |p: &Path| std::fs::canonicalize(p).ok();
