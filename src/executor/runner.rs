@@ -353,11 +353,7 @@ fn run(
     };
     check_parallelism(plan, config)?;
     if let Some(r) = &restore {
-        check_restore_shape(plan, &r.manifest)?;
-        // A damaged watermark entry would fail every attempt's task the same way.
-        for n in &plan.nodes {
-            crate::format::timers::restored_watermark(&r.manifest.extra, &n.name, 0, n.parallelism, &r.path)?;
-        }
+        check_restore_shape(plan, &r.manifest, &r.path)?;
     }
     let same_dir = |dir: &Path| {
         let canon = |p: &Path| std::fs::canonicalize(p).ok();
@@ -856,9 +852,10 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 /// A job started from a checkpoint or savepoint (`restore_from`) must have an operator for
 /// every state the checkpoint holds (a renamed or removed operator would silently drop
 /// its state or its sink's transactions), and its sources the parallelism whose positions
-/// the checkpoint recorded (a position dropped would replay its input twice). Operators
+/// the checkpoint recorded (a position dropped would replay its input twice); its
+/// operators' watermark entries must decode (`path`, the manifest, names them). Operators
 /// the checkpoint does not know start empty, as new operators do in Flink.
-fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest) -> Result<()> {
+fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path) -> Result<()> {
     let names: BTreeSet<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut unknown = BTreeSet::new();
     for o in &m.operators {
@@ -900,6 +897,10 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest) -> Result<()
                 n.parallelism
             )));
         }
+    }
+    // A damaged watermark entry would fail every attempt's tasks the same way.
+    for n in &plan.nodes {
+        crate::format::timers::restored_watermark(&m.extra, &n.name, 0, n.parallelism, path)?;
     }
     Ok(())
 }

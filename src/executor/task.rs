@@ -505,8 +505,8 @@ impl<L: Logic> Loop<L> {
         // would have after the barrier (format-spec/executor-state.md).
         let mut extra = parts.extra;
         let (op, sub) = (&self.t.common.operator, self.t.common.subtask);
-        extra
-            .push((crate::format::timers::watermark_key(op, sub), self.wms.current().to_le_bytes().to_vec()));
+        let wm = crate::format::timers::encode_watermark(self.wms.current());
+        extra.push((crate::format::timers::watermark_key(op, sub), wm));
         self.acks.insert(
             b.id,
             PendingAck {

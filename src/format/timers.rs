@@ -47,6 +47,11 @@ pub fn watermark_key(operator: &str, subtask: u32) -> String {
     format!("{WATERMARK_EXTRA_PREFIX}{operator}/{subtask}")
 }
 
+/// The `extra` value of a watermark: the `i64` little-endian.
+pub fn encode_watermark(wm: i64) -> Vec<u8> {
+    wm.to_le_bytes().to_vec()
+}
+
 /// The watermark instance `subtask` of `parallelism` instances of `operator` restores from
 /// a manifest's `extra` map (hex values, as stored; `origin` names the manifest in errors):
 /// its own at the parallelism the checkpoint was taken with, else (rescaled) the smallest
@@ -83,7 +88,7 @@ mod tests {
     #[test]
     fn a_watermark_restores_its_own_value_or_the_smallest_after_rescaling() {
         let origin = std::path::Path::new("m");
-        let hex = |w: i64| w.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let hex = |w: i64| super::super::manifest::hex_encode(&encode_watermark(w));
         let mut extra = std::collections::BTreeMap::new();
         extra.insert(watermark_key("w", 0), hex(100));
         extra.insert(watermark_key("w", 1), hex(-5));
