@@ -1,7 +1,8 @@
 //! Proves event time in the runtime on small deterministic jobs: late records go to the
-//! side output (or update a fired window within the allowed lateness), sliding and
-//! session windows give what their definitions say, an idle source does not hold the
-//! watermark back, and processing-time timers fire without input.
+//! side output (or update a fired window within the allowed lateness), also after a
+//! restart (a task restores its watermark), sliding and session windows give what their
+//! definitions say, an idle source does not hold the watermark back, and processing-time
+//! timers fire without input.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -9,8 +10,9 @@ use std::time::Duration;
 
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{
-    AggregateFunction, CheckpointStats, Context, FileSink, FileSinkConfig, IterSource, Job, JobConfig,
-    KeyedProcessFunction, Stream, Timer, Topic, WatermarkStrategy, Windowed, Windows, published_output,
+    AggregateFunction, CheckpointPaced, CheckpointStats, Context, FailAt, FileSink, FileSinkConfig,
+    InjectedFailure, IterSource, Job, JobConfig, JobResult, KeyedProcessFunction, Stream, Timer, Topic,
+    WatermarkStrategy, Windowed, Windows, published_output,
 };
 
 /// (key, event time, value)
@@ -85,6 +87,104 @@ fn late_records_go_to_the_side_output_and_lateness_refires_a_window() {
     let got: Vec<(i64, i64)> = results.iter().map(|w| (w.window.start, w.value)).collect();
     assert_eq!(got, [(0, 3), (0, 11), (1000, 20)]);
     assert!(read::<Ev>(&dir.path().join("late")).is_empty());
+}
+
+/// The job of the restart tests: timestamps 0..200 in order, a watermark after every
+/// record, then a record at 5 (behind the watermark), then 200..400; the source pauses
+/// after 200 records until a checkpoint completes, so a checkpoint is taken before the
+/// late record. Tumbling windows of 10 with `lateness`.
+fn late_record_job(dir: &std::path::Path, lateness: i64) -> Job {
+    let mut events: Vec<Ev> = (0..200).map(|i| (1, i, 1)).collect();
+    events.push((1, 5, 1000));
+    events.extend((200..400).map(|i| (1, i, 1)));
+    let events = Arc::new(events);
+    let job = Job::new();
+    let src = job.source_with_watermarks(
+        "events",
+        1,
+        move |_, _| Box::new(CheckpointPaced::new(IterSource::new(Arc::clone(&events)), 200)),
+        WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1),
+    );
+    let out = src
+        .key_by(|e: &Ev| e.0)
+        .window(Windows::tumbling(10))
+        .allowed_lateness(lateness)
+        .aggregate_with_late("win", Sum);
+    sink(&out.results, dir, "results");
+    sink(&out.late, dir, "late");
+    job
+}
+
+/// Window results and late records of [`late_record_job`]. With `fail`, the window task
+/// fails one record after checkpoint 1 completed: the restart restores checkpoint 1 and
+/// reads the late record again.
+fn run_late_record_job(lateness: i64, fail: bool) -> (Vec<Windowed<u64, i64>>, Vec<Ev>, JobResult) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new(storage(dir.path()));
+    if fail {
+        cfg.failures = vec![InjectedFailure {
+            operator: "win".into(),
+            subtask: 0,
+            at: FailAt::AfterCheckpoint { completed: 1, records: 1 },
+            panic: false,
+        }];
+    }
+    let r = late_record_job(dir.path(), lateness).execute(&cfg).unwrap();
+    (read(&dir.path().join("results")), read(&dir.path().join("late")), r)
+}
+
+// Lateness across a restart: a task restores the watermark it had at the checkpoint's
+// barrier. Found by an outsider's attack (2026-12-05): without it a late record fired its
+// already-fired window a second time, and with `allowed_lateness` a late update of a fired
+// window was lost.
+
+#[test]
+fn a_late_record_stays_late_after_a_restart() {
+    let (results, late, r) = run_late_record_job(0, false);
+    assert_eq!(r.restarts, 0);
+    assert_eq!(late.len(), 1, "the record at 5 is late without a failure: {late:?}");
+    let (results_f, late_f, rf) = run_late_record_job(0, true);
+    assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
+    assert_eq!(rf.restored_from, vec![None, Some(1)]);
+    assert_eq!(late_f, late, "late output after the restart");
+    assert_eq!(results_f, results, "window results after the restart (no window fires twice)");
+}
+
+#[test]
+fn a_late_update_within_the_allowed_lateness_survives_a_restart() {
+    let (results, late, _) = run_late_record_job(1000, false);
+    assert!(late.is_empty(), "{late:?}");
+    assert!(results.iter().any(|w| w.value == 1010), "the update fires [0, 10) again: {results:?}");
+    let (results_f, late_f, rf) = run_late_record_job(1000, true);
+    assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
+    assert_eq!(rf.restored_from, vec![None, Some(1)]);
+    assert!(late_f.is_empty(), "{late_f:?}");
+    assert_eq!(results_f, results, "window results after the restart (the update is not lost)");
+}
+
+#[test]
+fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
+    // Found by the second attack: the task failed on it, and every restart the same way.
+    let dir = tempfile::tempdir().unwrap();
+    let first = storage(dir.path());
+    late_record_job(dir.path(), 0).execute(&JobConfig::new(Arc::clone(&first))).unwrap();
+    let manifest = first.manifest_path(*first.checkpoint_ids().unwrap().last().unwrap());
+    drop(first);
+    let mut m = floe::checkpoint::read_manifest_file(&manifest).unwrap();
+    let entry = m.extra.get_mut("watermark/win/0").expect("the checkpoint records the window's watermark");
+    entry.replace_range(..2, "zz");
+    std::fs::write(&manifest, m.encode().unwrap()).unwrap();
+    let again = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new(storage(again.path()));
+    cfg.restore_from = Some(manifest);
+    let err = late_record_job(again.path(), 0)
+        .execute(&cfg)
+        .expect_err("a damaged watermark entry must be refused");
+    assert!(
+        !matches!(err, floe::Error::JobFailed { .. }),
+        "refused up front, not by a failed attempt: {err}"
+    );
+    assert!(err.to_string().contains("watermark/win/0"), "{err}");
 }
 
 #[test]

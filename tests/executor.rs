@@ -575,18 +575,28 @@ fn a_failure_right_after_a_savepoint_republishes_nothing() {
     }
 }
 
+/// Runs the job (2 instances of every keyed operator, checkpoints in `storage`, output
+/// in `sink`) and stops it with a savepoint when its 2nd checkpoint completed: the paced
+/// sources are in mid-stream.
+fn stopped_mid_stream(
+    seed: u64,
+    storage: &Arc<CheckpointStorage>,
+    sink: &Path,
+) -> (floe::executor::SavepointInfo, JobResult) {
+    let mut cfg = config(storage, Mode::ExactlyOnce);
+    let rx = completions(&mut cfg);
+    let handle = job(seed, sink, true, 2).start(cfg).unwrap();
+    rx.iter().nth(1).unwrap();
+    handle.stop_with_savepoint().unwrap()
+}
+
 #[test]
 fn stop_with_savepoint_then_resume_with_another_parallelism() {
     let seed = 77;
     let dir = tempfile::tempdir().unwrap();
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
     let sink = dir.path().join("out");
-    let mut cfg = config(&storage, Mode::ExactlyOnce);
-    let rx = completions(&mut cfg);
-    let handle = job(seed, &sink, true, 2).start(cfg).unwrap();
-    // Stop when the 2nd checkpoint completed: the paced sources are in mid-stream.
-    rx.iter().nth(1).unwrap();
-    let (sp, first) = handle.stop_with_savepoint().unwrap();
+    let (sp, first) = stopped_mid_stream(seed, &storage, &sink);
     assert_eq!(first.last_checkpoint, Some(sp.id));
     let m = floe::checkpoint::read_manifest_file(&sp.manifest).unwrap();
     let positions: u64 =
@@ -615,11 +625,7 @@ fn resuming_from_a_savepoint_into_a_new_checkpoint_directory_numbers_on_from_it(
     let dir = tempfile::tempdir().unwrap();
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
     let sink = dir.path().join("out");
-    let mut cfg = config(&storage, Mode::ExactlyOnce);
-    let rx = completions(&mut cfg);
-    let handle = job(seed, &sink, true, 2).start(cfg).unwrap();
-    rx.iter().nth(1).unwrap();
-    let (sp, _) = handle.stop_with_savepoint().unwrap();
+    let (sp, _) = stopped_mid_stream(seed, &storage, &sink);
     let fresh = CheckpointStorage::open(dir.path().join("ckpt-b"), StorageConfig::default()).unwrap();
     let mut cfg = config(&fresh, Mode::ExactlyOnce);
     cfg.restore_from = Some(sp.manifest.clone());
