@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::block_choice::BlockChoice;
+use super::block_choice::{BlockChoice, Disk};
 use super::io::{Io, IoFile, Medium};
 use super::layout::{self, DATA_DIR};
 use super::lifecycle::AfterWrite;
@@ -128,14 +128,12 @@ impl CheckpointStorage {
         let file = writer.dest.create(self.io())?;
         writer.created = true;
         let header = ChannelHeader::new(checkpoint_id, operator, subtask);
-        // Compression::Adaptive: data LZ4 shrinks well gets its full effort; other data too
-        // when the directory's data files showed a disk slower than its writer (the file is
-        // written as records come, so it has no measure of its own), and always on object storage
-        // (no disk to measure; every byte is paid for in time and money), as data files
-        // are without write-behind.
-        let slow = self.io().medium() == Medium::Objects || self.disk.disk_slower().unwrap_or(false);
-        let disk_bound: &'static (dyn Fn() -> bool + Sync) = if slow { &|| true } else { &|| false };
-        let compress = BlockChoice::new(self.config().compression, disk_bound);
+        // Compression::Adaptive: the file is written as records come, so it has no measure
+        // of the disk of its own; the directory's data files decide, and on object storage
+        // (no disk to measure; every byte is paid for in time and money) or before any
+        // data file, every block gets the full effort. One thread encodes.
+        let disk = if self.io().medium() == Medium::Objects { None } else { self.disk.ns_per_byte() };
+        let compress = BlockChoice::new(self.config().compression, Disk::Known(disk), 1);
         let target = self.config().block_target;
         match ChannelFileWriter::new(file, &writer.dest.tmp, header, target, compress) {
             Ok(w) => writer.w = Some(w),

@@ -26,36 +26,31 @@ impl Default for ChainPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Compression {
-    /// Every block LZ4-compressed (stored as is only when LZ4 does not shrink it): the
-    /// smallest files, at ~1-1.4 GB/s of records per core on the benchmark's data, even
-    /// where LZ4 saves little (values LZ4 cannot shrink: ~11% fewer bytes for ~1.5-1.7x the
-    /// time of storing on a fast disk). The default (again since 2026-12-04): it never
-    /// writes more bytes than LZ4 makes of the data, whatever the data and the disk, and on
-    /// object storage bytes cost time and money.
-    #[default]
+    /// Every block LZ4-compressed at its full effort (stored as is only when LZ4 does not
+    /// shrink it): the smallest files, at ~1-1.4 GB/s of records per core on the
+    /// benchmark's data, even where LZ4 saves little (values LZ4 cannot shrink: ~11% fewer
+    /// bytes for ~1.5-1.7x the time of storing on a fast disk).
     Lz4,
     /// Every block stored uncompressed: the least CPU per checkpoint.
     None,
-    /// LZ4's full effort where it pays, and a fast one elsewhere: for a fast local disk and
-    /// data LZ4 cannot shrink, where it writes `Lz4`'s bytes (+1-3%) in less time. Every
-    /// block is compressed (stored only if the effort tried does not shrink it). Blocks
-    /// of data that LZ4 shrinks by at least 1/8 get `Lz4`'s full effort; blocks of data
-    /// that it shrinks by less get it too while the disk is the bottleneck (it makes bytes
-    /// durable slower than the encoders produce them, so CPU spent on compression is free),
-    /// and the fast effort while the disk keeps up: liblz4 at acceleration 8, ~3x faster
-    /// on values LZ4 cannot shrink, to about the same ratio (`format::Effort`). Each
-    /// encoder thread judges a block by the one before (after a block that shrank by 1/8,
-    /// the next gets the full effort outright), else by full LZ4 on a 4 KiB sample spread
-    /// over the block, with the full effort on every 8th block whatever its sample showed;
-    /// blocks under 32 KiB get the full effort. A file too small to measure
-    /// the disk itself follows what the directory's earlier files showed; object storage,
-    /// where there is no disk to measure, gets the full effort on every block. Offline
-    /// compaction, which has no checkpoint to hold up, uses `Lz4`. What it gives up, and
-    /// why it is not the default (yet): up to 7 blocks at the fast effort where a run of
-    /// data whose savings only the full effort finds begins (ids from a large catalog:
-    /// 1.004-1.07x `Lz4`'s bytes measured), 1-3% more bytes on the benchmark's random
-    /// values, and blocks the fast effort cannot shrink are stored where the full one
-    /// would save ~1%. README "Benchmarks", session 28.
+    /// The default (since 2026-12-05): `Lz4`'s full effort on every block unless the
+    /// encoders, at that effort, measure slower than the disk (`checkpoint/block_choice.rs`).
+    /// Then effort costs the checkpoint time, and blocks of data LZ4 shrinks by at least
+    /// 1/8 (judged by a 4 KiB sample, or by the block before) get a fast effort (liblz4 at
+    /// acceleration 8: ~2.5x the speed, ~1.04x the bytes on compressible records), the
+    /// others are stored (values LZ4 cannot shrink: ~11% more bytes than `Lz4`), and every
+    /// 64th block gets the full effort still. Measured per encoder thread as it writes: its
+    /// wall time per byte walking and compressing at the full effort, and that effort's
+    /// ratio; of the disk: this file's direct writes or background syncs per byte, or the
+    /// directory's earlier files' until this one has taken 2 MiB. So on a disk slower than
+    /// the encoders (measured throttled to 400 MB/s) the files are `Lz4`'s, and on a disk
+    /// faster than them (~1.5 GB/s, 2 cores) a full checkpoint takes about the time of
+    /// writing its uncompressed bytes, or less. Files with no disk to measure (object
+    /// storage, where bytes cost time and money; no write-behind; a directory's first
+    /// small file) get the full effort, as do channel-state files until the directory's
+    /// data files have measured the disk. Offline compaction, which has no checkpoint to
+    /// hold up, uses `Lz4`. README "Benchmarks", session 31.
+    #[default]
     Adaptive,
 }
 
@@ -84,7 +79,7 @@ pub struct StorageConfig {
     /// How blocks are compressed.
     pub compression: Compression,
     /// While a data file is written, the disk works too, not only at the final fsync, and
-    /// a slow disk holds the writer back, which is what `Compression::Adaptive` sees. A
+    /// its pace is measured, which is what `Compression::Adaptive` goes by. A
     /// buffered file is fdatasynced every this many bytes (0: only at the end); a direct
     /// file is written in chunks of this size, capped at 1 MiB (0: 1 MiB), and fdatasynced
     /// every two chunks (a direct write may leave its bytes in the device's volatile write

@@ -3,7 +3,8 @@
 //! final name (plus, at worst, a temp file that cleanup removes).
 //!
 //! The disk works *while* a file is produced, not all at the final fsync, and
-//! [`SyncProgress`] tells the producer whether it keeps up. How depends on the file:
+//! [`SyncProgress`] measures how fast the disk takes the bytes (`Compression::Adaptive`
+//! goes by it). How the disk works depends on the file:
 //! - a **direct** file (`O_DIRECT`, data files where the file system allows it) gathers the
 //!   bytes in aligned chunks that a writer thread writes straight to the device, so the
 //!   kernel neither copies them into the page cache nor tracks and writes back its pages
@@ -43,120 +44,77 @@ const BUFFER: usize = 64 << 10;
 /// Prefix of temp files; `tmp-<checkpoint id>-...` so cleanup can tell whose they are.
 pub const TMP_PREFIX: &str = "tmp-";
 
-/// What the previous published files showed of the disk: bytes made durable per second of
-/// syncing, and bytes written per second of producing, of the last file large enough to
-/// say (kept by a checkpoint directory, so a file knows the disk before its own first sync).
+/// What the previous published files showed of the disk: nanoseconds of the disk's work
+/// (background syncs or direct writes, and the final sync) per byte, of the last file large
+/// enough to say (kept by a checkpoint directory, so a file knows the disk before it has a
+/// measure of its own, and a small file knows it at all).
 #[derive(Debug, Default)]
 pub struct DiskModel {
     /// `f64` bits; 0 while unknown.
-    disk_rate: AtomicU64,
-    /// `f64` bits; 0 while unknown.
-    write_rate: AtomicU64,
-    /// Whether most decisions of the last direct file large enough to say found it a
-    /// backlog behind (0: no file yet, 1: no, 2: yes).
-    behind: AtomicU8,
+    ns_per_byte: AtomicU64,
 }
 
 impl DiskModel {
     /// Files smaller than this say too little about the disk to be remembered.
     const MIN_SAMPLE: u64 = 1 << 20;
 
-    /// Whether the last file showed a disk slower than the producer (`None`: no file yet).
-    pub(crate) fn disk_slower(&self) -> Option<bool> {
-        let disk = f64::from_bits(self.disk_rate.load(Ordering::Relaxed));
-        let write = f64::from_bits(self.write_rate.load(Ordering::Relaxed));
-        (disk > 0.0 && write > 0.0).then_some(disk < write)
+    /// The disk's nanoseconds per byte, as the last file large enough showed it (`None`:
+    /// no such file yet).
+    pub(crate) fn ns_per_byte(&self) -> Option<f64> {
+        let v = f64::from_bits(self.ns_per_byte.load(Ordering::Relaxed));
+        (v > 0.0).then_some(v)
     }
 
-    /// Whether the last direct file large enough to say fell a backlog behind its disk
-    /// (`None`: no such file yet).
-    pub(crate) fn direct_behind(&self) -> Option<bool> {
-        match self.behind.load(Ordering::Relaxed) {
-            0 => None,
-            b => Some(b == 2),
-        }
-    }
-
-    /// Keeps a direct file's verdict (`SyncProgress::direct_verdict`) for later files.
-    fn record_behind(&self, behind: bool) {
-        self.behind.store(if behind { 2 } else { 1 }, Ordering::Relaxed);
-    }
-
-    fn record(&self, bytes: u64, sync_nanos: u64, produce_nanos: u64) {
-        if bytes < Self::MIN_SAMPLE || sync_nanos == 0 || produce_nanos == 0 {
+    fn record(&self, bytes: u64, disk_nanos: u64) {
+        if bytes < Self::MIN_SAMPLE {
             return;
         }
-        let disk = bytes as f64 / sync_nanos as f64;
-        let write = bytes as f64 / produce_nanos as f64;
-        self.disk_rate.store(disk.to_bits(), Ordering::Relaxed);
-        self.write_rate.store(write.to_bits(), Ordering::Relaxed);
+        // A disk that took no measurable time is as fast as a measure can tell (and 0
+        // stands for unknown).
+        let v = (disk_nanos as f64 / bytes as f64).max(f64::MIN_POSITIVE);
+        self.ns_per_byte.store(v.to_bits(), Ordering::Relaxed);
     }
 }
 
-/// How the disk keeps up with a file being published.
+/// How fast the disk takes a file being published.
 #[derive(Debug)]
 pub struct SyncProgress {
     /// When writing started.
     started: Instant,
     /// Bytes handed to the file.
     written: AtomicU64,
-    /// Bytes known durable (as of the last background sync).
+    /// Bytes known durable (as of the last background sync), or written by a direct
+    /// file's writer thread.
     synced: AtomicU64,
-    /// Nanoseconds spent in finished background syncs.
+    /// Nanoseconds spent in finished background syncs or direct writes.
     sync_nanos: AtomicU64,
-    /// When (nanoseconds after `started`) the running sync began; `u64::MAX` if none runs.
-    running_since: AtomicU64,
-    /// The byte count the running sync makes durable.
-    running_upto: AtomicU64,
     /// Whether write-behind runs (without it, nothing is durable before the end).
     active: bool,
-    /// What earlier files showed (`DiskModel::disk_slower`), for before this one shows it.
-    earlier: Option<bool>,
-    /// Whether a writer thread writes the file directly (`O_DIRECT` chunks): its queue is
-    /// bounded, so the producer waits for the disk and the lag itself tells the backlog.
+    /// What earlier files showed (`DiskModel::ns_per_byte`), for before this one shows it.
+    earlier: Option<f64>,
+    /// Whether a writer thread writes the file directly (`O_DIRECT` chunks).
     direct: bool,
     /// Whether the file system took `O_DIRECT` (0: not asked yet, 1: yes, 2: no, and the
-    /// chunks go to the page cache, which says nothing of the disk).
+    /// chunks go to the page cache, whose copies say nothing of the disk).
     os_direct: AtomicU8,
-    /// Bytes written but not durable from which the disk counts as the bottleneck.
-    backlog: u64,
-    /// Decisions a direct file made by its own backlog, and how many said "behind".
-    decided: AtomicU64,
-    decided_behind: AtomicU64,
 }
 
-/// A buffered file with write-behind counts the disk as the bottleneck from this many sync
-/// intervals written but not durable (one interval is normally in flight).
-const BUFFERED_BACKLOG_INTERVALS: u64 = 2;
-
 impl SyncProgress {
+    /// A file's own measure of the disk counts once the disk has taken this many of its
+    /// bytes (two direct chunks of the default size; a quarter of a default sync interval).
+    pub const OWN_MEASURE: u64 = 2 << 20;
+
     /// The progress of a file written with `options` (`earlier`: what earlier files showed).
-    fn new(options: &WriteOptions<'_>, earlier: Option<bool>) -> Self {
-        let active = options.direct || options.sync_every > 0;
-        // A direct file holds at most `DIRECT_QUEUE + 2` chunks written but not durable
-        // (the one being written, the queue, the one filling): the disk is behind once the
-        // queue is full and the producer fills the chunk it will wait to hand over, which a
-        // window of 2 * sync_every could never reach. (Two chunks, the queue half full,
-        // also happen on a disk as fast as the producer, which compressing only slows.)
-        let backlog = if options.direct {
-            ((DIRECT_QUEUE + 1) * options.chunk_len()) as u64
-        } else {
-            BUFFERED_BACKLOG_INTERVALS.saturating_mul(options.sync_every)
-        };
+    fn new(options: &WriteOptions<'_>, earlier: Option<f64>) -> Self {
         SyncProgress {
             started: Instant::now(),
             written: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             sync_nanos: AtomicU64::new(0),
-            running_since: AtomicU64::new(u64::MAX),
-            running_upto: AtomicU64::new(0),
-            active,
+            active: options.direct || options.sync_every > 0,
             earlier,
             direct: options.direct,
             os_direct: AtomicU8::new(0),
-            backlog,
-            decided: AtomicU64::new(0),
-            decided_behind: AtomicU64::new(0),
         }
     }
 
@@ -165,85 +123,32 @@ impl SyncProgress {
         self.os_direct.store(if on { 1 } else { 2 }, Ordering::Relaxed);
     }
 
-    /// Whether more than half of this direct file's own decisions found it behind (`None`:
-    /// not really direct, or too small to decide by itself).
-    fn direct_verdict(&self) -> Option<bool> {
-        let decided = self.decided.load(Ordering::Relaxed);
-        (self.os_direct.load(Ordering::Relaxed) == 1 && decided > 0)
-            .then(|| self.decided_behind.load(Ordering::Relaxed) * 2 > decided)
-    }
-
-    /// Whether a block should be compressed now to spare the disk (`Compression::Adaptive`).
-    /// A direct file: when its writer thread is a backlog behind (the producer is about to
-    /// wait for the disk, so CPU spent compressing is free); while the file is too small to
-    /// get that far (or the file system refused `O_DIRECT`), what earlier files showed: the
-    /// last really direct file large enough to say, else the rate measure. A buffered file with
-    /// write-behind: once it has a measure of its own, when the disk is slower than the
-    /// producer and a backlog behind; before that, what earlier files showed, else no.
-    /// Without write-behind there is no measure, and the answer is yes.
-    pub fn disk_bound(&self) -> bool {
-        let Some(lag) = self.lag() else { return true };
-        if self.direct {
-            // A file still smaller than the backlog cannot show it, and one the file system
-            // keeps in the page cache shows nothing before its final fsync: earlier files
-            // decide.
-            let small = self.written.load(Ordering::Relaxed) < self.backlog;
-            if small || self.os_direct.load(Ordering::Relaxed) != 1 {
-                return self.earlier.unwrap_or(false);
-            }
-            let behind = lag >= self.backlog;
-            self.decided.fetch_add(1, Ordering::Relaxed);
-            self.decided_behind.fetch_add(u64::from(behind), Ordering::Relaxed);
-            return behind;
-        }
-        match self.disk_slower() {
-            Some(slower) => slower && lag >= self.backlog,
-            None => self.earlier.unwrap_or(false),
-        }
-    }
-
-    /// Bytes written but not yet known durable, or `None` without write-behind.
-    pub fn lag(&self) -> Option<u64> {
-        self.active
-            .then(|| self.written.load(Ordering::Relaxed).saturating_sub(self.synced.load(Ordering::Relaxed)))
-    }
-
-    /// Whether the disk is slower than the producer: it makes fewer bytes durable per
-    /// second of syncing than the file receives per second of writing. A running sync
-    /// counts as if it finished now (so a slow disk shows before its first sync ends,
-    /// and a sync that just began says nothing). `None` without write-behind or before
-    /// any sync.
-    pub fn disk_slower(&self) -> Option<bool> {
+    /// The disk's nanoseconds per byte (`Compression::Adaptive`): of this file's direct
+    /// writes or background syncs so far, once they have taken [`Self::OWN_MEASURE`]
+    /// bytes; until then, or where the file system refused `O_DIRECT` (its writes are
+    /// copies into the page cache), what earlier files showed. `None` without write-behind
+    /// (nothing is measured before the final sync) and while nothing is known.
+    pub fn disk_ns_per_byte(&self) -> Option<f64> {
         if !self.active {
             return None;
         }
-        let now = self.nanos_since_start();
-        let mut bytes = self.synced.load(Ordering::Relaxed);
-        let mut nanos = self.sync_nanos.load(Ordering::Relaxed);
-        let since = self.running_since.load(Ordering::Relaxed);
-        if since != u64::MAX {
-            bytes = bytes.max(self.running_upto.load(Ordering::Relaxed));
-            nanos += now.saturating_sub(since);
+        let own = !self.direct || self.os_direct.load(Ordering::Relaxed) == 1;
+        let (bytes, nanos) = (self.synced.load(Ordering::Relaxed), self.sync_nanos.load(Ordering::Relaxed));
+        if own && bytes >= Self::OWN_MEASURE {
+            return Some(nanos as f64 / bytes as f64);
         }
-        if bytes == 0 || nanos == 0 || now == 0 {
-            return None;
-        }
-        let written = self.written.load(Ordering::Relaxed);
-        Some((bytes as f64 / nanos as f64) < written as f64 / now as f64)
+        self.earlier
     }
 
     /// Runs `work`, the disk's part in getting the first `upto` bytes of the file down (a
-    /// background fdatasync, or a direct write), timing it as the disk's: while it runs it
-    /// counts as running, and once it succeeds the bytes count as synced.
+    /// background fdatasync, or a direct write), timing it as the disk's: once it succeeds
+    /// the bytes count as synced.
     fn disk_work(&self, upto: u64, work: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
         let began = self.nanos_since_start();
-        self.running_upto.store(upto, Ordering::Relaxed);
-        self.running_since.store(began, Ordering::Relaxed);
         work()?;
         let took = self.nanos_since_start().saturating_sub(began);
         self.sync_nanos.fetch_add(took, Ordering::Relaxed);
         self.synced.store(upto, Ordering::Relaxed);
-        self.running_since.store(u64::MAX, Ordering::Relaxed);
         Ok(())
     }
 
@@ -663,11 +568,9 @@ pub fn publish<T>(
     let tmp = if objects { dest.final_path.as_path() } else { tmp };
     let result = (|| {
         let file = dest.create(io)?;
-        let earlier = options.model.and_then(|m| {
-            if options.direct { m.direct_behind().or_else(|| m.disk_slower()) } else { m.disk_slower() }
-        });
+        let earlier = options.model.and_then(DiskModel::ns_per_byte);
         let progress = SyncProgress::new(&options, earlier);
-        let (value, file, produce_nanos) = if options.direct {
+        let (value, file) = if options.direct {
             produce_direct(file, (options.chunk_len(), options.chunks), &progress, tmp, f)?
         } else {
             produce_buffered(file, options.sync_every, &progress, tmp, f)?
@@ -677,11 +580,7 @@ pub fn publish<T>(
             // Every byte was made durable by the background work or the final sync.
             let final_nanos = u64::try_from(final_sync.as_nanos()).unwrap_or(u64::MAX);
             let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
-            model.record(progress.written.load(Ordering::Relaxed), sync_nanos, produce_nanos);
-            // Most of its decisions, not one moment of a full queue, make the verdict.
-            if let Some(behind) = progress.direct_verdict() {
-                model.record_behind(behind);
-            }
+            model.record(progress.written.load(Ordering::Relaxed), sync_nanos);
         }
         Ok(value)
     })();
@@ -696,15 +595,15 @@ fn exists(path: &Path) -> Error {
     Error::AlreadyPublished { path: path.to_path_buf() }
 }
 
-/// Runs `f` into a buffered file with write-behind; returns its value, the file (written,
-/// not yet fsynced) and when production ended (nanoseconds into `progress`).
+/// Runs `f` into a buffered file with write-behind; returns its value and the file (written,
+/// not yet fsynced).
 fn produce_buffered<T>(
     file: Box<dyn IoFile>,
     sync_every: u64,
     progress: &SyncProgress,
     tmp: &Path,
     f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
-) -> Result<(T, Box<dyn IoFile>, u64)> {
+) -> Result<(T, Box<dyn IoFile>)> {
     std::thread::scope(|s| {
         let syncer = std::cell::RefCell::new(None);
         // Why the syncer could not start (the dup of the fd, a spawn at the process's
@@ -736,7 +635,6 @@ fn produce_buffered<T>(
         // Writes of a whole block or more (data blocks are ~64 KiB) bypass the buffer.
         let mut w = BufWriter::with_capacity(BUFFER, behind);
         let produced = f(&mut w, progress);
-        let produce_nanos = progress.nanos_since_start();
         let behind = w.into_inner().map_err(|e| Error::io("write", tmp, e.into_error()));
         if let Some(e) = start_failed.borrow_mut().take() {
             // The syncer never started: nothing to stop.
@@ -757,7 +655,7 @@ fn produce_buffered<T>(
                 .map_err(|_| Error::Background("the fdatasync thread panicked".into()))?
                 .map_err(|e| Error::io("fdatasync", tmp, e))?;
         }
-        Ok((produced?, file, produce_nanos))
+        Ok((produced?, file))
     })
 }
 
@@ -769,7 +667,7 @@ fn produce_direct<T>(
     progress: &SyncProgress,
     tmp: &Path,
     f: impl FnOnce(&mut dyn Write, &SyncProgress) -> Result<T>,
-) -> Result<(T, Box<dyn IoFile>, u64)> {
+) -> Result<(T, Box<dyn IoFile>)> {
     std::thread::scope(|s| {
         let writer = std::cell::RefCell::new(None);
         let flusher = std::cell::RefCell::new(None);
@@ -812,7 +710,6 @@ fn produce_direct<T>(
             pool,
         };
         let produced = f(&mut w, progress);
-        let produce_nanos = progress.nanos_since_start();
         // Closing the channel of full chunks ends the writer thread once it has written what
         // it got; every chunk it wrote comes back on the other one.
         let DirectWriter { chunk: tail, file: kept, to_disk, .. } = w;
@@ -850,7 +747,7 @@ fn produce_direct<T>(
         file.set_direct(false).map_err(|e| Error::io("clear O_DIRECT on", tmp, e))?;
         file.write_all(tail.bytes()).map_err(|e| Error::io("write", tmp, e))?;
         ChunkPool::give(pool, tail);
-        Ok((value, file, produce_nanos))
+        Ok((value, file))
     })
 }
 
@@ -1061,12 +958,9 @@ mod tests {
 
     /// Writes `DIRECT_QUEUE + 1` chunks to a direct file whose disk holds them until all
     /// are handed over, then lets the disk take them and waits until it has. Returns
-    /// `disk_bound()` when empty, with the queue half full, with it full, and three times
-    /// once all is durable; then the file's verdict for the directory.
-    fn held_run(
-        refuses_direct: bool,
-        earlier: Option<bool>,
-    ) -> ((bool, bool, bool, [bool; 3]), Option<bool>) {
+    /// `disk_ns_per_byte()` before any write, with the chunks handed over but held, and
+    /// once all are written.
+    fn held_run(refuses_direct: bool, earlier: Option<f64>) -> [Option<f64>; 3] {
         let options = WriteOptions {
             sync_every: crate::checkpoint::config::DEFAULT_SYNC_EVERY,
             direct: true,
@@ -1078,13 +972,12 @@ mod tests {
         let gate = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
         let file = Box::new(HeldFile { gate: Arc::clone(&gate), refuses_direct });
         let data: Vec<u8> = (0..(DIRECT_QUEUE + 1) * chunk).map(|i| (i % 253) as u8).collect();
-        let (seen, _file, _) = produce_direct(file, (chunk, None), &progress, Path::new("held"), |w, p| {
-            let before = p.disk_bound();
+        assert!(data.len() as u64 >= SyncProgress::OWN_MEASURE);
+        let (seen, _file) = produce_direct(file, (chunk, None), &progress, Path::new("held"), |w, p| {
+            let before = p.disk_ns_per_byte();
             let at = |e| Error::io("write", Path::new("held"), e);
-            w.write_all(&data[..DIRECT_QUEUE * chunk]).map_err(at)?;
-            let half = p.disk_bound();
-            w.write_all(&data[DIRECT_QUEUE * chunk..]).map_err(at)?;
-            let behind = p.disk_bound();
+            w.write_all(&data).map_err(at)?;
+            let held = p.disk_ns_per_byte();
             *gate.0.lock() = true;
             gate.1.notify_all();
             // Waits for the disk's progress; the deadline only turns a hang into a failure.
@@ -1093,39 +986,32 @@ mod tests {
                 assert!(Instant::now() < deadline, "the held chunks were never written");
                 std::thread::yield_now();
             }
-            Ok((before, half, behind, [p.disk_bound(), p.disk_bound(), p.disk_bound()]))
+            Ok([before, held, p.disk_ns_per_byte()])
         })
         .unwrap();
-        (seen, progress.direct_verdict())
+        seen
     }
 
-    /// `Compression::Adaptive`'s signal on a direct file with the default settings: while
-    /// the disk has taken none of the chunks, the producer is behind once the queue is full
-    /// (it fails with a backlog of two sync intervals, which the bounded queue never lets a
-    /// direct file reach), not while it is half full; once the disk has them all, it is
-    /// not. The file's verdict for later small files is what most of its decisions said
-    /// (one moment of a full queue does not make a slow disk). Driven by the disk's
-    /// progress, not the clock.
+    /// `Compression::Adaptive`'s measure of the disk on a direct file: what earlier files
+    /// showed until the disk has taken `OWN_MEASURE` bytes of this one (however many wait
+    /// for it), then the file's own (here a disk that took its time: far from the earlier
+    /// files' 1e6 ns per byte). Driven by the disk's progress, not the clock.
     #[test]
-    fn a_direct_file_is_disk_bound_while_its_chunks_wait_for_the_disk() {
-        let (seen, verdict) = held_run(false, Some(true));
-        // The first two follow the earlier files (`Some(true)`): the file is still smaller
-        // than its backlog.
-        assert_eq!(seen, (true, true, true, [false; 3]), "(empty, queue half full, queue full, all durable)");
-        assert_eq!(verdict, Some(false), "1 of 4 own decisions said behind");
-        let (seen, _) = held_run(false, None);
-        assert_eq!(seen, (false, false, true, [false; 3]));
+    fn a_direct_file_measures_the_disk_once_it_has_taken_enough() {
+        let [before, held, done] = held_run(false, Some(1e6));
+        assert_eq!((before, held), (Some(1e6), Some(1e6)), "before its own measure");
+        assert!(done.is_some_and(|d| d > 0.0 && d < 1e6), "its own measure: {done:?}");
+        let [before, held, done] = held_run(false, None);
+        assert_eq!((before, held), (None, None));
+        assert!(done.is_some_and(|d| d > 0.0), "its own measure: {done:?}");
     }
 
-    /// Where the file system refuses `O_DIRECT` the chunks go to the page cache, and the
-    /// lag says nothing of the disk: earlier files decide, and the file leaves no verdict.
+    /// Where the file system refuses `O_DIRECT` the chunks go to the page cache, whose
+    /// copies say nothing of the disk: earlier files decide throughout.
     #[test]
     fn a_file_the_file_system_keeps_buffered_follows_earlier_files() {
-        for earlier in [Some(true), Some(false), None] {
-            let e = earlier.unwrap_or(false);
-            let (seen, verdict) = held_run(true, earlier);
-            assert_eq!(seen, (e, e, e, [e; 3]), "earlier {earlier:?}");
-            assert_eq!(verdict, None, "earlier {earlier:?}");
+        for earlier in [Some(3.5), None] {
+            assert_eq!(held_run(true, earlier), [earlier; 3], "earlier {earlier:?}");
         }
     }
 }

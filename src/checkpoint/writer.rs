@@ -6,7 +6,7 @@ use std::path::Path;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::block_choice::BlockChoice;
+use super::block_choice::{BlockChoice, Disk};
 use super::config::StorageConfig;
 use super::io::Io;
 use super::publish::{ChunkPool, DiskModel, WriteOptions, publish};
@@ -46,6 +46,7 @@ pub(crate) fn encode_unit(
     let map = snapshot.descriptors().nth(state as usize).is_some_and(|d| d.kind == StateKind::Map);
     // The callback cannot return an error: the first one is kept and ends the work.
     let mut failed: Option<Error> = None;
+    choice.unit_begins();
     snapshot.for_each_record(StateId::from_index(state), key_group, since, &mut |r| {
         if failed.is_some() {
             return;
@@ -167,18 +168,12 @@ pub(crate) fn write_snapshot_file(
         header.checkpoint_id,
         WriteOptions::data_file(config, Some(disk), Some(chunks)),
         |out: &mut dyn Write, progress| {
-            // `Compression::Adaptive` gives the blocks LZ4 shrinks well its full effort, and
-            // the others too only while the disk is the bottleneck (`block_choice.rs`,
-            // `SyncProgress::disk_bound`): the full effort then costs no time (the checkpoint
-            // waits for the disk anyway) and shrinks what the disk must take; when the disk
-            // keeps up, the fast effort is faster. A direct file is behind when its writer
-            // thread has `DIRECT_QUEUE` chunks waiting (the writer thread sleeps in the
-            // device, so a busy CPU hardly delays it). A buffered file also needs a measured
-            // disk slower than the producer (its syncer competes for a core, and compressing
-            // on a CPU-bound machine would make that worse); until it has a measure of its
-            // own, the directory's earlier files decide. Without write-behind there is no
-            // measure of the disk, and every block is compressed.
-            let disk_bound = || progress.disk_bound();
+            // `Compression::Adaptive` spends LZ4's full effort unless the encoders measure
+            // slower at it than the disk (`block_choice.rs`): the disk's pace is this file's
+            // own once the disk has taken enough of it, the directory's earlier files' until
+            // then; without write-behind nothing is measured, and every block gets the full
+            // effort.
+            let disk_pace = || progress.disk_ns_per_byte();
             let mut w = DataFileWriter::new(out, &path, header, states)?;
             // Encoders take the next unit as they become free (units differ in size, and the
             // cores are shared with this thread and the syncer, so a fixed split leaves one
@@ -194,13 +189,13 @@ pub(crate) fn write_snapshot_file(
                 let mut started = 0;
                 for _ in 0..threads {
                     let tx = tx.clone();
-                    let (units, disk_bound, queue, pool) = (&units, &disk_bound, &queue, &pool);
+                    let (units, disk_pace, queue, pool) = (&units, &disk_pace, &queue, &pool);
                     // A process at its thread limit writes with the encoders it could start
                     // (the work queue does not care how many), and fails with a named error
                     // when it could start none.
                     let spawned = crate::fsutil::thread("floe-encode").spawn_scoped(s, move || {
                         // Each thread learns from its own blocks.
-                        let mut choice = BlockChoice::new(config.compression, disk_bound);
+                        let mut choice = BlockChoice::new(config.compression, Disk::Live(disk_pace), threads);
                         while let Some(i) = queue.take() {
                             let (st, kg) = units[i];
                             let r = encode_unit(snapshot, st, kg, since, target, &mut choice, pool);
