@@ -104,6 +104,9 @@ impl SyncProgress {
     /// bytes (two direct chunks of the default size; a quarter of a default sync interval).
     pub const OWN_MEASURE: u64 = 2 << 20;
 
+    /// How many bytes of this file's own measure weigh as much as what earlier files showed.
+    pub const EARLIER_WEIGHT: u64 = 16 << 20;
+
     /// The progress of a file written with `options` (`earlier`: what earlier files showed).
     fn new(options: &WriteOptions<'_>, earlier: Option<f64>) -> Self {
         SyncProgress {
@@ -123,21 +126,31 @@ impl SyncProgress {
         self.os_direct.store(if on { 1 } else { 2 }, Ordering::Relaxed);
     }
 
-    /// The disk's nanoseconds per byte (`Compression::Adaptive`): of this file's direct
-    /// writes or background syncs so far, once they have taken [`Self::OWN_MEASURE`]
-    /// bytes; until then, or where the file system refused `O_DIRECT` (its writes are
-    /// copies into the page cache), what earlier files showed. `None` without write-behind
-    /// (nothing is measured before the final sync) and while nothing is known.
+    /// The disk's nanoseconds per byte (`Compression::Adaptive`): what earlier files showed,
+    /// counted as [`Self::EARLIER_WEIGHT`] bytes, averaged with this file's direct writes or
+    /// background syncs so far, once they have taken [`Self::OWN_MEASURE`] bytes (without
+    /// earlier files, this file's alone). A throttled disk passes a burst at full speed
+    /// before it holds writes back, so a file's first megabytes alone would make it look
+    /// fast. Where the file system refused `O_DIRECT` (its writes are copies into the page
+    /// cache) only earlier files count. `None` without write-behind (nothing is measured
+    /// before the final sync) and while nothing is known.
     pub fn disk_ns_per_byte(&self) -> Option<f64> {
         if !self.active {
             return None;
         }
         let own = !self.direct || self.os_direct.load(Ordering::Relaxed) == 1;
         let (bytes, nanos) = (self.synced.load(Ordering::Relaxed), self.sync_nanos.load(Ordering::Relaxed));
-        if own && bytes >= Self::OWN_MEASURE {
-            return Some(nanos as f64 / bytes as f64);
+        if !own || bytes < Self::OWN_MEASURE {
+            return self.earlier;
         }
-        self.earlier
+        let (bytes, nanos) = (bytes as f64, nanos as f64);
+        Some(match self.earlier {
+            Some(e) => {
+                let w = Self::EARLIER_WEIGHT as f64;
+                (e * w + nanos) / (w + bytes)
+            }
+            None => nanos / bytes,
+        })
     }
 
     /// Runs `work`, the disk's part in getting the first `upto` bytes of the file down (a
@@ -994,13 +1007,17 @@ mod tests {
 
     /// `Compression::Adaptive`'s measure of the disk on a direct file: what earlier files
     /// showed until the disk has taken `OWN_MEASURE` bytes of this one (however many wait
-    /// for it), then the file's own (here a disk that took its time: far from the earlier
-    /// files' 1e6 ns per byte). Driven by the disk's progress, not the clock.
+    /// for it), then that averaged with the file's own, weighed by bytes (here a disk far
+    /// faster than the earlier files' 1e6 ns per byte: the average moves by the file's
+    /// share). Driven by the disk's progress, not the clock.
     #[test]
     fn a_direct_file_measures_the_disk_once_it_has_taken_enough() {
         let [before, held, done] = held_run(false, Some(1e6));
         assert_eq!((before, held), (Some(1e6), Some(1e6)), "before its own measure");
-        assert!(done.is_some_and(|d| d > 0.0 && d < 1e6), "its own measure: {done:?}");
+        let own = (DIRECT_QUEUE + 1) as f64 * WriteOptions::default().chunk_len() as f64;
+        let w = SyncProgress::EARLIER_WEIGHT as f64;
+        let share = 1e6 * w / (w + own);
+        assert!(done.is_some_and(|d| d >= share && d < share * 1.01), "the average: {done:?}, {share}");
         let [before, held, done] = held_run(false, None);
         assert_eq!((before, held), (None, None));
         assert!(done.is_some_and(|d| d > 0.0), "its own measure: {done:?}");
