@@ -25,13 +25,19 @@ const PROBE: usize = 64;
 use floe::format::{DataFile, compression};
 use floe::state::{StoreConfig, key_group};
 
-/// A disk that takes `ns` nanoseconds per byte: every sync (background or final) of a
+/// A disk that takes `sync` nanoseconds per byte: every sync (background or final) of a
 /// buffered file sleeps that long for the bytes written since the previous one, and so
-/// does every write to a direct file (which goes to the device). With `ns` 0 the syncs do
+/// does every write to a direct file (which goes to the device); with 0 the syncs do
 /// nothing at all: a disk faster than anything (the test's files are never power-cut).
-struct PacedIo {
-    ns: u64,
+/// A buffered write sleeps `write` nanoseconds per byte (a file system that works in
+/// `write`: NFS mounted `sync`, FUSE). Both can change between checkpoints.
+#[derive(Default)]
+struct Pace {
+    sync: AtomicU64,
+    write: AtomicU64,
 }
+
+struct PacedIo(Arc<Pace>);
 
 #[derive(Default)]
 struct Counters {
@@ -49,15 +55,18 @@ fn pace(ns: u64, c: &Counters) -> bool {
     ns > 0
 }
 
-struct PacedFile(Box<dyn IoFile>, Arc<Counters>, u64);
-struct PacedSyncer(Box<dyn DataSyncer>, Arc<Counters>, u64);
+struct PacedFile(Box<dyn IoFile>, Arc<Counters>, Arc<Pace>);
+struct PacedSyncer(Box<dyn DataSyncer>, Arc<Counters>, Arc<Pace>);
 
 impl std::io::Write for PacedFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.0.write(buf)?;
         self.1.written.fetch_add(n as u64, Ordering::SeqCst);
         if self.0.is_direct() {
-            pace(self.2, &self.1);
+            pace(self.2.sync.load(Ordering::SeqCst), &self.1);
+        } else {
+            let ns = self.2.write.load(Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_nanos(ns * n as u64));
         }
         Ok(n)
     }
@@ -68,10 +77,10 @@ impl std::io::Write for PacedFile {
 
 impl IoFile for PacedFile {
     fn sync_all(&mut self) -> std::io::Result<()> {
-        if pace(self.2, &self.1) { self.0.sync_all() } else { Ok(()) }
+        if pace(self.2.sync.load(Ordering::SeqCst), &self.1) { self.0.sync_all() } else { Ok(()) }
     }
     fn data_syncer(&self) -> std::io::Result<Box<dyn DataSyncer>> {
-        Ok(Box::new(PacedSyncer(self.0.data_syncer()?, Arc::clone(&self.1), self.2)))
+        Ok(Box::new(PacedSyncer(self.0.data_syncer()?, Arc::clone(&self.1), Arc::clone(&self.2))))
     }
     fn is_direct(&self) -> bool {
         self.0.is_direct()
@@ -83,13 +92,13 @@ impl IoFile for PacedFile {
 
 impl DataSyncer for PacedSyncer {
     fn sync_data(&mut self) -> std::io::Result<()> {
-        if pace(self.2, &self.1) { self.0.sync_data() } else { Ok(()) }
+        if pace(self.2.sync.load(Ordering::SeqCst), &self.1) { self.0.sync_data() } else { Ok(()) }
     }
 }
 
 impl Io for PacedIo {
     fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn IoFile>> {
-        Ok(Box::new(PacedFile(StdIo.create_new(path)?, Arc::new(Counters::default()), self.ns)))
+        Ok(Box::new(PacedFile(StdIo.create_new(path)?, Arc::new(Counters::default()), Arc::clone(&self.0))))
     }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         StdIo.rename(from, to)
@@ -117,20 +126,28 @@ impl Io for PacedIo {
     }
 }
 
-/// The disks: real, 5 MB/s, instant.
+/// The disks: real; 5 MB/s; instant; instant syncs but 20 MB/s buffered writes; instant
+/// for the first checkpoint, then 5 MB/s.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum DiskKind {
     Real,
     Slow,
     Instant,
+    SlowWrites,
+    TurnsSlow,
 }
 
-fn io(kind: DiskKind) -> Arc<dyn Io> {
+/// The disk of `kind`, and what turns it slow (after the first checkpoint).
+fn io(kind: DiskKind) -> (Arc<dyn Io>, Arc<Pace>) {
+    let pace = Arc::new(Pace::default());
     match kind {
-        DiskKind::Real => Arc::new(StdIo),
-        DiskKind::Slow => Arc::new(PacedIo { ns: 200 }),
-        DiskKind::Instant => Arc::new(PacedIo { ns: 0 }),
+        DiskKind::Slow => pace.sync.store(200, Ordering::SeqCst),
+        DiskKind::SlowWrites => pace.write.store(50, Ordering::SeqCst),
+        DiskKind::Real | DiskKind::Instant | DiskKind::TurnsSlow => {}
     }
+    let io: Arc<dyn Io> =
+        if kind == DiskKind::Real { Arc::new(StdIo) } else { Arc::new(PacedIo(Arc::clone(&pace))) };
+    (io, pace)
 }
 
 /// A file's key in a test's map: (setting, disk, checkpoint id).
@@ -180,7 +197,7 @@ fn compression_settings_write_recoverable_files() {
             let direct_io = disk != DiskKind::Instant;
             let config =
                 StorageConfig { compression, sync_every: 64 << 10, direct_io, ..StorageConfig::default() };
-            let storage = CheckpointStorage::open_with_io(dir.path(), config, io(disk)).unwrap();
+            let storage = CheckpointStorage::open_with_io(dir.path(), config, io(disk).0).unwrap();
             let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
             let mut store = build();
             checkpoint(&storage, &mut cp, &mut store, 1);
@@ -231,7 +248,9 @@ fn compression_settings_write_recoverable_files() {
 /// Key groups alternate between random values (LZ4 saves ~10%) and repeated text (it
 /// saves far more), on one encoder thread, and one random key group also holds a 300 KiB
 /// text value. Block boundaries depend only on the records, so the files' blocks pair up
-/// with `Lz4`'s. On the slow disk `Adaptive` writes `Lz4`'s blocks; on the instant one,
+/// with `Lz4`'s. On the slow disk, and on one whose buffered writes are slow, `Adaptive`
+/// writes `Lz4`'s blocks, and nearly so where the disk turned slow since the directory's
+/// earlier file; on the instant one,
 /// every block LZ4 shrinks by 1/8 is compressed (and shrunk by 1/8), whatever came before
 /// it on the thread, and most random blocks are stored. The default
 /// setting is `Adaptive`.
@@ -261,26 +280,31 @@ fn adaptive_follows_the_disk_and_the_data() {
     assert_eq!(StorageConfig::default().compression, Compression::Adaptive);
     let model = materialize(&build().snapshot());
     let mut files = BTreeMap::new();
-    for disk in [DiskKind::Slow, DiskKind::Instant] {
+    let disks = [DiskKind::Slow, DiskKind::Instant, DiskKind::SlowWrites, DiskKind::TurnsSlow];
+    for disk in disks {
         for compression in [Compression::Lz4, Compression::Adaptive] {
             let dir = tempfile::tempdir().unwrap();
             // Buffered, so that the instant disk's syncs are what the disk's pace is
-            // measured by (a direct write would go to the real device).
-            // Every checkpoint full: the second is the one looked at, written when the
-            // directory knows its disk (the first file has no measure of its own before
-            // the disk has taken 2 MiB of it, ~30% of its blocks).
+            // measured by (a direct write would go to the real device); direct where it
+            // turns slow. Every checkpoint full: the second is the one looked at, written
+            // when the directory knows its disk (the first file has no measure of its own
+            // before the disk has taken 2 MiB of it, ~30% of its blocks).
             let config = StorageConfig {
                 compression,
                 threads: 1,
-                direct_io: false,
+                direct_io: disk == DiskKind::TurnsSlow,
                 sync_every: 256 << 10,
                 policy: ChainPolicy { max_increments: 0, max_chain_ratio: 0.0 },
                 ..StorageConfig::default()
             };
-            let storage = CheckpointStorage::open_with_io(dir.path(), config, io(disk)).unwrap();
+            let (io, pace) = io(disk);
+            let storage = CheckpointStorage::open_with_io(dir.path(), config, io).unwrap();
             let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
             let mut store = build();
             for id in [1, 2] {
+                if disk == DiskKind::TurnsSlow && id == 2 {
+                    pace.sync.store(200, Ordering::SeqCst);
+                }
                 checkpoint(&storage, &mut cp, &mut store, id);
                 assert_eq!(
                     recover_model(dir.path(), id, StoreConfig::default()),
@@ -291,10 +315,28 @@ fn adaptive_follows_the_disk_and_the_data() {
             files.insert(key(compression, disk, 1), blocks_of(&storage, dir.path(), 2));
         }
     }
+    for disk in [DiskKind::Slow, DiskKind::SlowWrites] {
+        assert!(
+            files[&key(Compression::Adaptive, disk, 1)] == files[&key(Compression::Lz4, disk, 1)],
+            "on the {disk:?} disk Adaptive did not write Lz4's blocks"
+        );
+    }
+    // A disk that turned slow since the directory's first file measured it instant: the
+    // first write of the next file shows it (its time so far per byte, then its time per
+    // byte), and all but the blocks encoded before that write began (the first 1 MiB
+    // chunk, the queue and the encoders' window) get the full effort: every block of the
+    // file's second half.
+    let (lz4, adaptive) = (
+        &files[&key(Compression::Lz4, DiskKind::TurnsSlow, 1)],
+        &files[&key(Compression::Adaptive, DiskKind::TurnsSlow, 1)],
+    );
+    let same = lz4.iter().zip(adaptive).filter(|(l, a)| l == a).count();
+    assert!(same * 4 >= lz4.len() * 3, "turned slow: {same} of {} blocks as Lz4's", lz4.len());
+    let half = lz4.len() / 2;
     assert!(
-        files[&key(Compression::Adaptive, DiskKind::Slow, 1)]
-            == files[&key(Compression::Lz4, DiskKind::Slow, 1)],
-        "on the slow disk Adaptive did not write Lz4's blocks"
+        lz4[half..] == adaptive[half..],
+        "turned slow: the second half is not Lz4's ({same} of {})",
+        lz4.len()
     );
     let (lz4, adaptive) = (
         &files[&key(Compression::Lz4, DiskKind::Instant, 1)],

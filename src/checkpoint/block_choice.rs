@@ -31,7 +31,10 @@
 //! keeps the measure current, and finds data whose savings only it sees.
 //!
 //! Which kind a block is, in the cheap case, without running full LZ4 on all of it:
-//! - after a block that shrank by the share, the next block gets `Fast` outright;
+//! - after a block that shrank by the share, the next block gets `Fast` outright; if that
+//!   was after a `Full` block and `Fast` did not shrink it by the share, the data's savings
+//!   are for the full effort only (ids from a large catalog, repeats farther apart than
+//!   the sample's pieces), and blocks get `Full` until one does not pay;
 //! - otherwise `Fast` LZ4 is run on a [`SAMPLE`] of the block (4 KiB in 4 pieces spread
 //!   from its start to its end, 1/16 of a default block), and the block gets `Fast` if the
 //!   sample shrank by the share, else it is stored. This sees redundancy within a piece
@@ -42,8 +45,9 @@
 //! `Lz4` and `None` decide nothing: every block gets `Full`, or none is tried.
 //!
 //! What the cheap case gives up, where the encoders are the bottleneck: ~11% more bytes on
-//! random values (stored), ~4% more on compressible ones (the fast effort), and, between
-//! probes, the savings of data only the full effort finds (ids from a large catalog).
+//! random values (stored), 4-12% more on the benchmark's compressible ones and up to ~1.7x
+//! on short-period repeats (the fast effort strides over them), and, until a probe, the
+//! savings of data only the full effort finds.
 //! README "Benchmarks" (session 31) has the measurements.
 
 use crate::format::{CompressChoice, Effort, lz4_into};
@@ -158,6 +162,13 @@ pub(crate) struct BlockChoice<'a> {
     pace: Pace,
     /// Whether the last block showed compressible data.
     paid: bool,
+    /// Whether the data pays at the full effort only: a `Fast` block after a paying
+    /// `Full` one did not pay (redundancy farther apart than the sample's pieces and too
+    /// sparse for the fast effort: ids from a large catalog). Ends at a `Full` block that
+    /// does not pay.
+    full_only: bool,
+    /// The effort of the last block.
+    last: Effort,
     /// Blocks since the last one that got `Full`.
     since_full: u32,
     /// LZ4's output for samples.
@@ -181,6 +192,8 @@ impl<'a> BlockChoice<'a> {
             threads: threads.max(1) as f64,
             pace: Pace::default(),
             paid: false,
+            full_only: false,
+            last: Effort::Store,
             since_full: 0,
             scratch: Vec::new(),
             clock: thread_cpu_nanos,
@@ -237,7 +250,7 @@ impl CompressChoice for BlockChoice<'_> {
             }
         }
         self.asked_at = Some(now);
-        if !self.cheap() || self.since_full + 1 >= PROBE {
+        if !self.cheap() || self.since_full + 1 >= PROBE || self.full_only {
             return Effort::Full;
         }
         if self.paid || raw.len() < WHOLE {
@@ -271,7 +284,14 @@ impl CompressChoice for BlockChoice<'_> {
         // A small block (a unit's last few records) that does not pay says little about the
         // data: it does not end a run of compressible blocks.
         if paid || raw >= WHOLE as u64 {
+            if effort == Effort::Fast && !paid && self.last == Effort::Full && self.paid {
+                self.full_only = true;
+            }
+            if effort == Effort::Full && !paid {
+                self.full_only = false;
+            }
             self.paid = paid;
+            self.last = effort;
         }
         self.since_full = if effort == Effort::Full { 0 } else { self.since_full + 1 };
         self.walk_from = Some(now);
@@ -387,6 +407,52 @@ mod tests {
         encode(&mut choice, true, 9);
         let small = encode_raw(&mut choice, records(true, 10)[..WHOLE - 1].to_vec()).0;
         assert_ne!(small, Store);
+    }
+
+    /// Ids from a catalog: records of 15 binary 7-byte ids, of 2048. LZ4 at full effort
+    /// finds the repeats (they are far apart), the sample and the fast effort do not. Where
+    /// the encoders are slower than the disk, a probe finds them; the next block tries the
+    /// fast effort, which does not pay, and from then on the run gets the full effort; a
+    /// random block ends it (its full effort does not pay) and is followed by stored ones.
+    #[test]
+    fn adaptive_keeps_the_full_effort_for_data_only_it_shrinks() {
+        use Effort::{Fast, Full, Store};
+        let catalog: Vec<Vec<u8>> = (0..2048).map(|i| records(true, 40 + i)[20..27].to_vec()).collect();
+        let mut x = 99u64;
+        let mut ids = |block: u64| -> Vec<u8> {
+            let mut raw = Vec::new();
+            for _ in 0..640 {
+                // A record header of sorts: the block's number.
+                raw.extend_from_slice(&(block as u16).to_le_bytes());
+                for _ in 0..15 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    raw.extend_from_slice(&catalog[(x % 2048) as usize]);
+                }
+            }
+            raw
+        };
+        let probe = ids(1000);
+        let mut out = Vec::new();
+        let fast = if lz4_into(&probe, &mut out, Fast) { out.len() } else { probe.len() };
+        let full = crate::format::lz4_len(&probe, &mut out);
+        assert!(
+            pays(probe.len() as u64, full as u64) && !pays(probe.len() as u64, fast as u64),
+            "{fast} {full}"
+        );
+
+        let mut choice = chooser(Compression::Adaptive, FAST_DISK);
+        // The first block (nothing measured) gets the full effort; 9 random ones follow.
+        assert!((0..10).map(|s| encode(&mut choice, true, s)).eq([Full].into_iter().chain([Store; 9])));
+        let efforts: Vec<Effort> = (0..80).map(|b| encode_raw(&mut choice, ids(b)).0).collect();
+        // Stored until the probe at block 64 of the thread (the 54th of the run).
+        let at = PROBE as usize - 10;
+        assert!(efforts[..at].iter().all(|&e| e == Store), "{efforts:?}");
+        assert_eq!((efforts[at], efforts[at + 1]), (Full, Fast), "{efforts:?}");
+        assert!(efforts[at + 2..].iter().all(|&e| e == Full), "{efforts:?}");
+        assert_eq!(encode(&mut choice, true, 50), Full, "the random block that ends the run");
+        assert_eq!(encode(&mut choice, true, 51), Store);
     }
 
     /// Where the fake encoders are faster than the disk, or nothing is known of the disk

@@ -88,6 +88,18 @@ pub struct SyncProgress {
     synced: AtomicU64,
     /// Nanoseconds spent in finished background syncs or direct writes.
     sync_nanos: AtomicU64,
+    /// Nanoseconds a buffered file's producer spent in `write` calls (a file system that
+    /// does its work there, not in syncs: NFS mounted `sync`, FUSE, a memory cgroup's
+    /// writeback throttling).
+    write_nanos: AtomicU64,
+    /// When (nanoseconds after `started`) the running sync or direct write began;
+    /// `u64::MAX` if none runs.
+    running_since: AtomicU64,
+    /// The bytes durable before the running one began, and after it.
+    running_from: AtomicU64,
+    running_upto: AtomicU64,
+    /// The last finished sync or direct write's nanoseconds per byte (`f64` bits; 0: none).
+    last_pace: AtomicU64,
     /// Whether write-behind runs (without it, nothing is durable before the end).
     active: bool,
     /// What earlier files showed (`DiskModel::ns_per_byte`), for before this one shows it.
@@ -114,6 +126,11 @@ impl SyncProgress {
             written: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             sync_nanos: AtomicU64::new(0),
+            write_nanos: AtomicU64::new(0),
+            running_since: AtomicU64::new(u64::MAX),
+            running_from: AtomicU64::new(0),
+            running_upto: AtomicU64::new(0),
+            last_pace: AtomicU64::new(0),
             active: options.direct || options.sync_every > 0,
             earlier,
             direct: options.direct,
@@ -126,40 +143,82 @@ impl SyncProgress {
         self.os_direct.store(if on { 1 } else { 2 }, Ordering::Relaxed);
     }
 
-    /// The disk's nanoseconds per byte (`Compression::Adaptive`): what earlier files showed,
-    /// counted as [`Self::EARLIER_WEIGHT`] bytes, averaged with this file's direct writes or
-    /// background syncs so far, once they have taken [`Self::OWN_MEASURE`] bytes (without
-    /// earlier files, this file's alone). A throttled disk passes a burst at full speed
-    /// before it holds writes back, so a file's first megabytes alone would make it look
-    /// fast. Where the file system refused `O_DIRECT` (its writes are copies into the page
+    /// The disk's nanoseconds per byte (`Compression::Adaptive`), the largest of:
+    /// - what earlier files showed, counted as [`Self::EARLIER_WEIGHT`] bytes, averaged
+    ///   with this file's finished direct writes or background syncs once they have taken
+    ///   [`Self::OWN_MEASURE`] bytes (without earlier files, this file's alone): a throttled
+    ///   disk passes a burst at full speed before it holds writes back, so a file's first
+    ///   megabytes alone would make it look fast;
+    /// - a buffered file's `write` calls per byte written, once that is `OWN_MEASURE`
+    ///   bytes (where the file system does its work in them);
+    /// - the last finished sync or direct write's time per byte, and the running one's time
+    ///   so far per byte it covers (a lower bound): the disk's pace now, which shows a disk
+    ///   that turned slow since earlier files at its first write (these only raise another
+    ///   estimate: by themselves they are none).
+    ///
+    /// Where the file system refused `O_DIRECT` (its writes are copies into the page
     /// cache) only earlier files count. `None` without write-behind (nothing is measured
     /// before the final sync) and while nothing is known.
     pub fn disk_ns_per_byte(&self) -> Option<f64> {
         if !self.active {
             return None;
         }
-        let own = !self.direct || self.os_direct.load(Ordering::Relaxed) == 1;
-        let (bytes, nanos) = (self.synced.load(Ordering::Relaxed), self.sync_nanos.load(Ordering::Relaxed));
-        if !own || bytes < Self::OWN_MEASURE {
+        if self.direct && self.os_direct.load(Ordering::Relaxed) != 1 {
             return self.earlier;
         }
-        let (bytes, nanos) = (bytes as f64, nanos as f64);
-        Some(match self.earlier {
-            Some(e) => {
-                let w = Self::EARLIER_WEIGHT as f64;
-                (e * w + nanos) / (w + bytes)
-            }
-            None => nanos / bytes,
-        })
+        let (bytes, nanos) = (self.synced.load(Ordering::Relaxed), self.sync_nanos.load(Ordering::Relaxed));
+        let mut pace = self.earlier;
+        if bytes >= Self::OWN_MEASURE {
+            let (bytes, nanos) = (bytes as f64, nanos as f64);
+            pace = Some(match self.earlier {
+                Some(e) => {
+                    let w = Self::EARLIER_WEIGHT as f64;
+                    (e * w + nanos) / (w + bytes)
+                }
+                None => nanos / bytes,
+            });
+        }
+        let written = self.written.load(Ordering::Relaxed);
+        if !self.direct && written >= Self::OWN_MEASURE {
+            let writes = self.write_nanos.load(Ordering::Relaxed) as f64 / written as f64;
+            pace = Some(pace.map_or(writes, |p| p.max(writes)));
+        }
+        // The disk now raises an estimate, but is none by itself (a write that just began
+        // says the disk is at least very fast; one write says little of a disk that
+        // passes bursts).
+        let last = f64::from_bits(self.last_pace.load(Ordering::Relaxed));
+        let now = self.running_pace().unwrap_or(0.0).max(last);
+        pace.map(|p| p.max(now))
+    }
+
+    /// The running sync or direct write's nanoseconds so far per byte it makes durable.
+    fn running_pace(&self) -> Option<f64> {
+        let since = self.running_since.load(Ordering::Acquire);
+        if since == u64::MAX {
+            return None;
+        }
+        let (from, upto) =
+            (self.running_from.load(Ordering::Relaxed), self.running_upto.load(Ordering::Relaxed));
+        let elapsed = self.nanos_since_start().saturating_sub(since);
+        (upto > from).then(|| elapsed as f64 / (upto - from) as f64)
     }
 
     /// Runs `work`, the disk's part in getting the first `upto` bytes of the file down (a
-    /// background fdatasync, or a direct write), timing it as the disk's: once it succeeds
-    /// the bytes count as synced.
+    /// background fdatasync, or a direct write), timing it as the disk's: while it runs it
+    /// counts as running, and once it succeeds the bytes count as synced.
     fn disk_work(&self, upto: u64, work: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
         let began = self.nanos_since_start();
-        work()?;
+        self.running_from.store(self.synced.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.running_upto.store(upto, Ordering::Relaxed);
+        self.running_since.store(began, Ordering::Release);
+        let from = self.synced.load(Ordering::Relaxed);
+        let done = work();
+        self.running_since.store(u64::MAX, Ordering::Release);
+        done?;
         let took = self.nanos_since_start().saturating_sub(began);
+        if upto > from {
+            self.last_pace.store((took as f64 / (upto - from) as f64).to_bits(), Ordering::Relaxed);
+        }
         self.sync_nanos.fetch_add(took, Ordering::Relaxed);
         self.synced.store(upto, Ordering::Relaxed);
         Ok(())
@@ -185,7 +244,10 @@ struct WriteBehind<'p> {
 
 impl Write for WriteBehind<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let began = self.progress.nanos_since_start();
         let n = self.file.write(buf)?;
+        let took = self.progress.nanos_since_start().saturating_sub(began);
+        self.progress.write_nanos.fetch_add(took, Ordering::Relaxed);
         self.written += n as u64;
         self.progress.written.store(self.written, Ordering::Relaxed);
         if self.every > 0 && self.written - self.requested >= self.every {
@@ -590,10 +652,12 @@ pub fn publish<T>(
         };
         let final_sync = dest.complete(io, file)?;
         if let Some(model) = options.model {
-            // Every byte was made durable by the background work or the final sync.
+            // Every byte was made durable by the background work or the final sync; a
+            // buffered file's writes may have been the slower part.
             let final_nanos = u64::try_from(final_sync.as_nanos()).unwrap_or(u64::MAX);
             let sync_nanos = progress.sync_nanos.load(Ordering::Relaxed).saturating_add(final_nanos);
-            model.record(progress.written.load(Ordering::Relaxed), sync_nanos);
+            let disk_nanos = sync_nanos.max(progress.write_nanos.load(Ordering::Relaxed));
+            model.record(progress.written.load(Ordering::Relaxed), disk_nanos);
         }
         Ok(value)
     })();
@@ -990,6 +1054,13 @@ mod tests {
             let before = p.disk_ns_per_byte();
             let at = |e| Error::io("write", Path::new("held"), e);
             w.write_all(&data).map_err(at)?;
+            // Waits for the writer thread to be in its first (held) write, unless the file
+            // system refused O_DIRECT (then nothing of this file counts).
+            let deadline = Instant::now() + std::time::Duration::from_secs(120);
+            while !refuses_direct && !p.running_pace().is_some_and(|x| x > 0.0) {
+                assert!(Instant::now() < deadline, "the first chunk's write never began");
+                std::thread::yield_now();
+            }
             let held = p.disk_ns_per_byte();
             *gate.0.lock() = true;
             gate.1.notify_all();
@@ -1009,7 +1080,9 @@ mod tests {
     /// showed until the disk has taken `OWN_MEASURE` bytes of this one (however many wait
     /// for it), then that averaged with the file's own, weighed by bytes (here a disk far
     /// faster than the earlier files' 1e6 ns per byte: the average moves by the file's
-    /// share). Driven by the disk's progress, not the clock.
+    /// share). While a write is held, its time so far per byte is a lower bound: a disk
+    /// slower now than earlier files showed (1e-9 ns per byte) shows at once. Driven by
+    /// the disk's progress, not the clock.
     #[test]
     fn a_direct_file_measures_the_disk_once_it_has_taken_enough() {
         let [before, held, done] = held_run(false, Some(1e6));
@@ -1018,8 +1091,12 @@ mod tests {
         let w = SyncProgress::EARLIER_WEIGHT as f64;
         let share = 1e6 * w / (w + own);
         assert!(done.is_some_and(|d| d >= share && d < share * 1.01), "the average: {done:?}, {share}");
+        let [before, held, done] = held_run(false, Some(1e-9));
+        assert_eq!(before, Some(1e-9));
+        assert!(held.is_some_and(|d| d > 1e-9), "a held write: {held:?}");
+        assert!(done.is_some_and(|d| d > 1e-9), "{done:?}");
         let [before, held, done] = held_run(false, None);
-        assert_eq!((before, held), (None, None));
+        assert_eq!((before, held), (None, None), "a lower bound alone is no estimate");
         assert!(done.is_some_and(|d| d > 0.0), "its own measure: {done:?}");
     }
 
