@@ -5,7 +5,7 @@
 //! checkpoint is done when its slower side is (encoders and disk work at once), so:
 //! - **No** (a slow disk, fast encoders): every block gets `Effort::Full`, as `Lz4` does;
 //!   the CPU is spent while the checkpoint waits for the disk anyway, and shrinks what the
-//!   disk must take. The file is `Lz4`'s, byte for byte.
+//!   disk must take. Such blocks are `Lz4`'s, byte for byte.
 //! - **Yes** (a disk that takes bytes faster than the encoders make them): effort costs
 //!   time, and fewer bytes buy less than they cost. Blocks of data that LZ4 shrinks by at
 //!   least [`MIN_SAVING`] get `Effort::Fast` (liblz4 at acceleration 8: ~2.5x the speed,
@@ -20,8 +20,8 @@
 //!   and fewer bytes);
 //! - the full effort's ratio on this data;
 //! - the disk's nanoseconds per byte (`SyncProgress::disk_ns_per_byte`: this file's direct
-//!   writes or background syncs, or the directory's earlier files until this one has its
-//!   own measure).
+//!   writes, background syncs or buffered write calls, weighed with the directory's earlier
+//!   files, and raised by the last or running write's pace).
 //!
 //! The encoders count as slower when their time per byte exceeds the disk's time for the
 //! bytes the full effort writes plus 1/8: a tie goes to the full effort (fewer bytes).
@@ -47,7 +47,9 @@
 //! What the cheap case gives up, where the encoders are the bottleneck: ~11% more bytes on
 //! random values (stored), 4-12% more on the benchmark's compressible ones and up to ~1.7x
 //! on short-period repeats (the fast effort strides over them), and, until a probe, the
-//! savings of data only the full effort finds.
+//! savings of data only the full effort finds; and data whose redundancy lies farther
+//! apart than the sample's pieces, alternating block by block with data LZ4 cannot shrink,
+//! is stored between probes (the run rule above needs two such blocks in a row).
 //! README "Benchmarks" (session 31) has the measurements.
 
 use crate::format::{CompressChoice, Effort, lz4_into};

@@ -37,19 +37,27 @@ pub enum Compression {
     /// encoders, at that effort, measure slower than the disk (`checkpoint/block_choice.rs`).
     /// Then effort costs the checkpoint time, and blocks of data LZ4 shrinks by at least
     /// 1/8 (judged by a 4 KiB sample, or by the block before) get a fast effort (liblz4 at
-    /// acceleration 8: ~2.5x the speed, ~1.04x the bytes on compressible records), the
-    /// others are stored (values LZ4 cannot shrink: ~11% more bytes than `Lz4`), and every
-    /// 64th block gets the full effort still. Measured per encoder thread as it writes: its
-    /// wall time per byte walking and compressing at the full effort, and that effort's
-    /// ratio; of the disk: this file's direct writes or background syncs per byte, or the
-    /// directory's earlier files' until this one has taken 2 MiB. So on a disk slower than
-    /// the encoders (measured throttled to 400 MB/s) the files are `Lz4`'s, and on a disk
+    /// acceleration 8: ~2.5x the speed, 1.04-1.12x the bytes on the benchmark's
+    /// compressible records, up to ~1.7x on short-period repeats), the others are stored
+    /// (values LZ4 cannot shrink: ~11% more bytes than `Lz4`), every 64th block gets the
+    /// full effort still, and so does a run of data that only it shrinks once a probe
+    /// finds one. Measured per encoder thread as it writes: its CPU time per byte walking
+    /// and compressing at the full effort, and that effort's ratio; of the disk: this
+    /// file's direct writes, background syncs or (buffered) write calls per byte, the
+    /// directory's earlier files weighed in, and raised by the last or running write's
+    /// pace (a disk that turned slow shows at its first write). So on a disk slower than
+    /// the encoders the files are `Lz4`'s once the disk is measured (throttled to 400
+    /// MB/s, which passes bursts: within 0.2-3% of `Lz4`'s bytes), and on a disk
     /// faster than them (~1.5 GB/s, 2 cores) a full checkpoint takes about the time of
     /// writing its uncompressed bytes, or less. Files with no disk to measure (object
     /// storage, where bytes cost time and money; no write-behind; a directory's first
     /// small file) get the full effort, as do channel-state files until the directory's
     /// data files have measured the disk. Offline compaction, which has no checkpoint to
-    /// hold up, uses `Lz4`. README "Benchmarks", session 31.
+    /// hold up, uses `Lz4`. What it gives up: data whose redundancy lies farther apart
+    /// than the sample's 1 KiB pieces, alternating block by block with data LZ4 cannot
+    /// shrink, is stored between probes on a fast disk (an attack's 64 KiB values: 1.86x
+    /// `Lz4`'s bytes, 1.13x its time); choose `Lz4` where the smallest files matter more
+    /// than the checkpoint's time. README "Benchmarks", session 31.
     #[default]
     Adaptive,
 }
