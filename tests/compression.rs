@@ -21,7 +21,7 @@ use floe::checkpoint::io::{DataSyncer, DirEntry, EntryKind, Io, IoFile, Opened, 
 use floe::checkpoint::{ChainPolicy, CheckpointStorage, Checkpointer, Compression, StorageConfig};
 
 /// `Compression::Adaptive`'s interval of probes at the full effort (`block_choice.rs`).
-const PROBE: usize = 64;
+const PROBE: usize = 61;
 use floe::format::{DataFile, compression};
 use floe::state::{StoreConfig, key_group};
 
@@ -361,7 +361,7 @@ fn adaptive_follows_the_disk_and_the_data() {
         }
     }
     // Both kinds are there (the test is not vacuous). Random blocks got the full effort
-    // only as the file's first block (nothing measured yet) or as probes (every 64th
+    // only as the file's first block (nothing measured yet) or as probes (every 61st
     // block); the first of each random unit, after a compressible one, the fast effort
     // outright; the others were stored.
     assert!(paying > 20 && random > 20, "{paying} compressible blocks, {random} random ones");

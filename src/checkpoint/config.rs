@@ -39,7 +39,7 @@ pub enum Compression {
     /// 1/8 (judged by a 4 KiB sample, or by the block before) get a fast effort (liblz4 at
     /// acceleration 8: ~2.5x the speed, 1.04-1.12x the bytes on the benchmark's
     /// compressible records, up to ~1.7x on short-period repeats), the others are stored
-    /// (values LZ4 cannot shrink: ~11% more bytes than `Lz4`), every 64th block gets the
+    /// (values LZ4 cannot shrink: ~11% more bytes than `Lz4`), every 61st block gets the
     /// full effort still, and so does a run of data that only it shrinks once a probe
     /// finds one. Measured per encoder thread as it writes: its CPU time per byte walking
     /// and compressing at the full effort, and that effort's ratio; of the disk: this
@@ -54,9 +54,9 @@ pub enum Compression {
     /// small file) get the full effort, as do channel-state files until the directory's
     /// data files have measured the disk. Offline compaction, which has no checkpoint to
     /// hold up, uses `Lz4`. What it gives up: data whose redundancy lies farther apart
-    /// than the sample's 1 KiB pieces, alternating block by block with data LZ4 cannot
-    /// shrink, is stored between probes on a fast disk (an attack's 64 KiB values: 1.86x
-    /// `Lz4`'s bytes, 1.13x its time); choose `Lz4` where the smallest files matter more
+    /// than the sample's 1 KiB pieces is stored until a probe finds it (an attack's 64 KiB
+    /// values, half of them an 8 KiB pattern repeated, alternating with random ones: 1.13-
+    /// 1.5x `Lz4`'s bytes on a fast disk); choose `Lz4` where the smallest files matter more
     /// than the checkpoint's time. README "Benchmarks", session 31.
     #[default]
     Adaptive,
