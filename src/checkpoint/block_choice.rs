@@ -293,7 +293,7 @@ impl CompressChoice for BlockChoice<'_> {
                 self.full_only = true;
             }
             if effort == Effort::Full {
-                self.full_misses = if paid { 0 } else { self.full_misses + 1 };
+                self.full_misses = if paid { 0 } else { self.full_misses.saturating_add(1) };
                 if self.full_misses >= 2 {
                     self.full_only = false;
                 }
@@ -301,7 +301,7 @@ impl CompressChoice for BlockChoice<'_> {
             self.paid = paid;
             self.last = effort;
         }
-        self.since_full = if effort == Effort::Full { 0 } else { self.since_full + 1 };
+        self.since_full = if effort == Effort::Full { 0 } else { self.since_full.saturating_add(1) };
         self.walk_from = Some(now);
     }
 }
