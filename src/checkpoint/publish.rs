@@ -45,8 +45,8 @@ const BUFFER: usize = 64 << 10;
 pub const TMP_PREFIX: &str = "tmp-";
 
 /// What the previous published files showed of the disk: nanoseconds of the disk's work
-/// (background syncs or direct writes, and the final sync) per byte, of the last file large
-/// enough to say (kept by a checkpoint directory, so a file knows the disk before it has a
+/// (background syncs or direct writes, and the final sync; or a buffered file's write calls
+/// where they took longer) per byte, of the last file large enough to say (kept by a checkpoint directory, so a file knows the disk before it has a
 /// measure of its own, and a small file knows it at all).
 #[derive(Debug, Default)]
 pub struct DiskModel {
@@ -208,10 +208,10 @@ impl SyncProgress {
     /// counts as running, and once it succeeds the bytes count as synced.
     fn disk_work(&self, upto: u64, work: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
         let began = self.nanos_since_start();
-        self.running_from.store(self.synced.load(Ordering::Relaxed), Ordering::Relaxed);
+        let from = self.synced.load(Ordering::Relaxed);
+        self.running_from.store(from, Ordering::Relaxed);
         self.running_upto.store(upto, Ordering::Relaxed);
         self.running_since.store(began, Ordering::Release);
-        let from = self.synced.load(Ordering::Relaxed);
         let done = work();
         self.running_since.store(u64::MAX, Ordering::Release);
         done?;

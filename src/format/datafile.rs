@@ -273,12 +273,12 @@ impl CompressChoice for bool {
     }
 }
 
-/// The length LZ4 (`Full`) would compress `raw` to (at least `raw.len()` when it does not
-/// shrink it), using `scratch` for the output: how a [`CompressChoice`] can judge a sample
-/// of a block before deciding on the whole.
-pub fn lz4_len(raw: &[u8], scratch: &mut Vec<u8>) -> usize {
+/// The length LZ4 at `effort` would compress `raw` to (at least `raw.len()` when it does
+/// not shrink it, or for `Store`), using `scratch` for the output: how a
+/// [`CompressChoice`] can judge a sample of a block before deciding on the whole.
+pub fn lz4_len(raw: &[u8], effort: Effort, scratch: &mut Vec<u8>) -> usize {
     scratch.clear();
-    if lz4_into(raw, scratch, Effort::Full) { scratch.len() } else { raw.len() }
+    if lz4_into(raw, scratch, effort) { scratch.len() } else { raw.len() }
 }
 
 /// LZ4-compresses `raw` at `effort`, appending the LZ4 block to `out`, and returns true if
