@@ -174,8 +174,9 @@ fn compressed(blocks: &Blocks) -> usize {
 /// block of these values (LZ4 shrinks them ~6x: the full or the fast effort), and on the
 /// slow disk writes `Lz4`'s files exactly. (The compressed full checkpoint, 1.7 MB, is
 /// under the 2 MiB a file needs for a measure of its own, so on a fresh directory it gets
-/// the full effort on every disk: `adaptive_follows_the_disk_and_the_data` has files
-/// large enough.)
+/// the full effort, or on a disk it will measure the fast one where that writes little
+/// more: `adaptive_follows_the_disk_and_the_data` has files large enough. The paced
+/// disks refuse `O_DIRECT`, so the slow one measures nothing of a direct file's own.)
 #[test]
 fn compression_settings_write_recoverable_files() {
     let build = || {
@@ -313,8 +314,31 @@ fn adaptive_follows_the_disk_and_the_data() {
                 );
             }
             files.insert(key(compression, disk, 1), blocks_of(&storage, dir.path(), 2));
+            files.insert(key(compression, disk, 0), blocks_of(&storage, dir.path(), 1));
         }
     }
+    // The directory's first file, before the disk has taken 2 MiB of it (nothing measured
+    // yet): blocks get the fast effort where it writes little more than the full one, so
+    // on the slow disk some blocks differ from `Lz4`'s, by at most 1/16 of their raw bytes
+    // in all, and the rest of the file, written once the disk was measured, is `Lz4`'s.
+    let (lz4, adaptive) = (
+        &files[&key(Compression::Lz4, DiskKind::Slow, 0)],
+        &files[&key(Compression::Adaptive, DiskKind::Slow, 0)],
+    );
+    assert_eq!(lz4.len(), adaptive.len());
+    let differ: Vec<usize> = (0..lz4.len()).filter(|&i| lz4[i] != adaptive[i]).collect();
+    let (raw, more): (u64, i64) = differ.iter().fold((0, 0), |(r, m), &i| {
+        (r + u64::from(lz4[i].0), m + i64::from(adaptive[i].1) - i64::from(lz4[i].1))
+    });
+    eprintln!(
+        "first file on the slow disk: {} of {} blocks not Lz4's, {more} bytes more of {raw}",
+        differ.len(),
+        lz4.len()
+    );
+    assert!(!differ.is_empty(), "no block got the fast effort before the disk was measured");
+    assert!(more * 16 <= raw as i64, "{more} bytes more than Lz4 for {raw} raw bytes");
+    let half = lz4.len() / 2;
+    assert!(lz4[half..] == adaptive[half..], "the first file's second half is not Lz4's: {differ:?}");
     for disk in [DiskKind::Slow, DiskKind::SlowWrites] {
         assert!(
             files[&key(Compression::Adaptive, disk, 1)] == files[&key(Compression::Lz4, disk, 1)],

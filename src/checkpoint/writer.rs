@@ -173,7 +173,7 @@ pub(crate) fn write_snapshot_file(
             // own once the disk has taken enough of it, the directory's earlier files' until
             // then; without write-behind nothing is measured, and every block gets the full
             // effort.
-            let disk_pace = || progress.disk_ns_per_byte();
+            let disk_pace = || progress.disk_pace();
             let mut w = DataFileWriter::new(out, &path, header, states)?;
             // Encoders take the next unit as they become free (units differ in size, and the
             // cores are shared with this thread and the syncer, so a fixed split leaves one
