@@ -39,6 +39,19 @@ impl Window {
         self.end.saturating_sub(1)
     }
 
+    /// Whether a record at `ts` is in the window: `start <= ts < end`, where a record at
+    /// the end of time (`i64::MAX`, which no end can pass) counts as at `i64::MAX - 1`.
+    pub fn contains(&self, ts: Timestamp) -> bool {
+        self.start <= ts && ts.min(Timestamp::MAX - 1) < self.end
+    }
+
+    /// The window of `size` from `start`, computed wide and cut at the ends of the `i64`
+    /// range: every record of the same uncut window gets the same window.
+    fn cut(start: i128, size: i128) -> Window {
+        let clamp = |v: i128| v.clamp(i128::from(Timestamp::MIN), i128::from(Timestamp::MAX)) as Timestamp;
+        Window { start: clamp(start), end: clamp(start + size) }
+    }
+
     fn intersects(&self, o: &Window) -> bool {
         self.start <= o.end && o.start <= self.end
     }
@@ -99,26 +112,26 @@ impl Windows {
     }
 
     fn assign(&self, ts: Timestamp) -> Vec<Window> {
+        // In i128: a window reaching past an end of time is cut there (`Window::cut`), the
+        // same for every record in it, never wrapped around or shifted. A record at
+        // `i64::MAX` is windowed as at `i64::MAX - 1`: an end cannot pass it.
+        let t = i128::from(ts.min(Timestamp::MAX - 1));
         match *self {
-            // Saturating: a window at the ends of time is cut there, never wrapped around.
             Windows::Tumbling { size } => {
-                let start = ts.saturating_sub(ts.rem_euclid(size));
-                vec![Window { start, end: start.saturating_add(size) }]
+                let size = i128::from(size);
+                vec![Window::cut(t - t.rem_euclid(size), size)]
             }
             Windows::Sliding { size, slide } => {
+                let (size, slide) = (i128::from(size), i128::from(slide));
                 let mut out = Vec::new();
-                let mut start = ts.saturating_sub(ts.rem_euclid(slide));
-                let first = ts.saturating_sub(size);
-                while start > first || (start == i64::MIN && out.is_empty()) {
-                    out.push(Window { start, end: start.saturating_add(size) });
-                    if start == i64::MIN {
-                        break;
-                    }
-                    start = start.saturating_sub(slide);
+                let mut start = t - t.rem_euclid(slide);
+                while start > t - size {
+                    out.push(Window::cut(start, size));
+                    start -= slide;
                 }
                 out
             }
-            Windows::Session { gap } => vec![Window { start: ts, end: ts.saturating_add(gap) }],
+            Windows::Session { gap } => vec![Window::cut(t, i128::from(gap))],
         }
     }
 }
@@ -315,12 +328,36 @@ mod tests {
         assert_eq!(s, [Window { start: 5, end: 15 }, Window { start: 10, end: 20 }]);
         assert_eq!(Windows::session(7).assign(3), [Window { start: 3, end: 10 }]);
         assert!(Windows::sliding(10, 20).validate().is_err());
-        // At the ends of time windows are cut, never wrapped around.
-        for ts in [i64::MIN, i64::MIN + 1, i64::MAX] {
-            for w in Windows::tumbling(10).assign(ts).into_iter().chain(Windows::sliding(10, 5).assign(ts)) {
-                assert!(w.start <= ts && (ts < w.end || w.end == i64::MAX), "{ts} in {w:?}");
+        // At the ends of time windows are cut, never wrapped around or shifted: every
+        // window of a record holds it, a record is in as many windows as anywhere else,
+        // and every record a window holds is assigned that window (a record at MIN + 3
+        // and one at MIN + 1 share the cut window [MIN, MIN + 8) of sliding(10, 5)).
+        let edges: Vec<i64> = (0..40).map(|i| i64::MIN + i).chain((0..40).map(|i| i64::MAX - i)).collect();
+        for assigner in
+            [Windows::tumbling(10), Windows::tumbling(8), Windows::sliding(10, 5), Windows::sliding(7, 3)]
+        {
+            for &ts in &edges {
+                let windows = assigner.assign(ts);
+                // As many as a record far from the ends with the same phase (840: a multiple
+                // of every size and slide here; i64::MAX is windowed as i64::MAX - 1).
+                let like = 840_000_000 + (i128::from(ts.min(i64::MAX - 1)).rem_euclid(840)) as i64;
+                assert_eq!(windows.len(), assigner.assign(like).len(), "{assigner:?} {ts}");
+                for w in &windows {
+                    assert!(w.contains(ts), "{assigner:?}: {ts} not in its {w:?}");
+                    for &other in edges.iter().filter(|&&o| w.contains(o)) {
+                        assert!(
+                            assigner.assign(other).contains(w),
+                            "{assigner:?}: {other} not assigned {w:?}"
+                        );
+                    }
+                }
             }
         }
+        let s = Windows::sliding(10, 5);
+        assert!(s.assign(i64::MIN + 3).contains(&Window { start: i64::MIN, end: i64::MIN + 8 }));
+        assert_eq!(Windows::tumbling(10).assign(i64::MAX), Windows::tumbling(10).assign(i64::MAX - 1));
+        assert_eq!(Windows::session(7).assign(i64::MAX - 2), [Window { start: i64::MAX - 2, end: i64::MAX }]);
+        assert!(Windows::session(7).assign(i64::MAX)[0].contains(i64::MAX));
         assert!(Windows::tumbling(0).validate().is_err());
     }
 }
