@@ -4,6 +4,7 @@
 //! definitions say, an idle source does not hold the watermark back, and processing-time
 //! timers fire without input.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -216,6 +217,83 @@ fn sliding_and_session_windows_follow_their_definitions() {
         results.iter().map(|w| (w.key, w.window.start, w.window.end, w.value)).collect();
     got.sort();
     assert_eq!(got, [(1, 10, 220, 7), (2, 500, 630, 24), (2, 700, 800, 32)]);
+}
+
+/// Windows at the ends of the i64 range, through a job with a watermark after every
+/// record: each record is counted once in every window that holds it, by the cut windows
+/// of the uncut ones (computed here in i128), and none is late. Two records at `i64::MAX`
+/// in a row (the first moves the watermark to `i64::MAX - 1`) share one window, which
+/// fires at the final watermark; a window cut to `[i64::MIN, i64::MIN + 1)` is not late
+/// before any watermark.
+#[test]
+fn windows_at_the_ends_of_time_count_every_record_once() {
+    let (min, max) = (i64::MIN, i64::MAX);
+    let uncut = |ts: i64, w: Windows| -> Vec<(i128, i128)> {
+        let t = i128::from(ts.min(max - 1));
+        let (size, slide) = match w {
+            Windows::Tumbling { size } => (i128::from(size), i128::from(size)),
+            Windows::Sliding { size, slide } => (i128::from(size), i128::from(slide)),
+            Windows::Session { .. } => unreachable!(),
+        };
+        let mut out = Vec::new();
+        let mut start = t - t.rem_euclid(slide);
+        while start > t - size {
+            out.push((start, start + size));
+            start -= slide;
+        }
+        out
+    };
+    let clamp = |v: i128| v.clamp(i128::from(min), i128::from(max)) as i64;
+    let cases: Vec<(Windows, Vec<Ev>)> = vec![
+        (Windows::tumbling(10), vec![(1, max - 3, 1), (1, max, 2), (1, max, 4)]),
+        (
+            Windows::sliding(10, 3),
+            (0..12).map(|i| (1, max - 11 + i, 1 << i)).chain([(1, max, 1 << 20)]).collect(),
+        ),
+        // 7 divides i64::MAX, so i64::MIN's window is cut to [MIN, MIN + 1).
+        (Windows::tumbling(7), vec![(1, min, 1), (1, min + 1, 2)]),
+        (Windows::tumbling(1), vec![(1, min, 1)]),
+        (Windows::sliding(10, 1), vec![(1, min, 1), (1, min + 3, 2)]),
+        (Windows::sliding(10, 5), (0..15).map(|i| (1, min + i, 1 << i)).collect()),
+    ];
+    for (windows, events) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        windowed(events.clone(), windows, 0, dir.path());
+        let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+        let got: BTreeMap<(i64, i64), i64> =
+            results.iter().map(|w| ((w.window.start, w.window.end), w.value)).collect();
+        assert_eq!(got.len(), results.len(), "{windows:?}: a window fired twice: {results:?}");
+        let mut want: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+        for e in &events {
+            for (s, t) in uncut(e.1, windows) {
+                *want.entry((clamp(s), clamp(t))).or_default() += e.2;
+            }
+        }
+        assert_eq!(got, want, "{windows:?}");
+        let late: Vec<Ev> = read(&dir.path().join("late"));
+        assert!(late.is_empty(), "{windows:?}: late {late:?}");
+    }
+    // Sessions: one of gap 1 at MIN; records at MAX merge into one session ending there.
+    let dir = tempfile::tempdir().unwrap();
+    windowed(vec![(1, min, 1)], Windows::session(1), 0, dir.path());
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    assert_eq!(
+        results.iter().map(|w| (w.window.start, w.window.end, w.value)).collect::<Vec<_>>(),
+        [(min, min + 1, 1)]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    windowed(
+        vec![(1, max - 15, 1), (1, max - 5, 2), (1, max, 4), (1, max, 8)],
+        Windows::session(10),
+        0,
+        dir.path(),
+    );
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    assert_eq!(
+        results.iter().map(|w| (w.window.start, w.window.end, w.value)).collect::<Vec<_>>(),
+        [(max - 15, max, 15)]
+    );
+    assert!(read::<Ev>(&dir.path().join("late")).is_empty());
 }
 
 #[test]

@@ -34,15 +34,15 @@ pub struct Window {
 
 impl Window {
     /// The largest timestamp in the window: its results are emitted when the watermark
-    /// reaches it.
+    /// reaches it. A window ending at `i64::MAX` (cut at the end of time) holds
+    /// `i64::MAX` too, and fires at the final watermark.
     pub fn max_timestamp(&self) -> Timestamp {
-        self.end.saturating_sub(1)
+        if self.end == Timestamp::MAX { Timestamp::MAX } else { self.end.saturating_sub(1) }
     }
 
-    /// Whether a record at `ts` is in the window: `start <= ts < end`, where a record at
-    /// the end of time (`i64::MAX`, which no end can pass) counts as at `i64::MAX - 1`.
+    /// Whether a record at `ts` is in the window: `start <= ts <= max_timestamp()`.
     pub fn contains(&self, ts: Timestamp) -> bool {
-        self.start <= ts && ts.min(Timestamp::MAX - 1) < self.end
+        self.start <= ts && ts <= self.max_timestamp()
     }
 
     /// The window of `size` from `start`, computed wide and cut at the ends of the `i64`
@@ -114,7 +114,8 @@ impl Windows {
     fn assign(&self, ts: Timestamp) -> Vec<Window> {
         // In i128: a window reaching past an end of time is cut there (`Window::cut`), the
         // same for every record in it, never wrapped around or shifted. A record at
-        // `i64::MAX` is windowed as at `i64::MAX - 1`: an end cannot pass it.
+        // `i64::MAX` is windowed as at `i64::MAX - 1` (an end cannot pass it): its windows
+        // are those ending at `i64::MAX`, which hold it (`Window::max_timestamp`).
         let t = i128::from(ts.min(Timestamp::MAX - 1));
         match *self {
             Windows::Tumbling { size } => {
@@ -174,15 +175,23 @@ pub(crate) struct WindowLogic<K, I, A, R, F> {
 type Out<K, R, I> = Collector<Windowed<K, R>, I>;
 
 impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLogic<K, I, A, R, F> {
+    /// Whether the watermark has reached `t`. The watermark a task starts with,
+    /// `i64::MIN`, reaches nothing: a window ending at `i64::MIN + 1` (cut at the start of
+    /// time) is not late before any watermark came.
+    fn reached(&self, t: Timestamp) -> bool {
+        self.core.watermark > Timestamp::MIN && t <= self.core.watermark
+    }
+
     fn is_late(&self, w: &Window) -> bool {
-        w.max_timestamp().saturating_add(self.lateness) <= self.core.watermark
+        self.reached(w.max_timestamp().saturating_add(self.lateness))
     }
 
     fn register(&mut self, kb: &[u8], w: &Window) -> Result<()> {
+        let fired = self.reached(w.max_timestamp());
         let store = &mut self.core.store;
         // A window that fired already (a late update within the lateness) has fired again
         // with the update; only its cleanup is left.
-        if w.max_timestamp() > self.core.watermark {
+        if !fired {
             self.core.timers.register(store, kb, TimeDomain::EventTime, w.max_timestamp())?;
         }
         if self.lateness > 0 {
@@ -247,7 +256,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
                 }
                 self.agg.add(&mut acc, &r);
                 self.state.put(&mut self.core.store, &key, &w, &acc)?;
-                if w.max_timestamp() <= self.core.watermark {
+                if self.reached(w.max_timestamp()) {
                     let value = self.agg.result(&acc);
                     out.main.push((Windowed { key: key.clone(), window: w, value }, Some(w.max_timestamp())));
                 }
@@ -269,7 +278,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
             let mut acc = existing.unwrap_or_else(|| self.agg.create());
             self.agg.add(&mut acc, &r);
             self.state.put(&mut self.core.store, &key, &w, &acc)?;
-            if w.max_timestamp() <= self.core.watermark {
+            if self.reached(w.max_timestamp()) {
                 // Within the allowed lateness of a window that fired: fire again.
                 let value = self.agg.result(&acc);
                 out.main.push((Windowed { key: key.clone(), window: w, value }, Some(w.max_timestamp())));
@@ -356,6 +365,7 @@ mod tests {
         let s = Windows::sliding(10, 5);
         assert!(s.assign(i64::MIN + 3).contains(&Window { start: i64::MIN, end: i64::MIN + 8 }));
         assert_eq!(Windows::tumbling(10).assign(i64::MAX), Windows::tumbling(10).assign(i64::MAX - 1));
+        assert_eq!(Windows::tumbling(10).assign(i64::MAX)[0].max_timestamp(), i64::MAX, "fires at the end");
         assert_eq!(Windows::session(7).assign(i64::MAX - 2), [Window { start: i64::MAX - 2, end: i64::MAX }]);
         assert!(Windows::session(7).assign(i64::MAX)[0].contains(i64::MAX));
         assert!(Windows::tumbling(0).validate().is_err());
