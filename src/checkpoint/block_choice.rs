@@ -38,13 +38,13 @@
 //! sample wrote 20% of its raw bytes more than `Lz4` before the checks; now at most three
 //! blocks per encoder thread). Either guess can be wrong for those megabytes, and this
 //! bounds the loss both ways: on a slow disk ~1/16 of the raw bytes more, on a fast one
-//! the full effort's CPU only where it saves more (and on a quarter of the blocks, checked) (measured at 10^5 keys, random values: the full effort on all of a
-//! fresh directory's first 4-5 MB made its first checkpoint 17 ms against 13 ms for the
-//! next). A file with
-//! no disk to measure, on object storage where bytes cost time and money, always gets the
-//! full effort. While the cheap efforts are chosen, every [`PROBE`]-th block still gets
-//! the full effort: it keeps the measure current, and finds data whose savings only it
-//! sees.
+//! the full effort's CPU only where it saves more, and on the checked quarter of the
+//! blocks (measured at 10^5 keys, random values: the full effort on all of a fresh
+//! directory's first 4-5 MB made its first checkpoint 17 ms against 13 ms for the next).
+//! A file with no disk to measure, on object storage where bytes cost time and money,
+//! always gets the full effort. While the cheap efforts are chosen, every [`PROBE`]-th
+//! block still gets the full effort: it keeps the measure current, and finds data whose
+//! savings only it sees.
 //!
 //! [`SyncProgress::OWN_MEASURE`]: super::publish::SyncProgress::OWN_MEASURE
 //!
@@ -275,9 +275,9 @@ impl<'a> BlockChoice<'a> {
     }
 
     /// Whether the cheap efforts are chosen now: the encoders at the full effort measured
-    /// slower than the disk.
-    fn cheap(&self) -> bool {
-        match self.disk.pace() {
+    /// slower than the disk, whose pace is `disk` (read once per block).
+    fn cheap(&self, disk: DiskPace) -> bool {
+        match disk {
             DiskPace::Known(d) => self.pace.encoders_slower(d, self.threads).unwrap_or(false),
             DiskPace::Soon | DiskPace::Never => false,
         }
@@ -350,18 +350,16 @@ impl CompressChoice for BlockChoice<'_> {
             }
         }
         self.asked_at = Some(now);
-        if self.disk.pace() == DiskPace::Soon {
+        let disk = self.disk.pace();
+        if disk == DiskPace::Soon {
             return self.unmeasured(raw);
         }
-        if !self.cheap() || self.since_full + 1 >= PROBE || self.full_only {
+        if !self.cheap(disk) || self.since_full + 1 >= PROBE || self.full_only {
             return Effort::Full;
         }
         if self.paid || raw.len() < WHOLE {
             return Effort::Fast;
         }
-        // PIECES pieces of SAMPLE / PIECES bytes, at even steps through the block: a block
-        // that mixes kinds (a large compressible value after small random ones) is judged
-        // by most of it, not by its first bytes.
         // The fast effort, which the sample stands for, at ~1/3 the full one's cost on data
         // it cannot shrink (1.8 against 4.6 µs for a 64 KiB block's sample).
         let stored = self.sample(raw, Effort::Fast);
@@ -490,7 +488,7 @@ mod tests {
         let efforts: Vec<Effort> = (0..100).map(|s| encode(&mut choice, true, s)).collect();
         let want = (0..100).map(|i| if i % PROBE as usize == 0 { Full } else { Store });
         assert!(efforts.iter().copied().eq(want), "{efforts:?}");
-        assert!(choice.cheap());
+        assert!(choice.cheap(choice.disk.pace()));
 
         // The data turns compressible: the fast effort from the first block on.
         let efforts: Vec<Effort> = (0..40).map(|s| encode(&mut choice, false, s)).collect();
@@ -630,7 +628,7 @@ mod tests {
                     "disk {disk:?}, block {s}"
                 );
             }
-            assert!(!choice.cheap());
+            assert!(!choice.cheap(choice.disk.pace()));
         }
     }
 

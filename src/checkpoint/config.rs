@@ -49,15 +49,17 @@ pub enum Compression {
     /// the encoders the files are `Lz4`'s once the disk is measured (throttled to 400
     /// MB/s, which passes bursts: within 0.2-3% of `Lz4`'s bytes), and on a disk
     /// faster than them (~1.5 GB/s, 2 cores) a full checkpoint takes about the time of
-    /// writing its uncompressed bytes, or less. Files with no disk to measure (object
-    /// storage, where bytes cost time and money; no write-behind; a directory's first
-    /// small file) get the full effort, as do channel-state files until the directory's
-    /// data files have measured the disk. Offline compaction, which has no checkpoint to
+    /// writing its uncompressed bytes, or less. Before a directory's first data file has
+    /// measured the disk, a block gets the fast effort where a sample shows it writing at
+    /// most 1/16 of the raw bytes more, the full one elsewhere (every 4th such block is
+    /// checked on its whole). Files with no disk to measure (object storage, where bytes
+    /// cost time and money; no write-behind) get the full effort, as do channel-state files
+    /// until the directory's data files have measured the disk. Offline compaction, which has no checkpoint to
     /// hold up, uses `Lz4`. What it gives up: data whose redundancy lies farther apart
     /// than the sample's 1 KiB pieces is stored until a probe finds it (an attack's 64 KiB
     /// values, half of them an 8 KiB pattern repeated, alternating with random ones: 1.13-
     /// 1.5x `Lz4`'s bytes on a fast disk); choose `Lz4` where the smallest files matter more
-    /// than the checkpoint's time. README "Benchmarks", session 31.
+    /// than the checkpoint's time. README "Benchmarks", sessions 31 and 32.
     #[default]
     Adaptive,
 }

@@ -47,8 +47,9 @@ pub const TMP_PREFIX: &str = "tmp-";
 
 /// What the previous published files showed of the disk: nanoseconds of the disk's work
 /// (background syncs or direct writes, and the final sync; or a buffered file's write calls
-/// where they took longer) per byte, of the last file large enough to say (kept by a checkpoint directory, so a file knows the disk before it has a
-/// measure of its own, and a small file knows it at all).
+/// where they took longer) per byte, of the last file large enough to say (kept by a
+/// checkpoint directory, so a file knows the disk before it has a measure of its own, and
+/// a small file knows it at all).
 #[derive(Debug, Default)]
 pub struct DiskModel {
     /// `f64` bits; 0 while unknown.
@@ -304,6 +305,12 @@ fn first_chunk(chunk_len: usize) -> usize {
     (chunk_len / 4).next_multiple_of(DIRECT_ALIGN).clamp(DIRECT_ALIGN, chunk_len.max(DIRECT_ALIGN))
 }
 
+/// How many bytes of the chunk after one sent at `limit` are sent: twice as many, up to
+/// `chunk_len`.
+fn next_chunk(limit: usize, chunk_len: usize) -> usize {
+    limit.saturating_mul(2).min(chunk_len)
+}
+
 /// An aligned chunk of a direct file: a `Vec` one alignment larger than the chunk, and the
 /// aligned window in it (no `unsafe` needed).
 struct Chunk {
@@ -450,7 +457,7 @@ impl DirectWriter<'_> {
             Err(_) => ChunkPool::take(self.pool, self.chunk.capacity()),
         };
         let full = std::mem::replace(&mut self.chunk, next);
-        self.limit = self.limit.saturating_mul(2).min(self.chunk.capacity());
+        self.limit = next_chunk(self.limit, self.chunk.capacity());
         // A closed channel means the writer thread failed; its error surfaces at the end.
         to_disk.send((full, self.written)).map_err(|_| failed())
     }
@@ -1069,7 +1076,7 @@ mod tests {
         (0..n)
             .map(|_| {
                 let this = limit;
-                limit = (limit * 2).min(chunk);
+                limit = next_chunk(limit, chunk);
                 this
             })
             .sum()

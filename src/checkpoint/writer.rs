@@ -171,8 +171,9 @@ pub(crate) fn write_snapshot_file(
             // `Compression::Adaptive` spends LZ4's full effort unless the encoders measure
             // slower at it than the disk (`block_choice.rs`): the disk's pace is this file's
             // own once the disk has taken enough of it, the directory's earlier files' until
-            // then; without write-behind nothing is measured, and every block gets the full
-            // effort.
+            // then; in a directory's first file, until its own measure, a sample decides
+            // (`DiskPace::Soon`); without write-behind nothing is measured, and every block
+            // gets the full effort.
             let disk_pace = || progress.disk_pace();
             let mut w = DataFileWriter::new(out, &path, header, states)?;
             // Encoders take the next unit as they become free (units differ in size, and the
