@@ -479,7 +479,8 @@ fn bytes_per_entry<T>(n: u64, build: impl FnOnce() -> T) -> (f64, T) {
 }
 
 /// Memory per entry at 10^6 entries of three shapes, by the counting allocator (sizes asked
-/// for; malloc's own headers, ~8-16 B per allocation, come on top for every structure).
+/// for; malloc's own headers, ~8-16 B per allocation, come on top for every structure),
+/// then of the first shape at 10^5, 3 * 10^6 and 10^7 entries.
 fn memory_summary() {
     let n = 1_000_000u64.min(max_keys());
     println!("memory per entry at {n} entries (bytes the allocator was asked for, live after the build):");
@@ -522,6 +523,38 @@ fn memory_summary() {
             floe / raw,
             hash / raw,
             btree / raw,
+        );
+    }
+    // The layout's fill depends on keys per trie (128 key groups here): the same shape at
+    // other sizes, floe and the HashMap only.
+    for n in [100_000u64, 3_000_000, 10_000_000] {
+        if n > max_keys() {
+            continue;
+        }
+        let (klen, vlen) = (16usize, 100usize);
+        let raw = (klen + vlen) as f64;
+        let (floe, store) = bytes_per_entry(n, || {
+            let mut s = Store::new();
+            let id = s.register(StateDescriptor::raw("bench", StateKind::Value)).unwrap();
+            for i in 0..n {
+                s.put(id, &sized_key(i, klen), &sized_value(i, vlen)).unwrap();
+            }
+            s
+        });
+        drop(store);
+        let (hash, m) = bytes_per_entry(n, || {
+            let mut m = HashMap::new();
+            for i in 0..n {
+                m.insert(sized_key(i, klen), sized_value(i, vlen));
+            }
+            m
+        });
+        drop(m);
+        println!(
+            "  {:>14} {raw:>8.1} {floe:>8.1} ({:.2}x) {hash:>8.1} ({:.2}x)  at {n} entries",
+            format!("{klen} B, {vlen} B"),
+            floe / raw,
+            hash / raw,
         );
     }
 }
