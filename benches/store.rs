@@ -17,7 +17,7 @@
 //!   10^2..10^5 items per list: it must not grow with the list (the items are shared).
 //!
 //! `cargo bench --bench store` runs it all; `FLOE_BENCH_MAX_KEYS=100000` limits the sizes,
-//! `FLOE_BENCH_ONLY=criterion,snapshot,ops,update,memory,pause,lists` picks sections (default: all),
+//! `FLOE_BENCH_ONLY=criterion,snapshot,ops,update,memory,pause,lists,collisions` picks sections (default: all),
 //! `FLOE_BENCH_CYCLES=N` sets the checkpoint cycles per pause case (default 100),
 //! `FLOE_BENCH_ALLOC=system` measures with glibc's malloc instead of mimalloc.
 
@@ -293,6 +293,78 @@ fn summary(_: &mut Criterion) {
     if section("lists") {
         list_summary();
     }
+    if section("collisions") {
+        collision_summary();
+    }
+}
+
+/// The modular inverse of an odd `a` (Newton's iteration: each step doubles the bits).
+fn inverse(a: u64) -> u64 {
+    let mut x = a;
+    for _ in 0..6 {
+        x = x.wrapping_mul(2u64.wrapping_sub(a.wrapping_mul(x)));
+    }
+    x
+}
+
+/// `n` distinct 16-byte keys of one XXH64 hash (seed 0, the store's key hash): XXH64 is
+/// not keyed and each step of it is invertible, so whoever chooses a job's keys can make
+/// them collide. The first 8 bytes are free; the last 8 steer the state to a fixed value.
+fn colliding_keys(n: u64) -> Vec<[u8; 16]> {
+    const P1: u64 = 0x9E37_79B1_85EB_CA87;
+    const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    const P4: u64 = 0x85EB_CA77_C2B2_AE63;
+    const P5: u64 = 0x27D4_EB2F_1656_67C5;
+    let round = |lane: u64| lane.wrapping_mul(P2).rotate_left(31).wrapping_mul(P1);
+    let step = |h: u64, lane: u64| (h ^ round(lane)).rotate_left(27).wrapping_mul(P1).wrapping_add(P4);
+    let target = 0x0123_4567_89AB_CDEFu64;
+    let before = (target.wrapping_sub(P4)).wrapping_mul(inverse(P1)).rotate_right(27);
+    (0..n)
+        .map(|i| {
+            let first = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let h = step(P5.wrapping_add(16), first);
+            let r = before ^ h;
+            let second = r.wrapping_mul(inverse(P1)).rotate_right(31).wrapping_mul(inverse(P2));
+            debug_assert_eq!(step(h, second), target);
+            let mut k = [0u8; 16];
+            k[..8].copy_from_slice(&first.to_le_bytes());
+            k[8..].copy_from_slice(&second.to_le_bytes());
+            k
+        })
+        .collect()
+}
+
+/// Keys crafted to share one 64-bit hash: they share a bucket page (and, past its 64 KiB,
+/// its side array), searched in one pass per operation. The cost per key grows with the
+/// bucket (linearly: not the square it was), where a keyed hash would keep it flat.
+fn collision_summary() {
+    println!("keys of one 64-bit hash (crafted; XXH64 with seed 0 is not keyed), {VALUE_LEN}-byte values:");
+    let val = value(3);
+    for n in [1_000u64, 4_000, 16_000] {
+        let keys = colliding_keys(n);
+        let h = floe::state::key_hash(&keys[0]);
+        assert!(keys.iter().all(|k| floe::state::key_hash(k) == h), "the crafted keys share a hash");
+        let (mut put, mut get) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let mut s = Store::new();
+            let id = s.register(StateDescriptor::raw("collide", StateKind::Value)).unwrap();
+            let t = Instant::now();
+            for k in &keys {
+                s.put(id, k, &val).unwrap();
+            }
+            put.push(t.elapsed());
+            let t = Instant::now();
+            let found = keys.iter().filter(|k| s.get(id, &k[..]).unwrap().is_some()).count();
+            get.push(t.elapsed());
+            assert_eq!(found as u64, n);
+        }
+        let per_key = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
+        println!(
+            "  {n:>6} keys: insert {:>8.2} us/key  get {:>8.2} us/key",
+            per_key(middle(put)),
+            per_key(middle(get))
+        );
+    }
 }
 
 /// A typed counter increment (`ValueState<String, u64>`), `get` then `put` against one
@@ -412,6 +484,50 @@ fn ops_summary() {
         map_put / floe_put_snap
     );
     drop(map);
+
+    // New keys one at a time (a page that gains a key is rebuilt, one that overflows
+    // splits), then every key removed, against the HashMap doing the same.
+    let fresh: Vec<[u8; 16]> = (0..n).map(key).collect();
+    let (mut floe_fill, mut map_fill, mut floe_remove, mut map_remove) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..3 {
+        let mut s = Store::new();
+        let sid = s.register(StateDescriptor::raw("fill", StateKind::Value)).unwrap();
+        let t = Instant::now();
+        for k in &fresh {
+            s.put(sid, k, &val).unwrap();
+        }
+        floe_fill.push(t.elapsed());
+        let t = Instant::now();
+        for k in &fresh {
+            s.delete(sid, k).unwrap();
+        }
+        floe_remove.push(t.elapsed());
+        assert_eq!(s.len(sid), 0);
+        let mut m = HashMap::new();
+        let t = Instant::now();
+        for k in &fresh {
+            m.insert(k.to_vec(), val.to_vec());
+        }
+        map_fill.push(t.elapsed());
+        let t = Instant::now();
+        for k in &fresh {
+            m.remove(&k[..]);
+        }
+        map_remove.push(t.elapsed());
+        assert!(m.is_empty());
+    }
+    let per_key = |d: Duration| d.as_secs_f64() * 1e9 / n as f64;
+    let (ff, mf) = (per_key(middle(floe_fill)), per_key(middle(map_fill)));
+    let (fr, mr) = (per_key(middle(floe_remove)), per_key(middle(map_remove)));
+    println!(
+        "  insert of {n} new keys into an empty store: floe {ff:>7.1} ns/key  HashMap {mf:>7.1} ns/key  ratio {:.2}x",
+        mf / ff
+    );
+    println!(
+        "  remove of every key:  floe {fr:>7.1} ns/key  HashMap {mr:>7.1} ns/key  ratio {:.2}x",
+        mr / fr
+    );
+    drop(fresh);
 
     // Restore: the full records of a snapshot of the store, loaded into a new store with
     // bulk_load, against inserting the same entries into a HashMap one by one.

@@ -314,23 +314,16 @@ impl Page {
         self.side.as_deref().map_or(&[], Vec::as_slice)
     }
 
-    /// Position of entry `i` (a side entry) in the side array.
+    /// Position of entry `i` (a side entry) in the side array: the side entries before it,
+    /// counted over the `klen` array (a loop the compiler vectorizes). Only a bucket page
+    /// holds many entries; walks over a page use [`Walk`], which carries the count.
     fn side_index(&self, i: usize) -> usize {
-        (0..i).filter(|&j| self.is_side(j)).count()
+        let (lens, _) = self.bytes[at_klen(self.len(), 0)..at_klen(self.len(), i)].as_chunks::<2>();
+        lens.iter().map(|l| usize::from(u16::from_le_bytes(*l) >> 15)).sum()
     }
 
     fn side_entry(&self, i: usize) -> &Arc<Entry> {
         &self.sides()[self.side_index(i)]
-    }
-
-    /// The key of entry `i`.
-    #[inline]
-    pub fn key(&self, i: usize) -> &[u8] {
-        if self.is_side(i) {
-            return &self.side_entry(i).key;
-        }
-        let (s, len) = Self::key_at(&self.bytes, self.len(), i);
-        &self.bytes[s..s + len]
     }
 
     /// Entry `i`.
@@ -361,21 +354,6 @@ impl Page {
         b.get(Self::value_at(b, n, i))
     }
 
-    /// Entry `i` as an item for [`build`] (a side entry is shared, not copied).
-    pub fn item(&self, i: usize) -> Item<'_> {
-        let hash = self.hash(i);
-        if self.is_side(i) {
-            let e = self.side_entry(i);
-            return Item { hash, stamp: e.stamp, prev: e.prev, key: &[], body: Body::Side(Arc::clone(e)) };
-        }
-        let v = self.view(i);
-        let body = match v.value {
-            Val::Bytes(b) => Body::Bytes(b),
-            _ => Body::Tomb,
-        };
-        Item { hash, stamp: v.stamp, prev: v.prev, key: v.key, body }
-    }
-
     /// Entry `i` (inline) as an owned entry.
     pub fn owned(&self, i: usize) -> Entry {
         let v = self.view(i);
@@ -388,7 +366,30 @@ impl Page {
 
     /// All entries as items.
     pub fn items(&self) -> Vec<Item<'_>> {
-        (0..self.len()).map(|i| self.item(i)).collect()
+        let mut w = self.walk();
+        let mut items = Vec::with_capacity(w.n);
+        while let Some(step) = w.step() {
+            let hash = self.hash(step.i);
+            items.push(match step.side {
+                Some(e) => {
+                    Item { hash, stamp: e.stamp, prev: e.prev, key: &[], body: Body::Side(Arc::clone(e)) }
+                }
+                None => {
+                    let v = step.view;
+                    let body = match v.value {
+                        Val::Bytes(b) => Body::Bytes(b),
+                        _ => Body::Tomb,
+                    };
+                    Item { hash, stamp: v.stamp, prev: v.prev, key: v.key, body }
+                }
+            });
+        }
+        items
+    }
+
+    /// The entries in order, each step O(1) (see [`Walk`]).
+    pub fn walk(&self) -> Walk<'_> {
+        Walk { page: self, n: self.len(), i: 0, kpos: head(self.len()), vstart: 0, si: 0 }
     }
 
     /// The position of `(hash, key)`, or where it would be inserted.
@@ -412,15 +413,43 @@ impl Page {
             if h > hash {
                 return Err(i);
             }
-            let here = if k & SIDE != 0 { &self.side_entry(i).key[..] } else { &b[kpos..kpos + klen] };
             // Equal hashes almost always mean equal keys: test that first, without a call.
-            if keys_eq(here, key) {
+            if k & SIDE == 0 && keys_eq(&b[kpos..kpos + klen], key) {
                 return Ok(i);
             }
-            if here > key {
-                return Err(i);
+            return self.find_among_equal(i, kpos, hash, key);
+        }
+        Err(n)
+    }
+
+    /// [`Page::find`] from entry `i` (at key offset `kpos`), the first of hash `hash`, on:
+    /// keys of one hash are ordered by key. The key offset and the side entries passed are
+    /// carried, so a bucket page (many entries of one hash) costs one pass, not one pass
+    /// per entry.
+    #[cold]
+    #[inline(never)]
+    fn find_among_equal(&self, i: usize, mut kpos: usize, hash: u64, key: &[u8]) -> Result<usize, usize> {
+        let b = &self.bytes[..];
+        let n = rd32(b, 0) as usize;
+        let mut si = self.side_index(i);
+        for j in i..n {
+            if rd64(b, at_hash(j)) != hash {
+                return Err(j);
             }
-            kpos += klen;
+            let k = rd16(b, at_klen(n, j));
+            let klen = usize::from(k & KLEN);
+            let here = if k & SIDE != 0 {
+                si += 1;
+                &self.sides()[si - 1].key[..]
+            } else {
+                kpos += klen;
+                &b[kpos - klen..kpos]
+            };
+            match here.cmp(key) {
+                std::cmp::Ordering::Equal => return Ok(j),
+                std::cmp::Ordering::Greater => return Err(j),
+                std::cmp::Ordering::Less => {}
+            }
         }
         Err(n)
     }
@@ -485,6 +514,65 @@ impl Page {
     #[inline]
     pub fn byte_len(&self) -> usize {
         self.bytes.len()
+    }
+}
+
+/// One entry of a [`Walk`]: its position, its view and, for a side entry, the entry.
+pub(crate) struct Step<'a> {
+    pub i: usize,
+    pub view: View<'a>,
+    pub side: Option<&'a Arc<Entry>>,
+}
+
+/// A page's entries in order. Each step carries the key offset, the value start and the
+/// side entries passed, where [`Page::view`] recounts them from the first entry: a walk
+/// over a bucket page of `n` entries is O(n), not O(n^2).
+pub(crate) struct Walk<'a> {
+    page: &'a Page,
+    n: usize,
+    i: usize,
+    kpos: usize,
+    vstart: usize,
+    si: usize,
+}
+
+impl<'a> Walk<'a> {
+    /// The next entry.
+    pub fn step(&mut self) -> Option<Step<'a>> {
+        let (i, n) = (self.i, self.n);
+        if i >= n {
+            return None;
+        }
+        self.i += 1;
+        let page: &'a Page = self.page;
+        let b: &'a [u8] = &page.bytes;
+        let k = rd16(b, at_klen(n, i));
+        // Side entries and tombstones add no value bytes: `end` is then the previous one.
+        let end = usize::from(rd16(b, at_end(n, i)));
+        let start = std::mem::replace(&mut self.vstart, end);
+        if k & SIDE != 0 {
+            let e = &page.sides()[self.si];
+            self.si += 1;
+            let view = View { key: &e.key, value: Val::of(&e.value), stamp: e.stamp, prev: e.prev };
+            return Some(Step { i, view, side: Some(e) });
+        }
+        let klen = usize::from(k & KLEN);
+        let key = &b[self.kpos..self.kpos + klen];
+        self.kpos += klen;
+        let base = head(n) + rd32(b, 4) as usize;
+        let value = if k & TOMB != 0 { Val::Tomb } else { Val::Bytes(&b[base + start..base + end]) };
+        let stamp = rd64(b, at_stamp(n, i));
+        let view = View { key, value, stamp, prev: decode_prev(rd32(b, at_prev(n, i)), stamp) };
+        Some(Step { i, view, side: None })
+    }
+}
+
+impl<'a> Iterator for Walk<'a> {
+    type Item = (usize, View<'a>);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        self.step().map(|s| (s.i, s.view))
     }
 }
 
