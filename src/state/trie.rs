@@ -664,7 +664,15 @@ fn rebuild<F: FnOnce(&mut Entry)>(
     if splits && page.len() + usize::from(found.is_err()) > PAGE_ENTRIES {
         return Wrote::Split { was, now, found, placed };
     }
-    let fresh = page_slot(with_placed(slot, hash, found, &placed));
+    // Copied range by range when it can be, item by item otherwise.
+    let (a, b) = match found {
+        Ok(i) => (i, i + 1),
+        Err(i) => (i, i),
+    };
+    let fresh = match page.splice(a, b, Some(&Item::of_placed(hash, &placed))) {
+        Some(p) => Slot::Page(p.max_stamp(), p),
+        None => page_slot(with_placed(slot, hash, found, &placed)),
+    };
     *slot = fresh;
     Wrote::Done(was, now)
 }
@@ -686,10 +694,15 @@ fn remove_in(slot: &mut Slot, depth: u32, hash: u64, key: &[u8]) {
                 *slot = Slot::default();
                 return;
             }
-            let mut items = page.items();
-            items.remove(i);
-            let fresh = Slot::Page(*max, page::build(items));
-            *slot = fresh;
+            let fresh = match page.splice(i, i + 1, None) {
+                Some(p) => p,
+                None => {
+                    let mut items = page.items();
+                    items.remove(i);
+                    page::build(items)
+                }
+            };
+            *slot = Slot::Page(*max, fresh);
         }
         Slot::Branch(node) => {
             let (pos, present) = node.position(index(hash, depth));
