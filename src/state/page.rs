@@ -30,7 +30,7 @@ const KLEN: u16 = 0x3FFF;
 /// Longest key plus value stored inline; longer ones go to the side array. With at most
 /// `PAGE_ENTRIES + 1` entries in a page below the bucket depth, the data always fits the
 /// 16-bit offsets.
-const INLINE_MAX: usize = 3800;
+pub(crate) const INLINE_MAX: usize = 3800;
 /// Most data bytes of a page (offsets are 16-bit). Only a bucket (keys whose top 60 hash
 /// bits collide) can reach it; entries beyond go to the side array.
 const PAGE_DATA: usize = u16::MAX as usize;
@@ -444,12 +444,7 @@ impl Page {
 
     /// Entry `i` (inline) as an owned entry.
     pub fn owned(&self, i: usize) -> Entry {
-        let v = self.view(i);
-        let value = match v.value {
-            Val::Bytes(b) => Value::Bytes(b.into()),
-            _ => Value::Tomb,
-        };
-        Entry { key: Key::new(v.key), value, stamp: v.stamp, prev: v.prev }
+        owned_of(self.view(i))
     }
 
     /// All entries as items.
@@ -459,7 +454,7 @@ impl Page {
         while let Some(step) = w.step() {
             let hash = self.hash(step.i);
             items.push(match step.side {
-                Some(e) => {
+                Some((_, e)) => {
                     Item { hash, stamp: e.stamp, prev: e.prev, key: &[], body: Body::Side(Arc::clone(e)) }
                 }
                 None => {
@@ -580,7 +575,11 @@ impl Page {
     /// the entry first if a snapshot shares them), then records its stamps in the header.
     /// Returns `f`'s result.
     pub fn modify_side<R>(&mut self, i: usize, f: impl FnOnce(&mut Entry) -> R) -> R {
-        let si = self.side_index(i);
+        self.modify_side_at(i, self.side_index(i), f)
+    }
+
+    /// [`Page::modify_side`] of entry `i`, the `si`th side entry (as a [`Walk`] told).
+    pub fn modify_side_at<R>(&mut self, i: usize, si: usize, f: impl FnOnce(&mut Entry) -> R) -> R {
         let side = Arc::make_mut(self.side.get_or_insert_with(Default::default));
         let e = Arc::make_mut(&mut side[si]);
         let r = f(e);
@@ -605,11 +604,21 @@ impl Page {
     }
 }
 
-/// One entry of a [`Walk`]: its position, its view and, for a side entry, the entry.
+/// One entry of a [`Walk`]: its position, its view and, for a side entry, its position in
+/// the side array and the entry.
 pub(crate) struct Step<'a> {
     pub i: usize,
     pub view: View<'a>,
-    pub side: Option<&'a Arc<Entry>>,
+    pub side: Option<(usize, &'a Arc<Entry>)>,
+}
+
+/// An inline entry's view as an owned entry.
+pub(crate) fn owned_of(v: View<'_>) -> Entry {
+    let value = match v.value {
+        Val::Bytes(b) => Value::Bytes(b.into()),
+        _ => Value::Tomb,
+    };
+    Entry { key: Key::new(v.key), value, stamp: v.stamp, prev: v.prev }
 }
 
 /// A page's entries in order. Each step carries the key offset, the value start and the
@@ -639,10 +648,11 @@ impl<'a> Walk<'a> {
         let end = usize::from(rd16(b, at_end(n, i)));
         let start = std::mem::replace(&mut self.vstart, end);
         if k & SIDE != 0 {
-            let e = &page.sides()[self.si];
+            let si = self.si;
+            let e = &page.sides()[si];
             self.si += 1;
             let view = View { key: &e.key, value: Val::of(&e.value), stamp: e.stamp, prev: e.prev };
-            return Some(Step { i, view, side: Some(e) });
+            return Some(Step { i, view, side: Some((si, e)) });
         }
         let klen = usize::from(k & KLEN);
         let key = &b[self.kpos..self.kpos + klen];

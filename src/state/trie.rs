@@ -603,13 +603,44 @@ fn write_in<F: FnOnce(&mut Entry)>(
                 let old = page.view(i);
                 let was = old.is_live();
                 match op {
+                    // A side entry of a long value, or of a bucket (a page of one hash,
+                    // spilled past its data), takes the new bytes where it is: rebuilding a
+                    // bucket of n entries costs O(n), and a rebuild could only move this one
+                    // entry inline.
+                    Op::Put(v)
+                        if page.is_side(i)
+                            && matches!(old.value, Val::Bytes(_) | Val::Tomb)
+                            && (key.len() + v.len() > page::INLINE_MAX || page.len() > PAGE_ENTRIES) =>
+                    {
+                        let (stamp, prev) = touched(Some(old), epoch);
+                        page.modify_side(i, |e| {
+                            e.value = Value::Bytes(v.into());
+                            e.stamp = stamp;
+                            e.prev = prev;
+                        });
+                        return Wrote::Done(was, true);
+                    }
                     Op::Put(v) if matches!(old.value, Val::Bytes(b) if b.len() == v.len()) => {
                         let (stamp, prev) = touched(Some(old), epoch);
                         if page.overwrite(i, v, stamp, prev) {
                             return Wrote::Done(was, true);
                         }
-                        // Not reached (the size matched); a rebuild is always right.
+                        // Not reached for inline bytes of that size; a rebuild is always right.
                         return rebuild(slot, splits, hash, key, epoch, Ok(i), Op::Put::<F>(v));
+                    }
+                    // A tombstone (a delete under a snapshot) of such a side entry, likewise.
+                    Op::Set(Value::Tomb)
+                        if page.is_side(i)
+                            && matches!(old.value, Val::Bytes(_) | Val::Tomb)
+                            && (key.len() > page::INLINE_MAX || page.len() > PAGE_ENTRIES) =>
+                    {
+                        let (stamp, prev) = touched(Some(old), epoch);
+                        page.modify_side(i, |e| {
+                            e.value = Value::Tomb;
+                            e.stamp = stamp;
+                            e.prev = prev;
+                        });
+                        return Wrote::Done(was, false);
                     }
                     Op::Modify(f) if page.is_side(i) => {
                         let now = page.modify_side(i, |e| {
@@ -1200,27 +1231,40 @@ fn retain_in(
         }
         Slot::Page(max, page) => {
             let n = page.len();
-            let hits: Vec<(usize, bool)> = page
-                .walk()
-                .filter(|(_, v)| v.stamp > since && needs(*v))
-                .map(|(i, v)| (i, v.is_live()))
-                .collect();
+            // The entries `f` sees, from one walk (a bucket page holds many): a side entry
+            // by its position in the side array, an inline one copied out.
+            enum Hit {
+                Side(usize),
+                Inline(Entry),
+            }
+            let mut hits: Vec<(usize, bool, Hit)> = Vec::new();
+            let mut walk = page.walk();
+            while let Some(step) = walk.step() {
+                let v = step.view;
+                if v.stamp > since && needs(v) {
+                    let hit = match step.side {
+                        Some((si, _)) => Hit::Side(si),
+                        None => Hit::Inline(page::owned_of(v)),
+                    };
+                    hits.push((step.i, v.is_live(), hit));
+                }
+            }
             let mut keep = vec![true; n];
             let mut changed: Vec<(usize, Placed)> = Vec::new();
-            for (i, was) in hits {
-                let (kept, now) = if page.is_side(i) {
-                    page.modify_side(i, |e| {
+            for (i, was, hit) in hits {
+                let (kept, now) = match hit {
+                    Hit::Side(si) => page.modify_side_at(i, si, |e| {
                         let k = f(e);
                         (k, k && e.is_live())
-                    })
-                } else {
-                    let mut e = page.owned(i);
-                    let k = f(&mut e);
-                    let now = k && e.is_live();
-                    if k {
-                        changed.push((i, page::place(e)));
+                    }),
+                    Hit::Inline(mut e) => {
+                        let k = f(&mut e);
+                        let now = k && e.is_live();
+                        if k {
+                            changed.push((i, page::place(e)));
+                        }
+                        (k, now)
                     }
-                    (k, now)
                 };
                 *live_delta += i64::from(now) - i64::from(was);
                 keep[i] = kept;
@@ -1412,6 +1456,89 @@ mod tests {
             model.remove(&key);
         }
         check(&t, &model);
+        // Overwrites in epoch 2, side entries among them (each keeps its place or moves
+        // inline), of the same, another and a long size: only they are newer than 1.
+        let snap = t.clone();
+        let before: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut newer = Vec::new();
+        for (n, (k, v)) in before.iter().enumerate().filter(|(n, _)| n % 4 == 1) {
+            let len = match n % 3 {
+                0 => v.as_ref().map_or(5, Vec::len),
+                1 => 4500,
+                _ => 7,
+            };
+            let value = vec![n as u8; len];
+            t.put(42, k, 2, &value);
+            model.insert(k.clone(), Some(value));
+            newer.push(k.clone());
+        }
+        check(&t, &model);
+        let mut since = Vec::new();
+        t.for_each_since(1, &mut |e| since.push(e.key.to_vec()));
+        assert_eq!(since, newer, "exactly the overwritten entries are newer than epoch 1");
+        let again: Vec<Vec<u8>> = snap.iter().map(|e| e.key.to_vec()).collect();
+        assert_eq!(again, before.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>());
+        for (k, v) in &before {
+            let got = snap.get(42, k).map(|e| match e.value {
+                Val::Bytes(b) => Some(b.to_vec()),
+                _ => None,
+            });
+            assert_eq!(got, Some(v.clone()), "the clone's {k:?}");
+        }
+        // Deletes under a snapshot (tombstones) of some of them, side entries among them.
+        for k in newer.iter().step_by(2) {
+            t.set(42, k, 3, Value::Tomb);
+            model.insert(k.clone(), None);
+        }
+        check(&t, &model);
+        let mut since = Vec::new();
+        t.for_each_since(2, &mut |e| since.push(e.key.to_vec()));
+        assert_eq!(since, newer.iter().step_by(2).cloned().collect::<Vec<_>>());
+        // A purge of the tombstones (what confirming a checkpoint does) in one walk.
+        t.retain_since(0, &|e| matches!(e.value, Val::Tomb), &mut |e| !matches!(e.value, Value::Tomb));
+        model.retain(|_, v| v.is_some());
+        check(&t, &model);
+    }
+
+    /// In a bucket past its 64 KiB of data, the spilled (side) entries take overwrites and
+    /// deletes where they are, with the stamps an increment needs.
+    #[test]
+    fn a_spilled_bucket_takes_overwrites_and_deletes_in_place() {
+        let mut t = Trie::default();
+        let keys: Vec<[u8; 4]> = (0..700u32).map(|i| i.to_be_bytes()).collect();
+        for k in &keys {
+            t.put(42, k, 1, &[1u8; 100]);
+        }
+        fn sides(slot: &Slot) -> usize {
+            match slot {
+                Slot::Page(_, p) => (0..p.len()).filter(|&i| p.is_side(i)).count(),
+                Slot::Branch(n) => n.slots.iter().map(sides).sum(),
+            }
+        }
+        assert!(t.root.as_ref().map_or(0, sides) > 50, "the bucket spilled");
+        let since = |t: &Trie, epoch| {
+            let mut out = Vec::new();
+            t.for_each_since(epoch, &mut |e| out.push((e.key.to_vec(), e.stamp, e.prev)));
+            out
+        };
+        for (n, k) in keys.iter().enumerate() {
+            t.put(42, k, 2, &[n as u8; 100]);
+        }
+        for (n, k) in keys.iter().enumerate() {
+            assert_eq!(t.get_bytes(42, k), Some(&[n as u8; 100][..]));
+        }
+        let want: Vec<_> = keys.iter().map(|k| (k.to_vec(), 2, Prev::new(1, true))).collect();
+        assert_eq!(since(&t, 1), want, "every entry stamped 2, its prev live at 1");
+        for k in &keys {
+            t.set(42, k, 3, Value::Tomb);
+        }
+        for k in &keys {
+            assert!(matches!(t.get(42, k).map(|e| e.value), Some(Val::Tomb)), "{k:?} deleted");
+        }
+        let want: Vec<_> = keys.iter().map(|k| (k.to_vec(), 3, Prev::new(2, true))).collect();
+        assert_eq!(since(&t, 2), want, "every entry stamped 3, its prev live at 2");
+        assert_eq!(t.len(), 0);
     }
 
     /// A walk resumed after any entry (or after a position between entries) visits exactly
