@@ -604,21 +604,24 @@ fn write_in<F: FnOnce(&mut Entry)>(
                 let was = old.is_live();
                 match op {
                     // A side entry of a long value, or of a bucket (a page of one hash,
-                    // spilled past its data), takes the new bytes where it is: rebuilding a
-                    // bucket of n entries costs O(n), and a rebuild could only move this one
-                    // entry inline.
-                    Op::Put(v)
+                    // spilled past its data), takes new bytes or a tombstone (a delete under
+                    // a snapshot) where it is: rebuilding a bucket of n entries costs O(n),
+                    // and a rebuild could only move this one entry inline.
+                    Op::Put(_) | Op::Set(Value::Tomb)
                         if page.is_side(i)
                             && matches!(old.value, Val::Bytes(_) | Val::Tomb)
-                            && (key.len() + v.len() > page::INLINE_MAX || page.len() > PAGE_ENTRIES) =>
+                            && (key.len() + op_len(&op) > page::INLINE_MAX || page.len() > PAGE_ENTRIES) =>
                     {
-                        let (stamp, prev) = touched(Some(old), epoch);
+                        let value = match op {
+                            Op::Put(v) => Value::Bytes(v.into()),
+                            _ => Value::Tomb,
+                        };
+                        let now = matches!(value, Value::Bytes(_));
                         page.modify_side(i, |e| {
-                            e.value = Value::Bytes(v.into());
-                            e.stamp = stamp;
-                            e.prev = prev;
+                            e.touch(epoch);
+                            e.value = value;
                         });
-                        return Wrote::Done(was, true);
+                        return Wrote::Done(was, now);
                     }
                     Op::Put(v) if matches!(old.value, Val::Bytes(b) if b.len() == v.len()) => {
                         let (stamp, prev) = touched(Some(old), epoch);
@@ -627,20 +630,6 @@ fn write_in<F: FnOnce(&mut Entry)>(
                         }
                         // Not reached for inline bytes of that size; a rebuild is always right.
                         return rebuild(slot, splits, hash, key, epoch, Ok(i), Op::Put::<F>(v));
-                    }
-                    // A tombstone (a delete under a snapshot) of such a side entry, likewise.
-                    Op::Set(Value::Tomb)
-                        if page.is_side(i)
-                            && matches!(old.value, Val::Bytes(_) | Val::Tomb)
-                            && (key.len() > page::INLINE_MAX || page.len() > PAGE_ENTRIES) =>
-                    {
-                        let (stamp, prev) = touched(Some(old), epoch);
-                        page.modify_side(i, |e| {
-                            e.value = Value::Tomb;
-                            e.stamp = stamp;
-                            e.prev = prev;
-                        });
-                        return Wrote::Done(was, false);
                     }
                     Op::Modify(f) if page.is_side(i) => {
                         let now = page.modify_side(i, |e| {
@@ -654,6 +643,14 @@ fn write_in<F: FnOnce(&mut Entry)>(
             }
             rebuild(slot, splits, hash, key, epoch, found, op)
         }
+    }
+}
+
+/// The bytes of value a write puts (0 for any but a put).
+fn op_len<F>(op: &Op<'_, F>) -> usize {
+    match op {
+        Op::Put(v) => v.len(),
+        _ => 0,
     }
 }
 
@@ -774,14 +771,11 @@ fn merge_around(node: &mut Node, pos: usize) {
         .find(|&o| node.slots.get(o).and_then(page_len).is_some_and(|m| m + n <= MERGE_MAX));
     let Some(other) = other else { return };
     let a = pos.min(other);
-    let mut bits = node.starts;
-    for _ in 0..a {
-        bits &= bits.wrapping_sub(1);
-    }
-    let start_a = bits.trailing_zeros();
-    bits &= bits.wrapping_sub(1);
-    let start_b = bits.trailing_zeros();
-    let (_, end_b) = node.range(start_b);
+    let (start_a, start_b, end_b) = {
+        let mut pair = node.children().skip(a);
+        let (Some((start_a, _, _)), Some((start_b, end_b, _))) = (pair.next(), pair.next()) else { return };
+        (start_a, start_b, end_b)
+    };
     let merged = {
         let (Slot::Page(max_a, pa), Slot::Page(max_b, pb)) = (&node.slots[a], &node.slots[a + 1]) else {
             return;
