@@ -155,6 +155,19 @@ fn build_store(n: u64) -> (Store, StateId) {
     (s, id)
 }
 
+/// A new store whose value state gets `keys` (each with `value`) one put at a time, and
+/// how long the puts took.
+fn timed_fill(keys: &[[u8; 16]], value: &[u8]) -> (Store, StateId, Duration) {
+    let mut s = Store::new();
+    let id = s.register(StateDescriptor::raw("fill", StateKind::Value)).unwrap();
+    let t = Instant::now();
+    for k in keys {
+        s.put(id, k, value).unwrap();
+    }
+    let took = t.elapsed();
+    (s, id, took)
+}
+
 fn build_map(n: u64) -> HashMap<Vec<u8>, Vec<u8>> {
     let mut m = HashMap::new();
     for i in 0..n {
@@ -346,13 +359,8 @@ fn collision_summary() {
         assert!(keys.iter().all(|k| floe::state::key_hash(k) == h), "the crafted keys share a hash");
         let (mut put, mut get) = (Vec::new(), Vec::new());
         for _ in 0..3 {
-            let mut s = Store::new();
-            let id = s.register(StateDescriptor::raw("collide", StateKind::Value)).unwrap();
-            let t = Instant::now();
-            for k in &keys {
-                s.put(id, k, &val).unwrap();
-            }
-            put.push(t.elapsed());
+            let (s, id, took) = timed_fill(&keys, &val);
+            put.push(took);
             let t = Instant::now();
             let found = keys.iter().filter(|k| s.get(id, &k[..]).unwrap().is_some()).count();
             get.push(t.elapsed());
@@ -490,13 +498,8 @@ fn ops_summary() {
     let fresh: Vec<[u8; 16]> = (0..n).map(key).collect();
     let (mut floe_fill, mut map_fill, mut floe_remove, mut map_remove) = (vec![], vec![], vec![], vec![]);
     for _ in 0..3 {
-        let mut s = Store::new();
-        let sid = s.register(StateDescriptor::raw("fill", StateKind::Value)).unwrap();
-        let t = Instant::now();
-        for k in &fresh {
-            s.put(sid, k, &val).unwrap();
-        }
-        floe_fill.push(t.elapsed());
+        let (mut s, sid, took) = timed_fill(&fresh, &val);
+        floe_fill.push(took);
         let t = Instant::now();
         for k in &fresh {
             s.delete(sid, k).unwrap();
