@@ -530,7 +530,37 @@ fn ops_summary() {
         "  remove of every key:  floe {fr:>7.1} ns/key  HashMap {mr:>7.1} ns/key  ratio {:.2}x",
         mr / fr
     );
-    drop(fresh);
+
+    // Churn at a steady size, the way window state lives: each step removes one key and
+    // inserts a new one (a removal leaves slack in its page that a later insertion into
+    // that page may use).
+    let later: Vec<[u8; 16]> = (n..2 * n).map(key).collect();
+    let (mut floe_churn, mut map_churn) = (vec![], vec![]);
+    for _ in 0..3 {
+        let (mut s, sid, _) = timed_fill(&fresh, &val);
+        let t = Instant::now();
+        for (old, new) in fresh.iter().zip(&later) {
+            s.delete(sid, old).unwrap();
+            s.put(sid, new, &val).unwrap();
+        }
+        floe_churn.push(t.elapsed());
+        assert_eq!(s.len(sid), n);
+        drop(s);
+        let mut m: HashMap<Vec<u8>, Vec<u8>> = fresh.iter().map(|k| (k.to_vec(), val.to_vec())).collect();
+        let t = Instant::now();
+        for (old, new) in fresh.iter().zip(&later) {
+            m.remove(&old[..]);
+            m.insert(new.to_vec(), val.to_vec());
+        }
+        map_churn.push(t.elapsed());
+        assert_eq!(m.len() as u64, n);
+    }
+    let (fc, mc) = (per_key(middle(floe_churn)), per_key(middle(map_churn)));
+    println!(
+        "  churn (remove a key, insert a new one) at {n} keys: floe {fc:>7.1} ns/pair  HashMap {mc:>7.1} ns/pair  ratio {:.2}x",
+        mc / fc
+    );
+    drop((fresh, later));
 
     // Restore: the full records of a snapshot of the store, loaded into a new store with
     // bulk_load, against inserting the same entries into a HashMap one by one.

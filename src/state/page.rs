@@ -1,5 +1,7 @@
-//! Leaf pages of the state trie: many entries packed in one exact-size allocation, the
-//! copy-on-write unit of the trie's leaves (see `trie.rs`).
+//! Leaf pages of the state trie: many entries packed in one allocation, the copy-on-write
+//! unit of the trie's leaves (see `trie.rs`). A page is built at its exact size; a removal
+//! done in place ([`Page::splice_in_place`]) leaves slack after its bytes (never more than
+//! they take), which nothing reads and a later insertion may fill.
 //!
 //! A page's bytes hold `n` entries sorted by `(hash, key)`, as arrays of their fields
 //! (little-endian, read unaligned), then the keys and values back to back:
@@ -279,6 +281,141 @@ fn end_before(b: &[u8], n: usize, i: usize) -> usize {
     if i == 0 { 0 } else { usize::from(rd16(b, at_end(n, i - 1))) }
 }
 
+/// A short inline entry as [`Splice`] writes it: `prev` packed, `klen` with its flags.
+#[derive(Clone, Copy)]
+struct Inline<'i> {
+    hash: u64,
+    stamp: u64,
+    prev: u32,
+    klen: u16,
+    key: &'i [u8],
+    value: &'i [u8],
+}
+
+/// Where the bytes of a page go when its entries `a..b` are replaced by one short inline
+/// item or by nothing: the plan [`Page::splice`] and [`Page::splice_in_place`] carry out.
+struct Splice<'i> {
+    /// Entries before and after.
+    n: usize,
+    m: usize,
+    a: usize,
+    b: usize,
+    /// The item, if any.
+    item: Option<Inline<'i>>,
+    /// Bytes of the keys before `a` and before `b`, and of all keys, before and after.
+    ka: usize,
+    kb: usize,
+    keys_old: usize,
+    keys: usize,
+    /// Value ends before `a`, before `b` and of all values, before.
+    va: usize,
+    vb: usize,
+    vend: usize,
+}
+
+impl<'i> Splice<'i> {
+    /// The plan for `page` (none when it has side entries, when the item is not short
+    /// inline bytes or a tombstone, or when the result would be empty or outgrow a page).
+    fn plan(page: &Page, a: usize, b: usize, item: Option<&Item<'i>>) -> Option<Splice<'i>> {
+        let old = &page.bytes[..];
+        let n = page.len();
+        if page.side.is_some() || a > b || b > n {
+            return None;
+        }
+        let item = match item {
+            None => None,
+            Some(Item { body: Body::Side(_), .. }) => return None,
+            Some(it) => {
+                let (value, tomb) = match it.body {
+                    Body::Bytes(v) => (v, 0),
+                    _ => (&[][..], TOMB),
+                };
+                if it.key.len() + value.len() > INLINE_MAX {
+                    return None;
+                }
+                // An inline key is at most INLINE_MAX < KLEN bytes.
+                let klen = it.key.len() as u16 | tomb;
+                let prev = encode_prev(it.prev, it.stamp);
+                Some(Inline { hash: it.hash, stamp: it.stamp, prev, klen, key: it.key, value })
+            }
+        };
+        let m = a + usize::from(item.is_some()) + (n - b);
+        if m == 0 {
+            return None;
+        }
+        let key = item.map_or(&[][..], |it| it.key);
+        let (ka, kb, keys_old) = (keys_before(old, n, a), keys_before(old, n, b), rd32(old, 4) as usize);
+        let (va, vb, vend) = (end_before(old, n, a), end_before(old, n, b), end_before(old, n, n));
+        let keys = ka + key.len() + (keys_old - kb);
+        let plan = Splice { n, m, a, b, item, ka, kb, keys_old, keys, va, vb, vend };
+        (plan.len() - head(m) <= PAGE_DATA).then_some(plan)
+    }
+
+    fn add(&self) -> usize {
+        usize::from(self.item.is_some())
+    }
+
+    fn key(&self) -> &'i [u8] {
+        self.item.map_or(&[][..], |it| it.key)
+    }
+
+    fn value(&self) -> &'i [u8] {
+        self.item.map_or(&[][..], |it| it.value)
+    }
+
+    /// Bytes of the new page.
+    fn len(&self) -> usize {
+        head(self.m) + self.keys + self.va + self.value().len() + (self.vend - self.vb)
+    }
+
+    /// The kept bytes, as `(from, to, len)` in ascending `from` order: of each fixed-width
+    /// array the prefix `..a` and the suffix `b..`, then the keys' and the values'.
+    fn moves(&self) -> [(usize, usize, usize); 14] {
+        let Splice { n, m, a, b, ka, kb, keys_old, keys, va, vb, vend, .. } = *self;
+        let to = a + self.add();
+        let (ho, hm) = (head(n), head(m));
+        let (vo, vm) = (ho + keys_old, hm + keys);
+        let shifted = va + self.value().len();
+        let field = |at: fn(usize, usize) -> usize, w: usize| {
+            [(at(n, 0), at(m, 0), w * a), (at(n, b), at(m, to), w * (n - b))]
+        };
+        let [h0, h1] = field(|_, i| at_hash(i), 8);
+        let [k0, k1] = field(at_klen, 2);
+        let [e0, e1] = field(at_end, 2);
+        let [s0, s1] = field(at_stamp, 8);
+        let [p0, p1] = field(at_prev, 4);
+        let key0 = (ho, hm, ka);
+        let key1 = (ho + kb, hm + ka + self.key().len(), keys_old - kb);
+        let val0 = (vo, vm, va);
+        let val1 = (vo + vb, vm + shifted, vend - vb);
+        [h0, h1, k0, k1, e0, e1, s0, s1, p0, p1, key0, key1, val0, val1]
+    }
+
+    /// Writes what is new into `out`, whose kept bytes are already moved: the header, the
+    /// item's fields, key and value, and the value ends after it (shifted).
+    fn finish(&self, out: &mut [u8]) {
+        let Splice { m, a, ka, keys, va, vb, .. } = *self;
+        out[..4].copy_from_slice(&(m as u32).to_le_bytes());
+        out[4..8].copy_from_slice(&(keys as u32).to_le_bytes());
+        let shifted = va + self.value().len();
+        if let Some(Inline { hash, stamp, prev, klen, key, value }) = self.item {
+            out[at_hash(a)..][..8].copy_from_slice(&hash.to_le_bytes());
+            out[at_klen(m, a)..][..2].copy_from_slice(&klen.to_le_bytes());
+            out[at_stamp(m, a)..][..8].copy_from_slice(&stamp.to_le_bytes());
+            out[at_prev(m, a)..][..4].copy_from_slice(&prev.to_le_bytes());
+            // Value ends are below 2^16: the data is at most PAGE_DATA.
+            out[at_end(m, a)..][..2].copy_from_slice(&(shifted as u16).to_le_bytes());
+            let hm = head(m);
+            out[hm + ka..][..key.len()].copy_from_slice(key);
+            out[hm + keys + va..][..value.len()].copy_from_slice(value);
+        }
+        for j in a + self.add()..m {
+            let e = usize::from(rd16(out, at_end(m, j))) - vb + shifted;
+            out[at_end(m, j)..][..2].copy_from_slice(&(e as u16).to_le_bytes());
+        }
+    }
+}
+
 impl Page {
     /// This page with entries `a..b` replaced by `item` (or by nothing), `a <= b <= len`:
     /// an insertion (`a == b`), a replacement (`b == a + 1`) or a removal (no item). The
@@ -287,67 +424,49 @@ impl Page {
     /// page has side entries, when the item is not short inline bytes or a tombstone, or
     /// when the result would be empty or outgrow the page's data: [`build`] then.
     pub fn splice(&self, a: usize, b: usize, item: Option<&Item<'_>>) -> Option<Page> {
+        let plan = Splice::plan(self, a, b, item)?;
         let old = &self.bytes[..];
-        let n = self.len();
-        if self.side.is_some() || a > b || b > n {
-            return None;
+        let mut out = vec![0u8; plan.len()];
+        for (from, to, len) in plan.moves() {
+            out[to..to + len].copy_from_slice(&old[from..from + len]);
         }
-        let (key, value, tomb) = match item {
-            None => (&[][..], &[][..], false),
-            Some(Item { body: Body::Bytes(v), key, .. }) => (*key, *v, false),
-            Some(Item { body: Body::Tomb, key, .. }) => (*key, &[][..], true),
-            Some(Item { body: Body::Side(_), .. }) => return None,
-        };
-        let add = usize::from(item.is_some());
-        let m = a + add + (n - b);
-        if m == 0 || key.len() + value.len() > INLINE_MAX {
-            return None;
-        }
-        // Keys and values of the kept entries: `..a` and `b..`.
-        let (ka, kb, keys_old) = (keys_before(old, n, a), keys_before(old, n, b), rd32(old, 4) as usize);
-        let (va, vb, vend) = (end_before(old, n, a), end_before(old, n, b), end_before(old, n, n));
-        let keys = ka + key.len() + (keys_old - kb);
-        let data = keys + va + value.len() + (vend - vb);
-        if data > PAGE_DATA {
-            return None;
-        }
-        let mut out = vec![0u8; head(m) + data];
-        out[..4].copy_from_slice(&(m as u32).to_le_bytes());
-        out[4..8].copy_from_slice(&(keys as u32).to_le_bytes());
-        // Each fixed-width array: the kept prefix, the item's field, the kept suffix.
-        let fields: [fn(usize, usize) -> usize; 4] = [|_, i| at_hash(i), at_klen, at_stamp, at_prev];
-        for at in fields {
-            out[at(m, 0)..at(m, a)].copy_from_slice(&old[at(n, 0)..at(n, a)]);
-            out[at(m, a + add)..at(m, m)].copy_from_slice(&old[at(n, b)..at(n, n)]);
-        }
-        if let Some(it) = item {
-            let klen = key.len() as u16 | if tomb { TOMB } else { 0 };
-            out[at_hash(a)..][..8].copy_from_slice(&it.hash.to_le_bytes());
-            out[at_klen(m, a)..][..2].copy_from_slice(&klen.to_le_bytes());
-            out[at_stamp(m, a)..][..8].copy_from_slice(&it.stamp.to_le_bytes());
-            out[at_prev(m, a)..][..4].copy_from_slice(&encode_prev(it.prev, it.stamp).to_le_bytes());
-        }
-        // Value ends: the prefix as it was, the item's, the suffix shifted (all < 2^16: the
-        // data is at most PAGE_DATA).
-        out[at_end(m, 0)..at_end(m, a)].copy_from_slice(&old[at_end(n, 0)..at_end(n, a)]);
-        let shifted = va + value.len();
-        if item.is_some() {
-            out[at_end(m, a)..][..2].copy_from_slice(&(shifted as u16).to_le_bytes());
-        }
-        for j in b..n {
-            let e = usize::from(rd16(old, at_end(n, j))) - vb + shifted;
-            out[at_end(m, j - b + a + add)..][..2].copy_from_slice(&(e as u16).to_le_bytes());
-        }
-        // The keys, then the values, each in three pieces.
-        let (ho, hm) = (head(n), head(m));
-        out[hm..hm + ka].copy_from_slice(&old[ho..ho + ka]);
-        out[hm + ka..hm + ka + key.len()].copy_from_slice(key);
-        out[hm + ka + key.len()..hm + keys].copy_from_slice(&old[ho + kb..ho + keys_old]);
-        let (vo, vm) = (ho + keys_old, hm + keys);
-        out[vm..vm + va].copy_from_slice(&old[vo..vo + va]);
-        out[vm + va..vm + shifted].copy_from_slice(value);
-        out[vm + shifted..].copy_from_slice(&old[vo + vb..vo + vend]);
+        plan.finish(&mut out);
         Some(Page { bytes: Arc::from(out), side: None })
+    }
+
+    /// [`Page::splice`] done in this page's own allocation, when no snapshot shares it and
+    /// the result fits: no allocation, and each kept byte moves within lines already being
+    /// written. The allocation keeps its size, so bytes past the entries are slack (a later
+    /// insertion may use them); the result must fill at least half of it, so a page that
+    /// lost most of its entries is copied into one of its size instead. Returns false
+    /// (nothing done) when it cannot be done here: [`Page::splice`] then.
+    pub fn splice_in_place(&mut self, a: usize, b: usize, item: Option<&Item<'_>>) -> bool {
+        let Some(plan) = Splice::plan(self, a, b, item) else { return false };
+        let cap = self.bytes.len();
+        let len = plan.len();
+        if len > cap || 2 * len < cap {
+            return false;
+        }
+        let moves = plan.moves();
+        // All kept bytes move the same way (toward the start for a removal, the end for an
+        // insertion; a replacement moves only the values after it), so moving them in
+        // order from the side they move away from never overwrites one not yet moved.
+        let left = moves.iter().all(|&(from, to, len)| len == 0 || to <= from);
+        let right = moves.iter().all(|&(from, to, len)| len == 0 || to >= from);
+        let Some(out) = Arc::get_mut(&mut self.bytes) else { return false };
+        if left {
+            for (from, to, len) in moves {
+                out.copy_within(from..from + len, to);
+            }
+        } else if right {
+            for (from, to, len) in moves.into_iter().rev() {
+                out.copy_within(from..from + len, to);
+            }
+        } else {
+            return false;
+        }
+        plan.finish(out);
+        true
     }
 
     /// The greatest stamp of the entries.
@@ -744,6 +863,75 @@ mod tests {
             assert_eq!(got.bytes, want.bytes, "round {round}: n {n}, a {a}, b {b}, item {with}");
             assert_eq!(got.max_stamp(), (0..got.len()).map(|i| got.stamp(i)).max().unwrap_or(0));
         }
+    }
+
+    /// `page`'s bytes in an allocation `extra` bytes longer, the slack filled with garbage.
+    fn padded(page: &Page, extra: usize) -> Page {
+        let mut b = page.bytes.to_vec();
+        b.resize(b.len() + extra, 0xA5);
+        Page { bytes: Arc::from(b), side: page.side.clone() }
+    }
+
+    /// `splice_in_place` leaves the very bytes `build` writes for the same entries at the
+    /// front of the page's allocation, whatever the slack behind them holds, moving kept
+    /// bytes toward the start (removals, shorter values) or the end (insertions, longer
+    /// values); when it declines (the result does not fit, or would fill less than half the
+    /// allocation, or a snapshot shares the page) it changes nothing.
+    #[test]
+    fn splice_in_place_writes_the_bytes_build_writes() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let (mut done, mut declined) = (0, 0);
+        for round in 0..4000 {
+            let n = 1 + (next(&mut x) % 17) as usize;
+            let mut entries: Vec<Owned> = (0..n).map(|_| random_entry(&mut x)).collect();
+            entries.sort_by(|p, q| (p.hash, &p.key).cmp(&(q.hash, &q.key)));
+            let exact = build(entries.iter().map(item).collect());
+            let mut page = padded(&exact, (next(&mut x) % 700) as usize);
+            let a = (next(&mut x) % (n as u64 + 1)) as usize;
+            let b = match next(&mut x) % 3 {
+                0 => a,
+                _ => (a + 1).min(n),
+            };
+            let new = random_entry(&mut x);
+            let with = !next(&mut x).is_multiple_of(4) || a == b;
+            let mut want: Vec<Item<'_>> = entries.iter().map(item).collect();
+            want.splice(a..b, with.then(|| item(&new)));
+            let shared = next(&mut x).is_multiple_of(8).then(|| page.clone());
+            let before = page.bytes.to_vec();
+            let ok = page.splice_in_place(a, b, with.then(|| item(&new)).as_ref());
+            if let Some(other) = &shared {
+                assert!(!ok, "round {round}: a shared page is never written in place");
+                assert_eq!(other.bytes[..], before[..], "round {round}: the sharer's bytes changed");
+            }
+            if !ok {
+                assert_eq!(page.bytes[..], before[..], "round {round}: a declined splice changed the page");
+                declined += 1;
+                if shared.is_none() && !want.is_empty() {
+                    let need = build(want).bytes.len();
+                    let cap = before.len();
+                    // Only a replacement by another key can move bytes both ways (a shorter
+                    // key, a longer value), which the trie never asks for.
+                    let mixed = with && b == a + 1 && entries[a].key != new.key;
+                    assert!(
+                        need > cap || 2 * need < cap || mixed,
+                        "round {round}: declined {need} bytes in {cap}"
+                    );
+                }
+                continue;
+            }
+            done += 1;
+            let want = build(want);
+            let len = want.bytes.len();
+            assert!(2 * len >= page.bytes.len(), "round {round}: {len} bytes left in {}", page.bytes.len());
+            assert_eq!(page.bytes[..len], want.bytes[..], "round {round}: n {n}, a {a}, b {b}, item {with}");
+            assert_eq!(page.len(), want.len());
+            for i in 0..want.len() {
+                let (g, w) = (page.view(i), want.view(i));
+                assert_eq!((g.key, g.stamp, g.prev), (w.key, w.stamp, w.prev), "round {round}: entry {i}");
+                assert_eq!(format!("{:?}", g.value), format!("{:?}", w.value), "round {round}: entry {i}");
+            }
+        }
+        assert!(done > 1000 && declined > 500, "both ways exercised: {done} in place, {declined} declined");
     }
 
     /// A page with side entries, or an item that must go to the side, is left to `build`.

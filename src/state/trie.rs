@@ -11,7 +11,9 @@
 //! to it, in the parent's slot, and its slots in one exact-size `Arc<[Slot]>`; a page's
 //! stamp bound sits in its slot too. A write makes its path unique with [`Arc::make_mut`]:
 //! when no snapshot shares a node or page it is changed in place (a same-size overwrite
-//! writes the bytes where they are; any other write rebuilds the page at its new size),
+//! writes the bytes where they are; a removal, or an insertion into the slack a removal
+//! left, moves the bytes within the page's allocation; any other write rebuilds the page
+//! at its new size),
 //! otherwise exactly that node (at most 32 slots) and that page are copied: the page is the
 //! copy-on-write unit of the leaves. A branch's child covers a range of its 32 positions
 //! (a branch child exactly one): a page that would hold more than [`PAGE_ENTRIES`] splits
@@ -688,16 +690,20 @@ fn rebuild<F: FnOnce(&mut Entry)>(
     let Slot::Page(_, page) = slot else { return Wrote::Done(false, false) };
     let was = found.is_ok_and(|i| page.view(i).is_live());
     let placed = resolve(op, key, found.ok().map(|i| (&*page, i)), epoch);
-    let now = item_live(&Item::of_placed(hash, &placed));
+    let item = Item::of_placed(hash, &placed);
+    let now = item_live(&item);
     if splits && page.len() + usize::from(found.is_err()) > PAGE_ENTRIES {
         return Wrote::Split { was, now, found, placed };
     }
-    // Copied range by range when it can be, item by item otherwise.
+    // In the page's own bytes when it can be, else copied range by range, else item by item.
     let (a, b) = match found {
         Ok(i) => (i, i + 1),
         Err(i) => (i, i),
     };
-    let fresh = match page.splice(a, b, Some(&Item::of_placed(hash, &placed))) {
+    if page.splice_in_place(a, b, Some(&item)) {
+        return Wrote::Done(was, now);
+    }
+    let fresh = match page.splice(a, b, Some(&item)) {
         Some(p) => Slot::Page(p.max_stamp(), p),
         None => page_slot(with_placed(slot, hash, found, &placed)),
     };
@@ -720,6 +726,9 @@ fn remove_in(slot: &mut Slot, depth: u32, hash: u64, key: &[u8]) {
             let Ok(i) = page.find(hash, key) else { return };
             if page.len() == 1 {
                 *slot = Slot::default();
+                return;
+            }
+            if page.splice_in_place(i, i + 1, None) {
                 return;
             }
             let fresh = match page.splice(i, i + 1, None) {
