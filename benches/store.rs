@@ -353,7 +353,7 @@ fn colliding_keys(n: u64) -> Vec<[u8; 16]> {
 fn collision_summary() {
     println!("keys of one 64-bit hash (crafted; XXH64 with seed 0 is not keyed), {VALUE_LEN}-byte values:");
     let val = value(3);
-    for n in [1_000u64, 4_000, 16_000] {
+    for n in [1_000u64, 4_000, 16_000, 100_000] {
         let keys = colliding_keys(n);
         let h = floe::state::key_hash(&keys[0]);
         assert!(keys.iter().all(|k| floe::state::key_hash(k) == h), "the crafted keys share a hash");

@@ -319,7 +319,9 @@ struct Node {
 
 #[inline]
 fn index(hash: u64, depth: u32) -> u32 {
-    ((hash >> (64 - BITS * (depth + 1))) & 0x1f) as u32
+    // Past the bucket depth the hash has no bits left: no hash branch is there (key nodes
+    // are, which no position covers), and the shift saturates instead of overflowing.
+    ((hash >> 64u32.saturating_sub(BITS * (depth + 1))) & 0x1f) as u32
 }
 
 /// The positions below `i` (`i` in 0..=32).
@@ -337,6 +339,28 @@ fn span(lo: u32, hi: u32) -> u32 {
 impl Node {
     fn empty() -> Node {
         Node { starts: 0, covered: 0, max_stamp: 0, slots: Arc::default() }
+    }
+
+    /// A key node over `slots` (1 to [`KEY_FANOUT`] children in `(hash, key)` order).
+    fn keyed(slots: Vec<Slot>) -> Node {
+        let max_stamp = slots.iter().map(Slot::max_stamp).max().unwrap_or(0);
+        let mut node = Node { starts: 0, covered: 0, max_stamp, slots: slots.into() };
+        node.renumber();
+        node
+    }
+
+    /// Whether this is a key node: one of a bucket's B-tree (see [`KEY_FANOUT`]). Its
+    /// children are numbered, none covers a position (`covered` is 0), and a key is found
+    /// by comparing it with each child's first entry.
+    #[inline]
+    fn is_keyed(&self) -> bool {
+        self.covered == 0 && self.starts != 0
+    }
+
+    /// Numbers a key node's children after they changed (at most [`KEY_FANOUT`]).
+    fn renumber(&mut self) {
+        debug_assert!(self.slots.len() <= KEY_FANOUT);
+        self.starts = below(self.slots.len().min(KEY_FANOUT) as u32);
     }
 
     /// Position in `slots` of the child covering hash index `idx`, and whether one does.
@@ -385,8 +409,11 @@ impl Node {
 /// The subtree at `depth` holding `items` (sorted, at least one, all with the same hash
 /// prefix above `depth`): a page when they fit one, else a branch of subtrees.
 fn make_slot(items: Vec<Item<'_>>, depth: u32) -> Slot {
-    if items.len() <= PAGE_ENTRIES || depth >= MAX_DEPTH {
+    if items.len() <= PAGE_ENTRIES {
         return page_slot(items);
+    }
+    if depth >= MAX_DEPTH {
+        return keyed_slot(items);
     }
     let (starts, covered, slots) = pack(items, depth, 0, 32);
     let max_stamp = slots.iter().map(Slot::max_stamp).max().unwrap_or(0);
@@ -401,7 +428,7 @@ fn page_slot(items: Vec<Item<'_>>) -> Slot {
 /// The children of a branch at `depth` over positions `lo..hi` holding `items` (sorted,
 /// all with hash indexes at `depth` in `lo..hi`): the positions' starts and coverage, and
 /// the children in order. A position with more entries than a page holds gets a branch of
-/// its own (unless the next level is the bucket depth); the others are packed in order
+/// its own (a key node at the bucket depth); the others are packed in order
 /// into pages of at most [`PAGE_ENTRIES`] and about `n / pages` entries each, so a split
 /// page leaves two about half full and a bulk load leaves them about full. Each page covers
 /// from where the previous child ends up to where the next one starts.
@@ -420,7 +447,7 @@ fn pack(items: Vec<Item<'_>>, depth: u32, lo: u32, hi: u32) -> (u32, u32, Vec<Sl
         let idx = index(items[i].hash, depth);
         let len = items[i..].iter().take_while(|x| index(x.hash, depth) == idx).count();
         i += len;
-        if len > PAGE_ENTRIES && depth + 1 < MAX_DEPTH {
+        if len > PAGE_ENTRIES {
             if run > 0 {
                 plan.push(Part::Page { start: run_start, end: idx, len: run });
             }
@@ -550,21 +577,22 @@ enum Wrote {
     /// The page would outgrow its bound: the parent (or the trie, for the root) rebuilds it
     /// with `placed` inserted at `found`, split. `was` and `now` as for `Done`.
     Split { was: bool, now: bool, found: Result<usize, usize>, placed: Placed },
+    /// Written below a key node that now has more children than [`KEY_FANOUT`]: the parent
+    /// splits it in two (a bucket's root gets a new root above the two).
+    Grew(bool, bool),
 }
 
-/// Writes `key` below `slot` (whose branches index at `depth`; a page there may split when
-/// `splits`): see [`Trie::put`].
-#[allow(clippy::too_many_arguments, reason = "a write's key, epoch and op, and where it is")]
+/// Writes `key` below `slot` (whose hash branches index at `depth`): see [`Trie::put`].
 fn write_in<F: FnOnce(&mut Entry)>(
     slot: &mut Slot,
     depth: u32,
-    splits: bool,
     hash: u64,
     key: &[u8],
     epoch: u64,
     op: Op<'_, F>,
 ) -> Wrote {
     match slot {
+        Slot::Branch(node) if node.is_keyed() => write_keyed(node, depth, hash, key, epoch, op),
         Slot::Branch(node) => {
             node.max_stamp = node.max_stamp.max(epoch);
             let idx = index(hash, depth);
@@ -582,17 +610,23 @@ fn write_in<F: FnOnce(&mut Entry)>(
                 return Wrote::Done(false, now);
             }
             let (start, end) = node.range(node.start_of(idx));
-            let splits = depth + 1 < MAX_DEPTH || end - start > 1;
             let slots = Arc::make_mut(&mut node.slots);
-            match write_in(&mut slots[pos], depth + 1, splits, hash, key, epoch, op) {
+            match write_in(&mut slots[pos], depth + 1, hash, key, epoch, op) {
                 Wrote::Split { was, now, found, placed } => {
-                    // The page splits over its range, in this branch.
+                    // The page splits over its range, in this branch (past the hash's bits,
+                    // into a key node).
                     let old = std::mem::take(&mut slots[pos]);
                     let items = with_placed(&old, hash, found, &placed);
                     let (starts, covered, children) = pack(items, depth, start, end);
                     splice_slots(&mut node.slots, pos, 1, children);
                     node.starts = (node.starts & !span(start, end)) | starts;
                     node.covered = (node.covered & !span(start, end)) | covered;
+                    Wrote::Done(was, now)
+                }
+                Wrote::Grew(was, now) => {
+                    // A bucket's root key node outgrew its fan-out: a new root above.
+                    let old = std::mem::take(&mut slots[pos]);
+                    slots[pos] = Slot::Branch(Node::keyed(split_keyed(old)));
                     Wrote::Done(was, now)
                 }
                 done => done,
@@ -631,7 +665,7 @@ fn write_in<F: FnOnce(&mut Entry)>(
                             return Wrote::Done(was, true);
                         }
                         // Not reached for inline bytes of that size; a rebuild is always right.
-                        return rebuild(slot, splits, hash, key, epoch, Ok(i), Op::Put::<F>(v));
+                        return rebuild(slot, hash, key, epoch, Ok(i), Op::Put::<F>(v));
                     }
                     Op::Modify(f) if page.is_side(i) => {
                         let now = page.modify_side(i, |e| {
@@ -640,10 +674,10 @@ fn write_in<F: FnOnce(&mut Entry)>(
                         });
                         return Wrote::Done(was, now);
                     }
-                    op => return rebuild(slot, splits, hash, key, epoch, found, op),
+                    op => return rebuild(slot, hash, key, epoch, found, op),
                 }
             }
-            rebuild(slot, splits, hash, key, epoch, found, op)
+            rebuild(slot, hash, key, epoch, found, op)
         }
     }
 }
@@ -676,11 +710,9 @@ fn with_placed<'a>(
 }
 
 /// The general write of a page slot: the page rebuilt with the key's new entry (inserted
-/// at `Err(pos)` or replacing `Ok(pos)`), or [`Wrote::Split`] if it would outgrow a page
-/// and `splits`.
+/// at `Err(pos)` or replacing `Ok(pos)`), or [`Wrote::Split`] if it would outgrow a page.
 fn rebuild<F: FnOnce(&mut Entry)>(
     slot: &mut Slot,
-    splits: bool,
     hash: u64,
     key: &[u8],
     epoch: u64,
@@ -692,7 +724,7 @@ fn rebuild<F: FnOnce(&mut Entry)>(
     let placed = resolve(op, key, found.ok().map(|i| (&*page, i)), epoch);
     let item = Item::of_placed(hash, &placed);
     let now = item_live(&item);
-    if splits && page.len() + usize::from(found.is_err()) > PAGE_ENTRIES {
+    if page.len() + usize::from(found.is_err()) > PAGE_ENTRIES {
         return Wrote::Split { was, now, found, placed };
     }
     // In the page's own bytes when it can be, else copied range by range, else item by item.
@@ -741,6 +773,13 @@ fn remove_in(slot: &mut Slot, depth: u32, hash: u64, key: &[u8]) {
             };
             *slot = Slot::Page(*max, fresh);
         }
+        Slot::Branch(node) if node.is_keyed() => {
+            let pos = key_pos(node, hash, key);
+            let slots = Arc::make_mut(&mut node.slots);
+            remove_in(&mut slots[pos], depth + 1, hash, key);
+            tidy_keyed(node, pos);
+            collapse_keyed(slot);
+        }
         Slot::Branch(node) => {
             let (pos, present) = node.position(index(hash, depth));
             if !present {
@@ -751,6 +790,142 @@ fn remove_in(slot: &mut Slot, depth: u32, hash: u64, key: &[u8]) {
             merge_around(node, pos);
             compact(slot);
         }
+    }
+}
+
+/// Most children of a key node. Past the bucket depth ([`MAX_DEPTH`]: keys whose top 60
+/// hash bits are equal, which XXH64 lets anyone craft) the hash tells keys apart no more,
+/// so a bucket is a B-tree by `(hash, key)`: key nodes of up to this many children, pages
+/// of up to [`PAGE_ENTRIES`] entries at the leaves. A page that overflows splits in two in
+/// its key node; a key node that overflows splits in two in its parent key node, and the
+/// bucket's root in two under a new root. So every operation on a bucket of `n` keys costs
+/// O(log n) pages and nodes, where one page per bucket cost O(n) per write.
+const KEY_FANOUT: usize = 32;
+
+/// The first entry below `slot`: its hash and key.
+fn first_entry(slot: &Slot) -> Option<(u64, &[u8])> {
+    let mut s = slot;
+    loop {
+        match s {
+            Slot::Page(_, p) if p.len() > 0 => return Some((p.hash(0), p.view(0).key)),
+            Slot::Page(..) => return None,
+            Slot::Branch(n) => s = n.slots.first()?,
+        }
+    }
+}
+
+/// The child of key node `node` whose range holds `(hash, key)`: the last one whose first
+/// entry is not after it (the first child when none is).
+#[cold]
+fn key_pos(node: &Node, hash: u64, key: &[u8]) -> usize {
+    let after = node.slots.partition_point(|s| first_entry(s).is_some_and(|(h, k)| (h, k) <= (hash, key)));
+    after.saturating_sub(1)
+}
+
+/// `items` (sorted, more than a page holds) split evenly into `parts` runs, in order.
+fn even<T>(items: Vec<T>, parts: usize) -> Vec<Vec<T>> {
+    let n = items.len();
+    let parts = parts.clamp(1, n.max(1));
+    let mut it = items.into_iter();
+    (0..parts).map(|i| it.by_ref().take(n * (i + 1) / parts - n * i / parts).collect()).collect()
+}
+
+/// A bucket holding `items` (sorted, more than a page holds, all of one 60-bit hash
+/// prefix): full pages under key nodes about full, built bottom-up.
+fn keyed_slot(items: Vec<Item<'_>>) -> Slot {
+    let pages = items.len().div_ceil(PAGE_ENTRIES);
+    let mut level: Vec<Slot> = even(items, pages).into_iter().map(page_slot).collect();
+    while level.len() > KEY_FANOUT {
+        let nodes = level.len().div_ceil(KEY_FANOUT);
+        level = even(level, nodes).into_iter().map(|c| Slot::Branch(Node::keyed(c))).collect();
+    }
+    Slot::Branch(Node::keyed(level))
+}
+
+/// An overfull key node's children as two key nodes, about half each.
+fn split_keyed(slot: Slot) -> Vec<Slot> {
+    let Slot::Branch(mut node) = slot else { return vec![slot] };
+    let children: Vec<Slot> = match Arc::get_mut(&mut node.slots) {
+        Some(own) => own.iter_mut().map(std::mem::take).collect(),
+        None => node.slots.to_vec(),
+    };
+    even(children, 2).into_iter().map(|c| Slot::Branch(Node::keyed(c))).collect()
+}
+
+/// [`write_in`] at key node `node`: into the child whose range holds the key; a page that
+/// overflows splits in two here, a child key node that overflows splits in two here, and
+/// this node, if it then overflows, is split by its parent ([`Wrote::Grew`]). Out of line: only buckets
+/// come here, and the common write's recursion stays small.
+#[cold]
+#[inline(never)]
+fn write_keyed<F: FnOnce(&mut Entry)>(
+    node: &mut Node,
+    depth: u32,
+    hash: u64,
+    key: &[u8],
+    epoch: u64,
+    op: Op<'_, F>,
+) -> Wrote {
+    node.max_stamp = node.max_stamp.max(epoch);
+    let pos = key_pos(node, hash, key);
+    let slots = Arc::make_mut(&mut node.slots);
+    let (was, now) = match write_in(&mut slots[pos], depth + 1, hash, key, epoch, op) {
+        Wrote::Split { was, now, found, placed } => {
+            let old = std::mem::take(&mut slots[pos]);
+            let halves = even(with_placed(&old, hash, found, &placed), 2);
+            let pages = halves.into_iter().map(page_slot).collect();
+            splice_slots(&mut node.slots, pos, 1, pages);
+            (was, now)
+        }
+        Wrote::Grew(was, now) => {
+            let old = std::mem::take(&mut slots[pos]);
+            splice_slots(&mut node.slots, pos, 1, split_keyed(old));
+            (was, now)
+        }
+        Wrote::Done(was, now) => (was, now),
+    };
+    if node.slots.len() > KEY_FANOUT {
+        return Wrote::Grew(was, now);
+    }
+    node.renumber();
+    Wrote::Done(was, now)
+}
+
+/// After a removal below child `pos` of a unique key node: an emptied child is dropped, and
+/// a page left with at most [`MERGE_BELOW`] entries merges with a neighbouring page (as in
+/// [`merge_around`]).
+fn tidy_keyed(node: &mut Node, pos: usize) {
+    if node.slots.get(pos).is_some_and(Slot::is_empty) {
+        splice_slots(&mut node.slots, pos, 1, Vec::new());
+    } else if let Some(Slot::Page(_, p)) = node.slots.get(pos)
+        && p.len() <= MERGE_BELOW
+    {
+        let n = p.len();
+        let fits = |o: usize| matches!(node.slots.get(o), Some(Slot::Page(_, q)) if q.len() + n <= MERGE_MAX);
+        let other = [pos.checked_sub(1), pos.checked_add(1)].into_iter().flatten().find(|&o| fits(o));
+        if let Some(o) = other {
+            let a = pos.min(o);
+            if let (Slot::Page(max_a, pa), Slot::Page(max_b, pb)) = (&node.slots[a], &node.slots[a + 1]) {
+                let mut items = pa.items();
+                items.extend(pb.items());
+                let merged = Slot::Page((*max_a).max(*max_b), page::build(items));
+                splice_slots(&mut node.slots, a, 2, vec![merged]);
+            }
+        }
+    }
+    node.renumber();
+}
+
+/// A key node left with one child becomes that child (an empty one stays, for its parent
+/// to drop).
+fn collapse_keyed(slot: &mut Slot) {
+    let Slot::Branch(node) = slot else { return };
+    if node.slots.len() == 1 {
+        let only = match Arc::get_mut(&mut node.slots) {
+            Some(s) => std::mem::take(&mut s[0]),
+            None => node.slots[0].clone(),
+        };
+        *slot = only;
     }
 }
 
@@ -846,7 +1021,7 @@ impl Trie {
     /// The page that holds `key` if the trie has it (the walk down by hash; the page's
     /// lookup lines are prefetched).
     #[inline(always)]
-    fn page_of(&self, hash: u64) -> Option<&Page> {
+    fn page_of(&self, hash: u64, key: &[u8]) -> Option<&Page> {
         let mut slot = self.root.as_ref()?;
         let mut depth = 0;
         loop {
@@ -857,9 +1032,12 @@ impl Trie {
                 }
                 Slot::Branch(n) => {
                     let (pos, present) = n.position(index(hash, depth));
-                    if !present {
-                        return None;
-                    }
+                    // A key node covers no position: only a miss asks whether it is one.
+                    let pos = match present {
+                        true => pos,
+                        false if n.is_keyed() => key_pos(n, hash, key),
+                        false => return None,
+                    };
                     slot = n.slots.get(pos)?;
                     depth += 1;
                 }
@@ -870,7 +1048,7 @@ impl Trie {
     /// The entry for `key`, tombstones included.
     #[inline]
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<View<'_>> {
-        let p = self.page_of(hash)?;
+        let p = self.page_of(hash, key)?;
         p.find(hash, key).ok().map(|i| p.view(i))
     }
 
@@ -897,7 +1075,7 @@ impl Trie {
 
     #[inline(always)]
     fn get_bytes_walk(&self, hash: u64, key: &[u8]) -> Option<&[u8]> {
-        let p = self.page_of(hash)?;
+        let p = self.page_of(hash, key)?;
         let i = p.find(hash, key).ok()?;
         if !p.is_side(i) {
             return p.inline_bytes(i);
@@ -910,8 +1088,14 @@ impl Trie {
 
     fn write<F: FnOnce(&mut Entry)>(&mut self, hash: u64, key: &[u8], epoch: u64, op: Op<'_, F>) {
         let change = match &mut self.root {
-            Some(root) => match write_in(root, 0, true, hash, key, epoch, op) {
+            Some(root) => match write_in(root, 0, hash, key, epoch, op) {
                 Wrote::Done(was, now) => (was, now),
+                Wrote::Grew(was, now) => {
+                    // Not reached: the root indexes by hash, and a key node is never it.
+                    let old = std::mem::take(root);
+                    *root = Slot::Branch(Node::keyed(split_keyed(old)));
+                    (was, now)
+                }
                 Wrote::Split { was, now, found, placed } => {
                     // The root page becomes a branch.
                     let old = std::mem::take(root);
@@ -1143,6 +1327,17 @@ fn visit_after_in(
             }
             true
         }
+        Slot::Branch(node) if node.is_keyed() => {
+            // Children after the one holding `after` come wholly after it.
+            let from = after.map_or(0, |(h, k)| key_pos(node, h, k));
+            for (i, s) in node.slots.iter().enumerate().skip(from) {
+                let sub = if i == from { after } else { None };
+                if !visit_after_in(s, depth + 1, sub, f) {
+                    return false;
+                }
+            }
+            true
+        }
         Slot::Branch(node) => {
             let target = after.map(|(h, _)| index(h, depth));
             for (start, end, s) in node.children() {
@@ -1227,6 +1422,13 @@ fn retain_in(
                 }
             }
             // From the right, so a merge leaves the positions to its left in place.
+            if node.is_keyed() {
+                for &i in visited.iter().rev() {
+                    tidy_keyed(node, i);
+                }
+                collapse_keyed(slot);
+                return;
+            }
             for &i in visited.iter().rev() {
                 merge_around(node, i);
             }
@@ -1365,9 +1567,9 @@ mod tests {
     }
 
     /// A bucket holding more than a page's worth of long values (all of one hash) keeps
-    /// every entry: those past the page's 64 KiB of data go to its side array.
+    /// every entry.
     #[test]
-    fn overfull_buckets_spill_to_the_side() {
+    fn a_bucket_of_long_values_keeps_every_entry() {
         let mut t = Trie::default();
         let value = vec![7u8; 3000];
         for i in 0..100u32 {
@@ -1390,10 +1592,10 @@ mod tests {
         assert!(t.is_blank());
     }
 
-    /// A bucket (every key of one hash) mixing inline values, empty values, tombstones, side
-    /// entries (values too long to inline) and, past the page's 64 KiB of data, spilled
-    /// ones reads back exactly by lookup and by every walk, before and after removals that
-    /// rebuild the page from its items.
+    /// A bucket (every key of one hash) mixing inline values, empty values, tombstones and
+    /// side entries (values too long to inline) reads back exactly by lookup and by every
+    /// walk, before and after removals, overwrites under a snapshot and a purge: a B-tree
+    /// of pages under key nodes at every step.
     #[test]
     fn a_bucket_of_mixed_entries_reads_back_by_every_path() {
         use std::collections::BTreeMap;
@@ -1445,20 +1647,16 @@ mod tests {
             assert_eq!(got, want, "visit_after");
         };
         check(&t, &model);
-        fn sides(slot: &Slot) -> usize {
-            match slot {
-                Slot::Page(_, p) => (0..p.len()).filter(|&i| p.is_side(i)).count(),
-                Slot::Branch(n) => n.slots.iter().map(sides).sum(),
-            }
-        }
-        let spilled = t.root.as_ref().map_or(0, sides);
-        assert!(spilled > 300 / 7 + 1, "some short values spilled to the side too ({spilled} side entries)");
+        let (pages, _) = check_trie(&t);
+        assert!(pages >= 300 / PAGE_ENTRIES, "{pages} pages");
+        assert!(t.root.as_ref().map_or(0, key_levels) >= 1, "the bucket is a tree of key nodes");
         for i in (0..300u32).step_by(3) {
             let key = i.to_be_bytes().to_vec();
             assert!(t.remove(42, &key));
             model.remove(&key);
         }
         check(&t, &model);
+        check_trie(&t);
         // Overwrites in epoch 2, side entries among them (each keeps its place or moves
         // inline), of the same, another and a long size: only they are newer than 1.
         let snap = t.clone();
@@ -1499,27 +1697,22 @@ mod tests {
         t.for_each_since(2, &mut |e| since.push(e.key.to_vec()));
         assert_eq!(since, newer.iter().step_by(2).cloned().collect::<Vec<_>>());
         // A purge of the tombstones (what confirming a checkpoint does) in one walk.
+        check_trie(&t);
         t.retain_since(0, &|e| matches!(e.value, Val::Tomb), &mut |e| !matches!(e.value, Value::Tomb));
         model.retain(|_, v| v.is_some());
         check(&t, &model);
+        check_trie(&t);
     }
 
-    /// In a bucket past its 64 KiB of data, the spilled (side) entries take overwrites and
-    /// deletes where they are, with the stamps an increment needs.
+    /// A large bucket takes overwrites and deletes with the stamps an increment needs.
     #[test]
-    fn a_spilled_bucket_takes_overwrites_and_deletes_in_place() {
+    fn a_large_bucket_takes_overwrites_and_deletes() {
         let mut t = Trie::default();
         let keys: Vec<[u8; 4]> = (0..700u32).map(|i| i.to_be_bytes()).collect();
         for k in &keys {
             t.put(42, k, 1, &[1u8; 100]);
         }
-        fn sides(slot: &Slot) -> usize {
-            match slot {
-                Slot::Page(_, p) => (0..p.len()).filter(|&i| p.is_side(i)).count(),
-                Slot::Branch(n) => n.slots.iter().map(sides).sum(),
-            }
-        }
-        assert!(t.root.as_ref().map_or(0, sides) > 50, "the bucket spilled");
+        check_trie(&t);
         let since = |t: &Trie, epoch| {
             let mut out = Vec::new();
             t.for_each_since(epoch, &mut |e| out.push((e.key.to_vec(), e.stamp, e.prev)));
@@ -1599,20 +1792,34 @@ mod tests {
 
     /// Checks the structure below `slot` (whose branches index at `depth`): children cover
     /// disjoint ranges in order, a branch child exactly one position, every entry sits in
-    /// its child's range, pages hold at most `PAGE_ENTRIES` unless buckets, stamp bounds
-    /// hold (`bound` is the parent's). Returns (pages, entries).
+    /// its child's range, pages hold at most `PAGE_ENTRIES`, key nodes sit past the hash's
+    /// bits with 1 to `KEY_FANOUT` children of one 60-bit hash prefix, stamp bounds hold
+    /// (`bound` is the parent's). Returns (pages, entries).
     fn check(slot: &Slot, depth: u32, bound: u64) -> (usize, usize) {
         assert!(slot.max_stamp() <= bound, "a child's stamp bound exceeds its parent's");
         match slot {
             Slot::Page(max, p) => {
                 assert!(p.len() > 0, "empty page");
-                // More only in a bucket (which removals may have left higher up).
-                let bucket = (0..p.len()).all(|i| p.hash(i) >> 4 == p.hash(0) >> 4);
-                assert!(p.len() <= PAGE_ENTRIES || bucket, "{} entries at depth {depth}", p.len());
+                assert!(p.len() <= PAGE_ENTRIES, "{} entries at depth {depth}", p.len());
                 for i in 0..p.len() {
                     assert!(p.stamp(i) <= *max, "page stamp bound");
                 }
                 (1, p.len())
+            }
+            Slot::Branch(n) if n.is_keyed() => {
+                assert!(depth >= MAX_DEPTH, "a key node at depth {depth}");
+                assert!((1..=KEY_FANOUT).contains(&n.slots.len()), "{} children", n.slots.len());
+                assert_eq!(n.starts, below(n.slots.len() as u32));
+                let mut hashes = Vec::new();
+                slot.visit_hashes(&mut hashes);
+                assert!(hashes.iter().all(|&h| h >> 4 == hashes[0] >> 4), "a key node of one hash prefix");
+                let (mut pages, mut entries) = (0, 0);
+                for c in n.slots.iter() {
+                    let (p, e) = check(c, depth + 1, n.max_stamp);
+                    pages += p;
+                    entries += e;
+                }
+                (pages, entries)
             }
             Slot::Branch(n) => {
                 assert!(depth < MAX_DEPTH);
@@ -1654,10 +1861,17 @@ mod tests {
     /// [`check`] of a whole trie: (pages, entries).
     fn check_trie(t: &Trie) -> (usize, usize) {
         let Some(root) = &t.root else { return (0, 0) };
-        let mut hashes = Vec::new();
-        root.visit_hashes(&mut hashes);
-        assert!(hashes.is_sorted(), "entries out of hash order");
+        let all = keys(t);
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "entries out of (hash, key) order");
         check(root, 0, u64::MAX)
+    }
+
+    /// The key-node levels on the deepest path below `slot`.
+    fn key_levels(slot: &Slot) -> usize {
+        match slot {
+            Slot::Page(..) => 0,
+            Slot::Branch(n) => usize::from(n.is_keyed()) + n.slots.iter().map(key_levels).max().unwrap_or(0),
+        }
     }
 
     fn xorshift(x: &mut u64) -> u64 {
@@ -1831,6 +2045,107 @@ mod tests {
                         .collect();
                     assert_eq!(got, want);
                 }
+            }
+        }
+    }
+
+    /// Thousands of keys whose hashes share their top 60 bits (XXH64 lets anyone craft
+    /// them) make a B-tree of pages under key nodes, not one page per bucket: every page
+    /// holds at most `PAGE_ENTRIES` and the key levels stay logarithmic, through inserts in
+    /// ascending and descending order (the worst for a tree that does not split upward),
+    /// random writes and removals, clones held across them, purges, and the removal of
+    /// nearly everything. Every clone reads back its model by lookup, walk and resumed walk.
+    #[test]
+    fn a_bucket_is_a_b_tree_that_matches_a_model() {
+        use std::collections::BTreeMap;
+        const H: u64 = 0xABCD_EF01_2345_6780;
+        let hashes = [H, H | 1, H | 0xF, 0x1234];
+        let mut x = 0x0123_4567_89AB_CDEFu64;
+        let mut t = Trie::default();
+        let mut model: Model = BTreeMap::new();
+        let mut frozen: Vec<(Trie, Model)> = Vec::new();
+        let key_of = |i: u64| {
+            let b = (i as u32).to_be_bytes();
+            b[..1 + (i % 4) as usize].to_vec()
+        };
+        // Ascending, then descending, runs of one hash.
+        for i in 0..3000u64 {
+            t.put(H, &(i as u32).to_be_bytes(), 1, &[i as u8; 20]);
+            model.insert((H, (i as u32).to_be_bytes().to_vec()), vec![i as u8; 20]);
+        }
+        for i in (0..3000u64).rev() {
+            let k = (i as u32 | 0x8000_0000).to_be_bytes();
+            t.put(H | 1, &k, 1, &[i as u8; 7]);
+            model.insert((H | 1, k.to_vec()), vec![i as u8; 7]);
+        }
+        check_trie(&t);
+        assert!(t.root.as_ref().map_or(0, key_levels) >= 2, "the test must reach two key levels");
+        frozen.push((t.clone(), model.clone()));
+        for step in 0..20_000u64 {
+            let r = xorshift(&mut x);
+            let h = hashes[(r % 4) as usize];
+            let key = key_of(r >> 8 & 0x3FFF);
+            let epoch = 2 + step / 4000;
+            if r % 5 < 2 {
+                let had = model.remove(&(h, key.clone())).is_some();
+                assert_eq!(t.remove(h, &key), had, "step {step}");
+            } else {
+                let value = vec![(r >> 30) as u8; (r >> 40) as usize % 60];
+                t.put(h, &key, epoch, &value);
+                model.insert((h, key), value);
+            }
+            if step % 4000 == 3999 {
+                check_trie(&t);
+                frozen.push((t.clone(), model.clone()));
+            }
+        }
+        let levels = t.root.as_ref().map_or(0, key_levels);
+        assert!(levels <= 4, "{levels} key levels for {} entries", model.len());
+        // A purge (what confirming a checkpoint does) of about a third, in one walk.
+        t.retain_since(0, &|e| e.key.len() == 2, &mut |e| e.key.len() != 2);
+        model.retain(|(_, k), _| k.len() != 2);
+        check_trie(&t);
+        frozen.push((t.clone(), model.clone()));
+        let doomed: Vec<(u64, Vec<u8>)> =
+            model.keys().filter(|_| !xorshift(&mut x).is_multiple_of(50)).cloned().collect();
+        for (n, (h, k)) in doomed.into_iter().enumerate() {
+            assert!(t.remove(h, &k));
+            model.remove(&(h, k));
+            if n % 499 == 0 {
+                check_trie(&t);
+            }
+        }
+        check_trie(&t);
+        for (trie, m) in frozen.iter().chain([(t, model)].iter()) {
+            let got: Vec<ModelEntry> = trie
+                .iter()
+                .zip(keys(trie))
+                .map(|(v, (h, k))| match v.value {
+                    Val::Bytes(b) => ((h, k), b.to_vec()),
+                    _ => panic!("not bytes"),
+                })
+                .collect();
+            let want: Vec<ModelEntry> = m.clone().into_iter().collect();
+            assert_eq!(got, want);
+            assert_eq!(trie.len(), m.len() as u64);
+            for ((h, k), v) in m {
+                assert_eq!(trie.get_bytes(*h, k), Some(&v[..]));
+            }
+            for _ in 0..50 {
+                let r = xorshift(&mut x);
+                let (h, k) = (hashes[(r % 4) as usize], key_of(r >> 8 & 0x3FFF));
+                assert_eq!(trie.get_bytes(h, &k), m.get(&(h, k.clone())).map(|v| &v[..]));
+                let mut got = Vec::new();
+                trie.visit_after(Some((h, &k[..])), &mut |h, e| {
+                    got.push((h, e.key.to_vec()));
+                    got.len() < 40
+                });
+                let want: Vec<(u64, Vec<u8>)> = m
+                    .range((std::ops::Bound::Excluded((h, k.clone())), std::ops::Bound::Unbounded))
+                    .take(40)
+                    .map(|(hk, _)| hk.clone())
+                    .collect();
+                assert_eq!(got, want);
             }
         }
     }
