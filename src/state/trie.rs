@@ -19,20 +19,22 @@
 //! (a branch child exactly one): a page that would hold more than [`PAGE_ENTRIES`] splits
 //! into pages over parts of its range, about half full each, and only a page whose
 //! entries all share the position becomes a branch one level down (see `Node`). At
-//! [`MAX_DEPTH`] pages never split: they are the *buckets* of keys whose top 60 hash bits
-//! collide. [`Trie::from_sorted`] builds a trie bottom-up from entries in order, its pages
-//! about full.
+//! [`MAX_DEPTH`] the hash has no bits left: keys whose top 60 hash bits collide form a
+//! *bucket*, a B-tree by `(hash, key)` of pages under key nodes (see [`KEY_FANOUT`]).
+//! [`Trie::from_sorted`] builds a trie bottom-up from entries in order, its pages about
+//! full.
 //!
 //! Invariants:
 //! - iteration yields entries in ascending `(hash, key)` order, whatever the history
 //!   (pages are sorted, and branches split by hash bits);
 //! - a slot's `max_stamp >= stamp` of every entry below it (conservative after deletes),
 //!   so a walk for "changed since epoch p" can skip subtrees with `max_stamp <= p`;
-//! - a branch's children cover disjoint ranges of its positions in ascending order, every
-//!   entry below a child has its hash index (at the branch's depth) in the child's range,
-//!   and a branch child's range is one position;
-//! - a page holds at most [`PAGE_ENTRIES`] entries unless it is a bucket (all its entries
-//!   share the top 60 hash bits; removals can leave one above `MAX_DEPTH`);
+//! - a hash branch's children cover disjoint ranges of its positions in ascending order,
+//!   every entry below a child has its hash index (at the branch's depth) in the child's
+//!   range, and a branch child's range is one position;
+//! - a key node sits at [`MAX_DEPTH`] or below, has 1 to [`KEY_FANOUT`] children in
+//!   `(hash, key)` order, all of one 60-bit hash prefix;
+//! - a page holds 1 to [`PAGE_ENTRIES`] entries;
 //! - a branch is never empty (an empty branch exists only transiently, inside an
 //!   operation, as a placeholder: see `Slot::default`).
 
