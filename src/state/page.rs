@@ -30,11 +30,11 @@ const TOMB: u16 = 0x4000;
 /// `klen` mask of the key length.
 const KLEN: u16 = 0x3FFF;
 /// Longest key plus value stored inline; longer ones go to the side array. With at most
-/// `PAGE_ENTRIES + 1` entries in a page below the bucket depth, the data always fits the
-/// 16-bit offsets.
+/// `PAGE_ENTRIES + 1` entries in a page (the one over, just before it splits), the data
+/// always fits the 16-bit offsets.
 pub(crate) const INLINE_MAX: usize = 3800;
-/// Most data bytes of a page (offsets are 16-bit). Only a bucket (keys whose top 60 hash
-/// bits collide) can reach it; entries beyond go to the side array.
+/// Most data bytes of a page (offsets are 16-bit). No page reaches it (see [`INLINE_MAX`]);
+/// [`build`] would move entries beyond it to the side array all the same.
 const PAGE_DATA: usize = u16::MAX as usize;
 /// Widest gap between a stamp and its `prev` stamp stored exactly (31 bits).
 const MAX_GAP: u64 = (1 << 31) - 1;

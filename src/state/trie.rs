@@ -641,14 +641,13 @@ fn write_in<F: FnOnce(&mut Entry)>(
                 let old = page.view(i);
                 let was = old.is_live();
                 match op {
-                    // A side entry of a long value, or of a bucket (a page of one hash,
-                    // spilled past its data), takes new bytes or a tombstone (a delete under
-                    // a snapshot) where it is: rebuilding a bucket of n entries costs O(n),
-                    // and a rebuild could only move this one entry inline.
+                    // A side entry of a long value that stays too long to inline takes the
+                    // new bytes (or a tombstone, for a long key) where it is: a rebuild
+                    // would only put it back in the side array.
                     Op::Put(_) | Op::Set(Value::Tomb)
                         if page.is_side(i)
                             && matches!(old.value, Val::Bytes(_) | Val::Tomb)
-                            && (key.len() + op_len(&op) > page::INLINE_MAX || page.len() > PAGE_ENTRIES) =>
+                            && key.len() + op_len(&op) > page::INLINE_MAX =>
                     {
                         let value = match op {
                             Op::Put(v) => Value::Bytes(v.into()),
