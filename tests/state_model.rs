@@ -102,6 +102,11 @@ struct Live {
 }
 
 fn run(seed: u64, ops: usize, keys: u64, config: StoreConfig) {
+    run_with(seed, ops, keys, config, &[]);
+}
+
+/// [`run`], with half of the keys drawn from `pool` when it is not empty.
+fn run_with(seed: u64, ops: usize, keys: u64, config: StoreConfig, pool: &[Vec<u8>]) {
     let mut rng = Rng::new(seed);
     let mut store = new_store(config);
     let mut model = Model::new();
@@ -112,6 +117,9 @@ fn run(seed: u64, ops: usize, keys: u64, config: StoreConfig) {
     let mut appends_seen = 0;
 
     let key_of = |rng: &mut Rng| -> Vec<u8> {
+        if !pool.is_empty() && rng.chance(50) {
+            return pool[rng.below(pool.len() as u64) as usize].clone();
+        }
         // Keys in this store's range only.
         loop {
             // Every fifth key is longer than the 22 bytes an entry stores inline.
@@ -306,6 +314,18 @@ fn random_ops_match_model_partial_range_small_groups() {
 fn random_ops_match_model_large_tries() {
     let config = StoreConfig { max_parallelism: 2, key_groups: KeyGroupRange::new(0, 2).unwrap() };
     for_each_seed(4, |seed| run(seed, 6000, 3000, config));
+}
+
+/// Half the keys crafted to share one 64-bit hash (`common::collide`): one bucket of
+/// hundreds of keys, a B-tree of pages under key nodes, beside ordinary keys, through the
+/// same snapshots, increments, confirmations and restores (`bulk_load` builds the bucket
+/// bottom-up) as every other key.
+#[test]
+fn random_ops_match_model_with_colliding_keys() {
+    let pool: Vec<Vec<u8>> = common::collide::colliding_keys(800).iter().map(|k| k.to_vec()).collect();
+    let hash = floe::state::key_hash(&pool[0]);
+    assert!(pool.iter().all(|k| floe::state::key_hash(k) == hash), "the crafted keys share a hash");
+    for_each_seed(6, |seed| run_with(seed, 6000, 60, StoreConfig::default(), &pool));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod chain;
+pub mod collide;
 
 /// SplitMix64: small, fast, and good enough to drive randomized tests reproducibly.
 #[derive(Clone, Debug)]
