@@ -1,7 +1,7 @@
 //! Leaf pages of the state trie: many entries packed in one allocation, the copy-on-write
 //! unit of the trie's leaves (see `trie.rs`). A page is built at its exact size; a removal
-//! done in place ([`Page::splice_in_place`]) leaves slack after its bytes (never more than
-//! they take), which nothing reads and a later insertion may fill.
+//! done in place ([`Page::splice_in_place`]) leaves slack after its bytes (at most an
+//! eighth of the allocation), which nothing reads and a later insertion may fill.
 //!
 //! A page's bytes hold `n` entries sorted by `(hash, key)`, as arrays of their fields
 //! (little-endian, read unaligned), then the keys and values back to back:
@@ -281,6 +281,16 @@ fn end_before(b: &[u8], n: usize, i: usize) -> usize {
     if i == 0 { 0 } else { usize::from(rd16(b, at_end(n, i - 1))) }
 }
 
+/// Whether a page of `len` bytes stays in an allocation of `cap` (at least seven eighths
+/// full). Measured at 10^6 keys (16-byte keys, 100-byte values) by `cargo bench --bench
+/// store` after 10^6 steps of churn (remove a key, insert a new one), against copying
+/// every page to its size (147.3 B per entry, 2726 ns per step): half full 173.5 B, 1998
+/// ns; three quarters 158.5 B, ~2500 ns; seven eighths 151.4 B, 2404 ns. Density is what
+/// the store is for, so an eighth.
+fn keeps_slack(len: usize, cap: usize) -> bool {
+    8 * len >= 7 * cap
+}
+
 /// A short inline entry as [`Splice`] writes it: `prev` packed, `klen` with its flags.
 #[derive(Clone, Copy)]
 struct Inline<'i> {
@@ -437,14 +447,14 @@ impl Page {
     /// [`Page::splice`] done in this page's own allocation, when no snapshot shares it and
     /// the result fits: no allocation, and each kept byte moves within lines already being
     /// written. The allocation keeps its size, so bytes past the entries are slack (a later
-    /// insertion may use them); the result must fill at least half of it, so a page that
-    /// lost most of its entries is copied into one of its size instead. Returns false
-    /// (nothing done) when it cannot be done here: [`Page::splice`] then.
+    /// insertion may use them) as long as the result fills [`keeps_slack`] of it; a page
+    /// that lost more is copied into one of its size instead. Returns false (nothing done)
+    /// when it cannot be done here: [`Page::splice`] then.
     pub fn splice_in_place(&mut self, a: usize, b: usize, item: Option<&Item<'_>>) -> bool {
         let Some(plan) = Splice::plan(self, a, b, item) else { return false };
         let cap = self.bytes.len();
         let len = plan.len();
-        if len > cap || 2 * len < cap {
+        if len > cap || !keeps_slack(len, cap) {
             return false;
         }
         let moves = plan.moves();
@@ -875,18 +885,20 @@ mod tests {
     /// `splice_in_place` leaves the very bytes `build` writes for the same entries at the
     /// front of the page's allocation, whatever the slack behind them holds, moving kept
     /// bytes toward the start (removals, shorter values) or the end (insertions, longer
-    /// values); when it declines (the result does not fit, or would fill less than half the
-    /// allocation, or a snapshot shares the page) it changes nothing.
+    /// values); when it declines (the result does not fit, or would leave more slack than
+    /// `keeps_slack` allows, or a snapshot shares the page) it changes nothing.
     #[test]
     fn splice_in_place_writes_the_bytes_build_writes() {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let (mut done, mut declined) = (0, 0);
-        for round in 0..4000 {
+        for round in 0..6000 {
             let n = 1 + (next(&mut x) % 17) as usize;
             let mut entries: Vec<Owned> = (0..n).map(|_| random_entry(&mut x)).collect();
             entries.sort_by(|p, q| (p.hash, &p.key).cmp(&(q.hash, &q.key)));
             let exact = build(entries.iter().map(item).collect());
-            let mut page = padded(&exact, (next(&mut x) % 700) as usize);
+            // Mostly a little slack, sometimes much more than an in-place splice keeps.
+            let most = if next(&mut x).is_multiple_of(4) { 700 } else { exact.bytes.len() / 6 + 1 };
+            let mut page = padded(&exact, (next(&mut x) % most as u64) as usize);
             let a = (next(&mut x) % (n as u64 + 1)) as usize;
             let b = match next(&mut x) % 3 {
                 0 => a,
@@ -913,7 +925,7 @@ mod tests {
                     // key, a longer value), which the trie never asks for.
                     let mixed = with && b == a + 1 && entries[a].key != new.key;
                     assert!(
-                        need > cap || 2 * need < cap || mixed,
+                        need > cap || !keeps_slack(need, cap) || mixed,
                         "round {round}: declined {need} bytes in {cap}"
                     );
                 }
@@ -922,7 +934,11 @@ mod tests {
             done += 1;
             let want = build(want);
             let len = want.bytes.len();
-            assert!(2 * len >= page.bytes.len(), "round {round}: {len} bytes left in {}", page.bytes.len());
+            assert!(
+                keeps_slack(len, page.bytes.len()),
+                "round {round}: {len} bytes left in {}",
+                page.bytes.len()
+            );
             assert_eq!(page.bytes[..len], want.bytes[..], "round {round}: n {n}, a {a}, b {b}, item {with}");
             assert_eq!(page.len(), want.len());
             for i in 0..want.len() {
