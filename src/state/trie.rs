@@ -823,7 +823,8 @@ fn key_pos(node: &Node, hash: u64, key: &[u8]) -> usize {
     after.saturating_sub(1)
 }
 
-/// `items` (sorted, more than a page holds) split evenly into `parts` runs, in order.
+/// `items` split into `parts` runs (at most one per item) whose lengths differ by at most
+/// one, in order.
 fn even<T>(items: Vec<T>, parts: usize) -> Vec<Vec<T>> {
     let n = items.len();
     let parts = parts.clamp(1, n.max(1));
@@ -855,8 +856,8 @@ fn split_keyed(slot: Slot) -> Vec<Slot> {
 
 /// [`write_in`] at key node `node`: into the child whose range holds the key; a page that
 /// overflows splits in two here, a child key node that overflows splits in two here, and
-/// this node, if it then overflows, is split by its parent ([`Wrote::Grew`]). Out of line: only buckets
-/// come here, and the common write's recursion stays small.
+/// this node, if it then overflows, is split by its parent ([`Wrote::Grew`]). Out of line:
+/// only buckets come here, and the common write's recursion stays small.
 #[cold]
 #[inline(never)]
 fn write_keyed<F: FnOnce(&mut Entry)>(
