@@ -299,6 +299,40 @@ fn foreign_files_are_never_touched_and_foreign_dirs_refused() {
 }
 
 /// Takes checkpoint `id`, reporting failure instead of panicking.
+/// A limit the store does not refuse when written (README "Limits"): a value state's keys
+/// of one 64-bit hash must share a data-file block (format version 2), so past 64 MiB
+/// together no checkpoint can hold them. The checkpoint fails with an error naming the
+/// hash, leaves the previous checkpoint recoverable and nothing of its own in the
+/// directory, and once a key is deleted the next one succeeds. When the format lets such
+/// runs span blocks, this test is to expect the checkpoint to succeed.
+#[test]
+fn keys_of_one_hash_past_a_block_fail_the_checkpoint_and_spare_the_previous() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store(StoreConfig::default());
+    store.put(V, b"ordinary", b"1").unwrap();
+    let first = checkpoint(&storage, &mut cp, &mut store, 1);
+    let keys = common::collide::colliding_keys(2);
+    assert_eq!(floe::state::key_hash(&keys[0]), floe::state::key_hash(&keys[1]));
+    let big = vec![7u8; 33 << 20];
+    for k in &keys {
+        store.put(V, k, &big).unwrap();
+    }
+    let failed = match cp.snapshot(&mut store, 2, Target::Checkpoint).and_then(|p| p.wait()) {
+        Ok(_) => panic!("66 MiB of one hash fit a block"),
+        Err(e) => e.to_string(),
+    };
+    assert!(failed.contains("do not fit one block together"), "{failed}");
+    cp.notify_aborted(2);
+    storage.abort(2);
+    assert_eq!(recover_model(dir.path(), 1, StoreConfig::default()), first);
+    assert!(!dir.path().join(format!("chk-{:020}.manifest", 2)).exists());
+    store.delete(V, &keys[1]).unwrap();
+    let third = checkpoint(&storage, &mut cp, &mut store, 3);
+    assert_eq!(recover_model(dir.path(), 3, StoreConfig::default()), third);
+}
+
 fn try_checkpoint(
     storage: &Arc<CheckpointStorage>,
     cp: &mut Checkpointer,
