@@ -27,7 +27,7 @@
 //! # Ok::<(), floe::Error>(())
 //! ```
 //!
-//! Layers: [`state`] (the store), [`format`] (the bytes on disk), [`checkpoint`] (durable
+//! Layers: [`state`] (the store), [`format`](mod@format) (the bytes on disk), [`checkpoint`] (durable
 //! checkpoints, recovery, retention, compaction), [`executor`] (a barrier-driven stream
 //! runtime on top), [`inspect`] and [`demo`] (what the `floe` tool runs). See
 //! `ARCHITECTURE.md` for the layers and their invariants and `format-spec/` for every byte

@@ -26,7 +26,7 @@
 //! - **Folders** are prefixes: creating, syncing or removing one does nothing; a listing
 //!   is one delimited list request; `stat` of a folder is a head, then a list.
 //! - **Retries**: object_store retries throttling, 5xx and transport errors with
-//!   exponential backoff ([`retry_config`]); what still fails is an `Error::Io` naming the
+//!   exponential backoff (`retry_config`, with the `s3` or `cloud` feature); what still fails is an `Error::Io` naming the
 //!   object's URL.
 //!
 //! One small tokio runtime for the process runs object_store's futures; callers block on

@@ -110,7 +110,7 @@ pub struct WindowedStream<K, T> {
 }
 
 /// The outputs of a window operator: results, and the records that came too late for
-/// every window they belong to (empty unless [`WindowedStream::late_to_side_output`]).
+/// every window they belong to (filled by [`WindowedStream::aggregate_with_late`]).
 pub struct WindowOutput<K, R, T> {
     /// One record per window firing.
     pub results: Stream<Windowed<K, R>>,

@@ -5,9 +5,9 @@
 //! README.md, "The floe tool") and renders as text. Read-only commands open the directory
 //! with [`CheckpointStorage::open_existing`], which never creates or changes anything.
 //!
-//! One file per concern: [`summary`] (`inspect`), [`show`], [`verify`], [`dump`] (state
+//! One file per concern: [`summary`] (`inspect`), [`show`](mod@show), [`verify`](mod@verify), [`dump`](mod@dump) (state
 //! materialization and how keys and values are shown), [`decode`] (postcard by the
-//! recorded type name), [`diff`], [`maintain`] (`compact`, `gc`). [`status`] and
+//! recorded type name), [`diff`](mod@diff), [`maintain`] (`compact`, `gc`). [`status`] and
 //! [`exit_status`] are the exit codes of every command.
 
 pub mod decode;
