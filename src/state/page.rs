@@ -1,6 +1,6 @@
 //! Leaf pages of the state trie: many entries packed in one allocation, the copy-on-write
 //! unit of the trie's leaves (see `trie.rs`). A page is built at its exact size; a removal
-//! done in place ([`Page::splice_in_place`]) leaves slack after its bytes (at most an
+//! done in place ([`Page::splice_mut`]) leaves slack after its bytes (at most an
 //! eighth of the allocation), which nothing reads and a later insertion may fill.
 //!
 //! A page's bytes hold `n` entries sorted by `(hash, key)`, as arrays of their fields
@@ -303,7 +303,7 @@ struct Inline<'i> {
 }
 
 /// Where the bytes of a page go when its entries `a..b` are replaced by one short inline
-/// item or by nothing: the plan [`Page::splice`] and [`Page::splice_in_place`] carry out.
+/// item or by nothing: the plan [`Page::splice_mut`] carries out, in place or by a copy.
 struct Splice<'i> {
     /// Entries before and after.
     n: usize,
@@ -427,31 +427,54 @@ impl<'i> Splice<'i> {
 }
 
 impl Page {
-    /// This page with entries `a..b` replaced by `item` (or by nothing), `a <= b <= len`:
-    /// an insertion (`a == b`), a replacement (`b == a + 1`) or a removal (no item). The
-    /// new bytes are copied range by range from these, where [`build`] goes through a list
-    /// of items: the same bytes, in a fraction of the time. `None` (nothing done) when the
-    /// page has side entries, when the item is not short inline bytes or a tombstone, or
-    /// when the result would be empty or outgrow the page's data: [`build`] then.
-    pub fn splice(&self, a: usize, b: usize, item: Option<&Item<'_>>) -> Option<Page> {
+    /// Replaces this page's entries `a..b` by `item` (or by nothing), `a <= b <= len`: an
+    /// insertion (`a == b`), a replacement (`b == a + 1`) or a removal (no item), from one
+    /// plan. In the page's own allocation when it can be (see [`Page::in_place`]), else
+    /// copied range by range into a new page, where [`build`] goes through a list of items:
+    /// the same bytes, in a fraction of the time. `Some(true)` when done in place,
+    /// `Some(false)` when copied, `None` (nothing done) when the page has side entries,
+    /// when the item is not short inline bytes or a tombstone, or when the result would be
+    /// empty or outgrow the page's data: [`build`] then.
+    pub fn splice_mut(&mut self, a: usize, b: usize, item: Option<&Item<'_>>) -> Option<bool> {
         let plan = Splice::plan(self, a, b, item)?;
+        if self.in_place(&plan) {
+            return Some(true);
+        }
+        *self = self.copied(&plan);
+        Some(false)
+    }
+
+    /// The copy [`Page::splice_mut`] makes, as a new page (this one unchanged).
+    #[cfg(test)]
+    pub fn splice(&self, a: usize, b: usize, item: Option<&Item<'_>>) -> Option<Page> {
+        Splice::plan(self, a, b, item).map(|plan| self.copied(&plan))
+    }
+
+    /// What [`Page::splice_mut`] does in place, alone: false (nothing done) when it cannot
+    /// be done there.
+    #[cfg(test)]
+    pub fn splice_in_place(&mut self, a: usize, b: usize, item: Option<&Item<'_>>) -> bool {
+        Splice::plan(self, a, b, item).is_some_and(|plan| self.in_place(&plan))
+    }
+
+    /// A new page holding the result of `plan`, copied range by range from this one.
+    fn copied(&self, plan: &Splice<'_>) -> Page {
         let old = &self.bytes[..];
         let mut out = vec![0u8; plan.len()];
         for (from, to, len) in plan.moves() {
             out[to..to + len].copy_from_slice(&old[from..from + len]);
         }
         plan.finish(&mut out);
-        Some(Page { bytes: Arc::from(out), side: None })
+        Page { bytes: Arc::from(out), side: None }
     }
 
-    /// [`Page::splice`] done in this page's own allocation, when no snapshot shares it and
-    /// the result fits: no allocation, and each kept byte moves within lines already being
+    /// Carries out `plan` in this page's own allocation, when no snapshot shares it and the
+    /// result fits: no allocation, and each kept byte moves within lines already being
     /// written. The allocation keeps its size, so bytes past the entries are slack (a later
     /// insertion may use them) as long as the result fills [`keeps_slack`] of it; a page
     /// that lost more is copied into one of its size instead. Returns false (nothing done)
-    /// when it cannot be done here: [`Page::splice`] then.
-    pub fn splice_in_place(&mut self, a: usize, b: usize, item: Option<&Item<'_>>) -> bool {
-        let Some(plan) = Splice::plan(self, a, b, item) else { return false };
+    /// when it cannot be done here.
+    fn in_place(&mut self, plan: &Splice<'_>) -> bool {
         let cap = self.bytes.len();
         let len = plan.len();
         if len > cap || !keeps_slack(len, cap) {

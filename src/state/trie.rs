@@ -720,7 +720,7 @@ fn rebuild<F: FnOnce(&mut Entry)>(
     found: Result<usize, usize>,
     op: Op<'_, F>,
 ) -> Wrote {
-    let Slot::Page(_, page) = slot else { return Wrote::Done(false, false) };
+    let Slot::Page(max, page) = slot else { return Wrote::Done(false, false) };
     let was = found.is_ok_and(|i| page.view(i).is_live());
     let placed = resolve(op, key, found.ok().map(|i| (&*page, i)), epoch);
     let item = Item::of_placed(hash, &placed);
@@ -733,14 +733,12 @@ fn rebuild<F: FnOnce(&mut Entry)>(
         Ok(i) => (i, i + 1),
         Err(i) => (i, i),
     };
-    if page.splice_in_place(a, b, Some(&item)) {
-        return Wrote::Done(was, now);
+    match page.splice_mut(a, b, Some(&item)) {
+        // In place the stamp bound stays (conservative); a copy's is its own.
+        Some(true) => {}
+        Some(false) => *max = page.max_stamp(),
+        None => *slot = page_slot(with_placed(slot, hash, found, &placed)),
     }
-    let fresh = match page.splice(a, b, Some(&item)) {
-        Some(p) => Slot::Page(p.max_stamp(), p),
-        None => page_slot(with_placed(slot, hash, found, &placed)),
-    };
-    *slot = fresh;
     Wrote::Done(was, now)
 }
 
@@ -755,24 +753,17 @@ fn item_live(i: &Item<'_>) -> bool {
 /// Physically removes `key` below `slot` (which holds it).
 fn remove_in(slot: &mut Slot, depth: u32, hash: u64, key: &[u8]) {
     match slot {
-        Slot::Page(max, page) => {
+        Slot::Page(_, page) => {
             let Ok(i) = page.find(hash, key) else { return };
             if page.len() == 1 {
                 *slot = Slot::default();
                 return;
             }
-            if page.splice_in_place(i, i + 1, None) {
-                return;
+            if page.splice_mut(i, i + 1, None).is_none() {
+                let mut items = page.items();
+                items.remove(i);
+                *page = page::build(items);
             }
-            let fresh = match page.splice(i, i + 1, None) {
-                Some(p) => p,
-                None => {
-                    let mut items = page.items();
-                    items.remove(i);
-                    page::build(items)
-                }
-            };
-            *slot = Slot::Page(*max, fresh);
         }
         Slot::Branch(node) if node.is_keyed() => {
             let pos = key_pos(node, hash, key);
