@@ -526,11 +526,7 @@ fn compact(slot: &mut Slot) {
         (node.starts, node.covered) = (starts, covered);
     }
     if node.slots.len() == 1 && matches!(node.slots[0], Slot::Page(..)) {
-        let only = match Arc::get_mut(&mut node.slots) {
-            Some(s) => std::mem::take(&mut s[0]),
-            None => node.slots[0].clone(),
-        };
-        *slot = only;
+        *slot = only_child(node);
     }
 }
 
@@ -890,21 +886,8 @@ fn write_keyed<F: FnOnce(&mut Entry)>(
 fn tidy_keyed(node: &mut Node, pos: usize) {
     if node.slots.get(pos).is_some_and(Slot::is_empty) {
         splice_slots(&mut node.slots, pos, 1, Vec::new());
-    } else if let Some(Slot::Page(_, p)) = node.slots.get(pos)
-        && p.len() <= MERGE_BELOW
-    {
-        let n = p.len();
-        let fits = |o: usize| matches!(node.slots.get(o), Some(Slot::Page(_, q)) if q.len() + n <= MERGE_MAX);
-        let other = [pos.checked_sub(1), pos.checked_add(1)].into_iter().flatten().find(|&o| fits(o));
-        if let Some(o) = other {
-            let a = pos.min(o);
-            if let (Slot::Page(max_a, pa), Slot::Page(max_b, pb)) = (&node.slots[a], &node.slots[a + 1]) {
-                let mut items = pa.items();
-                items.extend(pb.items());
-                let merged = Slot::Page((*max_a).max(*max_b), page::build(items));
-                splice_slots(&mut node.slots, a, 2, vec![merged]);
-            }
-        }
+    } else if let Some((a, merged)) = merge_with_neighbour(&node.slots, pos) {
+        splice_slots(&mut node.slots, a, 2, vec![merged]);
     }
     node.renumber();
 }
@@ -914,11 +897,15 @@ fn tidy_keyed(node: &mut Node, pos: usize) {
 fn collapse_keyed(slot: &mut Slot) {
     let Slot::Branch(node) = slot else { return };
     if node.slots.len() == 1 {
-        let only = match Arc::get_mut(&mut node.slots) {
-            Some(s) => std::mem::take(&mut s[0]),
-            None => node.slots[0].clone(),
-        };
-        *slot = only;
+        *slot = only_child(node);
+    }
+}
+
+/// The only child of `node`, moved out when nothing shares the node, else cloned.
+fn only_child(node: &mut Node) -> Slot {
+    match Arc::get_mut(&mut node.slots) {
+        Some(s) => std::mem::take(&mut s[0]),
+        None => node.slots[0].clone(),
     }
 }
 
@@ -932,38 +919,37 @@ const MERGE_MAX: usize = PAGE_ENTRIES * 3 / 4;
 /// [`MERGE_MAX`], the two become one page over both ranges (and any hole between). So a
 /// trie that lost most of its keys (expired, cleared) does not keep a page per few keys.
 fn merge_around(node: &mut Node, pos: usize) {
+    let Some((a, merged)) = merge_with_neighbour(&node.slots, pos) else { return };
+    let (start_a, start_b, end_b) = {
+        let mut pair = node.children().skip(a);
+        let (Some((start_a, _, _)), Some((start_b, end_b, _))) = (pair.next(), pair.next()) else { return };
+        (start_a, start_b, end_b)
+    };
+    splice_slots(&mut node.slots, a, 2, vec![merged]);
+    node.starts &= !(1 << start_b);
+    node.covered |= span(start_a, end_b);
+}
+
+/// When child `pos` of `slots` is a page of at most [`MERGE_BELOW`] entries and a
+/// neighbouring child is a page with which it holds at most [`MERGE_MAX`]: the position of
+/// the first of the two, and the page holding both (in a hash branch or a key node alike).
+fn merge_with_neighbour(slots: &[Slot], pos: usize) -> Option<(usize, Slot)> {
     fn page_len(s: &Slot) -> Option<usize> {
         match s {
             Slot::Page(_, p) => Some(p.len()),
             Slot::Branch(_) => None,
         }
     }
-    let Some(n) = node.slots.get(pos).and_then(page_len) else { return };
-    if n > MERGE_BELOW {
-        return;
-    }
+    let n = slots.get(pos).and_then(page_len).filter(|&n| n <= MERGE_BELOW)?;
     let other = [pos.checked_sub(1), pos.checked_add(1)]
         .into_iter()
         .flatten()
-        .find(|&o| node.slots.get(o).and_then(page_len).is_some_and(|m| m + n <= MERGE_MAX));
-    let Some(other) = other else { return };
+        .find(|&o| slots.get(o).and_then(page_len).is_some_and(|m| m + n <= MERGE_MAX))?;
     let a = pos.min(other);
-    let (start_a, start_b, end_b) = {
-        let mut pair = node.children().skip(a);
-        let (Some((start_a, _, _)), Some((start_b, end_b, _))) = (pair.next(), pair.next()) else { return };
-        (start_a, start_b, end_b)
-    };
-    let merged = {
-        let (Slot::Page(max_a, pa), Slot::Page(max_b, pb)) = (&node.slots[a], &node.slots[a + 1]) else {
-            return;
-        };
-        let mut items = pa.items();
-        items.extend(pb.items());
-        Slot::Page((*max_a).max(*max_b), page::build(items))
-    };
-    splice_slots(&mut node.slots, a, 2, vec![merged]);
-    node.starts &= !(1 << start_b);
-    node.covered |= span(start_a, end_b);
+    let (Slot::Page(max_a, pa), Slot::Page(max_b, pb)) = (&slots[a], &slots[a + 1]) else { return None };
+    let mut items = pa.items();
+    items.extend(pb.items());
+    Some((a, Slot::Page((*max_a).max(*max_b), page::build(items))))
 }
 
 /// A persistent map from `(hash, key)` to entries. Cloning is O(1).
