@@ -867,26 +867,58 @@ mod tests {
         Item { hash: o.hash, stamp: o.stamp, prev: o.prev, key: &o.key, body }
     }
 
+    /// A random splice: sorted entries, a range `a..b` of them (empty, one, or clipped at
+    /// the end) and whether `new` replaces it (always when the range is empty).
+    struct Case {
+        entries: Vec<Owned>,
+        a: usize,
+        b: usize,
+        new: Owned,
+        with: bool,
+    }
+
+    impl Case {
+        fn random(x: &mut u64) -> Case {
+            let n = 1 + (next(x) % 17) as usize;
+            let mut entries: Vec<Owned> = (0..n).map(|_| random_entry(x)).collect();
+            entries.sort_by(|p, q| (p.hash, &p.key).cmp(&(q.hash, &q.key)));
+            let a = (next(x) % (n as u64 + 1)) as usize;
+            let b = match next(x) % 3 {
+                0 => a,
+                _ => (a + 1).min(n),
+            };
+            let new = random_entry(x);
+            let with = !next(x).is_multiple_of(4) || a == b;
+            Case { entries, a, b, new, with }
+        }
+
+        fn page(&self) -> Page {
+            build(self.entries.iter().map(item).collect())
+        }
+
+        fn item(&self) -> Option<Item<'_>> {
+            self.with.then(|| item(&self.new))
+        }
+
+        /// The entries the splice must leave.
+        fn want(&self) -> Vec<Item<'_>> {
+            let mut want: Vec<Item<'_>> = self.entries.iter().map(item).collect();
+            want.splice(self.a..self.b, self.item());
+            want
+        }
+    }
+
     /// Every insertion, replacement and removal by `splice` gives the very bytes `build`
     /// gives for the same entries: prefix, item and suffix of each field and of the data.
     #[test]
     fn splice_writes_the_bytes_build_writes() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for round in 0..3000 {
-            let n = 1 + (next(&mut x) % 17) as usize;
-            let mut entries: Vec<Owned> = (0..n).map(|_| random_entry(&mut x)).collect();
-            entries.sort_by(|p, q| (p.hash, &p.key).cmp(&(q.hash, &q.key)));
-            let page = build(entries.iter().map(item).collect());
-            let a = (next(&mut x) % (n as u64 + 1)) as usize;
-            let b = match next(&mut x) % 3 {
-                0 => a,
-                _ => (a + 1).min(n),
-            };
-            let new = random_entry(&mut x);
-            let with = !next(&mut x).is_multiple_of(4) || a == b;
-            let mut want: Vec<Item<'_>> = entries.iter().map(item).collect();
-            want.splice(a..b, with.then(|| item(&new)));
-            let got = page.splice(a, b, with.then(|| item(&new)).as_ref());
+            let case = Case::random(&mut x);
+            let Case { a, b, with, .. } = case;
+            let n = case.entries.len();
+            let want = case.want();
+            let got = case.page().splice(a, b, case.item().as_ref());
             if want.is_empty() {
                 assert!(got.is_none(), "round {round}: an empty page is not spliced");
                 continue;
@@ -915,25 +947,17 @@ mod tests {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let (mut done, mut declined) = (0, 0);
         for round in 0..6000 {
-            let n = 1 + (next(&mut x) % 17) as usize;
-            let mut entries: Vec<Owned> = (0..n).map(|_| random_entry(&mut x)).collect();
-            entries.sort_by(|p, q| (p.hash, &p.key).cmp(&(q.hash, &q.key)));
-            let exact = build(entries.iter().map(item).collect());
+            let case = Case::random(&mut x);
+            let Case { a, b, with, .. } = case;
+            let (entries, new, n) = (&case.entries, &case.new, case.entries.len());
+            let exact = case.page();
             // Mostly a little slack, sometimes much more than an in-place splice keeps.
             let most = if next(&mut x).is_multiple_of(4) { 700 } else { exact.bytes.len() / 6 + 1 };
             let mut page = padded(&exact, (next(&mut x) % most as u64) as usize);
-            let a = (next(&mut x) % (n as u64 + 1)) as usize;
-            let b = match next(&mut x) % 3 {
-                0 => a,
-                _ => (a + 1).min(n),
-            };
-            let new = random_entry(&mut x);
-            let with = !next(&mut x).is_multiple_of(4) || a == b;
-            let mut want: Vec<Item<'_>> = entries.iter().map(item).collect();
-            want.splice(a..b, with.then(|| item(&new)));
+            let want = case.want();
             let shared = next(&mut x).is_multiple_of(8).then(|| page.clone());
             let before = page.bytes.to_vec();
-            let ok = page.splice_in_place(a, b, with.then(|| item(&new)).as_ref());
+            let ok = page.splice_in_place(a, b, case.item().as_ref());
             if let Some(other) = &shared {
                 assert!(!ok, "round {round}: a shared page is never written in place");
                 assert_eq!(other.bytes[..], before[..], "round {round}: the sharer's bytes changed");

@@ -1944,6 +1944,57 @@ mod tests {
     type Model = std::collections::BTreeMap<(u64, Vec<u8>), Vec<u8>>;
     type ModelEntry = ((u64, Vec<u8>), Vec<u8>);
 
+    /// Removes all but about one in `keep` of `model`'s keys from `t` and the model, checking
+    /// the structure every `check_every` removals and at the end.
+    fn remove_most(t: &mut Trie, model: &mut Model, x: &mut u64, keep: u64, check_every: usize) {
+        let doomed: Vec<(u64, Vec<u8>)> =
+            model.keys().filter(|_| !xorshift(x).is_multiple_of(keep)).cloned().collect();
+        for (n, (h, k)) in doomed.into_iter().enumerate() {
+            assert!(t.remove(h, &k));
+            model.remove(&(h, k));
+            if n % check_every == 0 {
+                check_trie(t);
+            }
+        }
+        check_trie(t);
+    }
+
+    /// `trie` holds exactly `m` (bytes values): by iteration in order, by count, and by
+    /// lookup (`get` and `get_bytes`).
+    fn assert_holds(trie: &Trie, m: &Model, what: &str) {
+        let got: Vec<ModelEntry> = trie
+            .iter()
+            .zip(keys(trie))
+            .map(|(v, (h, k))| match v.value {
+                Val::Bytes(b) => ((h, k), b.to_vec()),
+                _ => panic!("not bytes"),
+            })
+            .collect();
+        let want: Vec<ModelEntry> = m.clone().into_iter().collect();
+        assert_eq!(got, want, "{what}");
+        assert_eq!(trie.len(), m.len() as u64);
+        for ((h, k), v) in m {
+            assert!(matches!(trie.get(*h, k).map(|e| e.value), Some(Val::Bytes(b)) if b == &v[..]));
+            assert_eq!(trie.get_bytes(*h, k), Some(&v[..]));
+        }
+    }
+
+    /// A walk of `trie` resumed after `(at, key)`, held or not, yields exactly the next
+    /// `limit` keys of `m`.
+    fn assert_resumes(trie: &Trie, m: &Model, at: u64, key: &[u8], limit: usize) {
+        let mut got = Vec::new();
+        trie.visit_after(Some((at, key)), &mut |h, e| {
+            got.push((h, e.key.to_vec()));
+            got.len() < limit
+        });
+        let want: Vec<(u64, Vec<u8>)> = m
+            .range((std::ops::Bound::Excluded((at, key.to_vec())), std::ops::Bound::Unbounded))
+            .take(limit)
+            .map(|(hk, _)| hk.clone())
+            .collect();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn random_writes_and_removals_match_a_model_and_keep_the_structure() {
         use std::collections::BTreeMap;
@@ -1975,31 +2026,9 @@ mod tests {
             check_trie(&t);
             // Most keys removed (merges), the state before held by a clone.
             frozen.push((t.clone(), model.clone()));
-            let doomed: Vec<(u64, Vec<u8>)> =
-                model.keys().filter(|_| !xorshift(&mut x).is_multiple_of(10)).cloned().collect();
-            for (n, (h, k)) in doomed.into_iter().enumerate() {
-                assert!(t.remove(h, &k));
-                model.remove(&(h, k));
-                if n % 97 == 0 {
-                    check_trie(&t);
-                }
-            }
-            check_trie(&t);
+            remove_most(&mut t, &mut model, &mut x, 10, 97);
             for (trie, m) in frozen.iter().chain([(t, model)].iter()) {
-                let got: Vec<ModelEntry> = trie
-                    .iter()
-                    .zip(keys(trie))
-                    .map(|(v, (h, k))| match v.value {
-                        Val::Bytes(b) => ((h, k), b.to_vec()),
-                        _ => panic!("not bytes"),
-                    })
-                    .collect();
-                let want: Vec<ModelEntry> = m.clone().into_iter().collect();
-                assert_eq!(got, want, "round {round}");
-                assert_eq!(trie.len(), m.len() as u64);
-                for ((h, k), v) in m {
-                    assert!(matches!(trie.get(*h, k).map(|e| e.value), Some(Val::Bytes(b)) if b == &v[..]));
-                }
+                assert_holds(trie, m, &format!("round {round}"));
                 // Resuming after a position, held or not, yields exactly what follows it.
                 for _ in 0..20 {
                     let r = xorshift(&mut x);
@@ -2011,18 +2040,7 @@ mod tests {
                         }
                         _ => xorshift(&mut x),
                     };
-                    let k = (r % 3).to_le_bytes();
-                    let mut got = Vec::new();
-                    trie.visit_after(Some((at, &k[..])), &mut |h, e| {
-                        got.push((h, e.key.to_vec()));
-                        got.len() < 50
-                    });
-                    let want: Vec<(u64, Vec<u8>)> = m
-                        .range((std::ops::Bound::Excluded((at, k.to_vec())), std::ops::Bound::Unbounded))
-                        .take(50)
-                        .map(|(hk, _)| hk.clone())
-                        .collect();
-                    assert_eq!(got, want);
+                    assert_resumes(trie, m, at, &(r % 3).to_le_bytes(), 50);
                 }
             }
         }
@@ -2085,46 +2103,14 @@ mod tests {
         model.retain(|(_, k), _| k.len() != 2);
         check_trie(&t);
         frozen.push((t.clone(), model.clone()));
-        let doomed: Vec<(u64, Vec<u8>)> =
-            model.keys().filter(|_| !xorshift(&mut x).is_multiple_of(50)).cloned().collect();
-        for (n, (h, k)) in doomed.into_iter().enumerate() {
-            assert!(t.remove(h, &k));
-            model.remove(&(h, k));
-            if n % 499 == 0 {
-                check_trie(&t);
-            }
-        }
-        check_trie(&t);
+        remove_most(&mut t, &mut model, &mut x, 50, 499);
         for (trie, m) in frozen.iter().chain([(t, model)].iter()) {
-            let got: Vec<ModelEntry> = trie
-                .iter()
-                .zip(keys(trie))
-                .map(|(v, (h, k))| match v.value {
-                    Val::Bytes(b) => ((h, k), b.to_vec()),
-                    _ => panic!("not bytes"),
-                })
-                .collect();
-            let want: Vec<ModelEntry> = m.clone().into_iter().collect();
-            assert_eq!(got, want);
-            assert_eq!(trie.len(), m.len() as u64);
-            for ((h, k), v) in m {
-                assert_eq!(trie.get_bytes(*h, k), Some(&v[..]));
-            }
+            assert_holds(trie, m, "a bucket");
             for _ in 0..50 {
                 let r = xorshift(&mut x);
                 let (h, k) = (hashes[(r % 4) as usize], key_of(r >> 8 & 0x3FFF));
                 assert_eq!(trie.get_bytes(h, &k), m.get(&(h, k.clone())).map(|v| &v[..]));
-                let mut got = Vec::new();
-                trie.visit_after(Some((h, &k[..])), &mut |h, e| {
-                    got.push((h, e.key.to_vec()));
-                    got.len() < 40
-                });
-                let want: Vec<(u64, Vec<u8>)> = m
-                    .range((std::ops::Bound::Excluded((h, k.clone())), std::ops::Bound::Unbounded))
-                    .take(40)
-                    .map(|(hk, _)| hk.clone())
-                    .collect();
-                assert_eq!(got, want);
+                assert_resumes(trie, m, h, &k, 40);
             }
         }
     }
