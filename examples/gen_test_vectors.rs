@@ -22,6 +22,10 @@ use floe::format::DataFile;
 use floe::state::{KeyGroupRange, StateDescriptor, StateId, StateKind, Store, StoreConfig, key_group};
 use serde_json::{Value as Json, json};
 
+/// Keys of one XXH64 hash (the tests' key crafter).
+#[path = "../tests/common/collide.rs"]
+mod collide;
+
 /// Number of key groups of every vector: small, so that a few keys cover several groups.
 const MAX_PARALLELISM: u32 = 4;
 /// The operator id; its space shows the file-name sanitizing rule (`word_count`).
@@ -555,13 +559,160 @@ fn gen_corrupt_channel_state(out: &Path) -> Result<(), Box<dyn std::error::Error
     Ok(())
 }
 
+/// Three keys of one hash (their first 8 bytes differ, the last 8 steer the hash).
+fn colliding() -> Vec<Vec<u8>> {
+    collide::colliding_keys(3).iter().map(|k| k.to_vec()).collect()
+}
+
+/// Rewrites the data file `root/rel` as version 4 with every block of a value or list state
+/// cut after each record, so that its run of keys of one hash continues across blocks
+/// (floe's checkpoint writer splits a run only where a block would pass 64 MiB, too large
+/// for a vector). With `swap`, the first two records of one hash in the list state trade
+/// places, each still alone in its block: the index's hashes stay in order, only the keys
+/// across that boundary do not. Fixes the manifest `root/manifest` (size, CRC-32, the
+/// entry's and the manifest's `format_version`) and returns the offset of the block that
+/// holds the second of the swapped records (0 without `swap`).
+fn rewrite_split_runs(
+    root: &Path,
+    manifest: &str,
+    rel: &str,
+    swap: bool,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    use floe::format::datafile::{BlockRecords, encode_record};
+    use floe::format::{DataFileWriter, DataVersion, encode_block};
+    let path = root.join(rel);
+    let f = DataFile::open(&path)?;
+    let mut out = Vec::new();
+    let mut w = DataFileWriter::with_version(
+        &mut out,
+        &path,
+        f.header(),
+        f.states().to_vec(),
+        DataVersion::SPLIT_RUNS,
+    )?;
+    let mut swapped_block = None;
+    let mut blocks_written = 0usize;
+    for b in f.blocks() {
+        let kind = f.states()[b.state as usize].kind;
+        let mut buf = Vec::new();
+        let mut records = f.records_in(b, &mut buf)?;
+        let hash = |r: &floe::state::Record<'_>| floe::state::key_hash(r.key());
+        let mut swapped_at = None;
+        if swap
+            && kind == StateKind::List
+            && swapped_block.is_none()
+            && let Some(i) = (1..records.len()).find(|&i| hash(&records[i - 1]) == hash(&records[i]))
+        {
+            records.swap(i - 1, i);
+            swapped_at = Some(i);
+        }
+        let groups: Vec<&[floe::state::Record<'_>]> =
+            if kind == StateKind::Map { vec![&records[..]] } else { records.chunks(1).collect() };
+        for (i, g) in groups.iter().enumerate() {
+            let mut raw = Vec::new();
+            for r in *g {
+                encode_record(&mut raw, r)?;
+            }
+            let (first, last) = (g.first().ok_or("empty block")?, g.last().ok_or("empty block")?);
+            let meta = BlockRecords {
+                state: b.state,
+                key_group: b.key_group,
+                records: u32::try_from(g.len())?,
+                first_hash: hash(first),
+                last_hash: hash(last),
+            };
+            if swapped_at == Some(i) {
+                swapped_block = Some(blocks_written);
+            }
+            w.write_block(&encode_block(meta, &mut raw, Vec::new(), false)?)?;
+            blocks_written += 1;
+        }
+    }
+    let (summary, _) = w.finish()?;
+    std::fs::write(&path, &out)?;
+    let at = match swapped_block {
+        Some(i) => DataFile::open(&path)?.blocks()[i].offset,
+        None if swap => return Err("no two records of one hash to swap".into()),
+        None => 0,
+    };
+    let mpath = root.join(manifest);
+    let mut m = floe::format::Manifest::decode(&mpath, &std::fs::read(&mpath)?)?;
+    m.format_version = floe::format::SPLIT_RUN_VERSION;
+    for e in m.files.iter_mut().filter(|e| e.path == rel) {
+        e.size = summary.size;
+        e.crc32 = summary.crc32;
+        e.format_version = Some(floe::format::SPLIT_RUN_VERSION);
+    }
+    std::fs::write(&mpath, m.encode()?)?;
+    Ok(at)
+}
+
+/// One full checkpoint of one instance whose value and list states each hold three keys of
+/// one hash (and a map state one of them), in a version-4 file whose blocks split those
+/// runs (`rewrite_split_runs`).
+fn gen_split_run(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("split-run");
+    let mut job = Job::new(&root, 1)?;
+    let keys = colliding();
+    let (a, b, c) = (&keys[0][..], &keys[1][..], &keys[2][..]);
+    job.apply(&[
+        Op::Put("counts", b"alice", &3u64.to_le_bytes()),
+        Op::Put("counts", a, &1u64.to_le_bytes()),
+        Op::Put("counts", b, &2u64.to_le_bytes()),
+        Op::Put("counts", c, &3u64.to_le_bytes()),
+        Op::Append("events", a, b"x"),
+        Op::Append("events", b, b"y"),
+        Op::Append("events", b, b"z"),
+        Op::Append("events", c, b""),
+        Op::MapPut("attrs", a, b"city", b"Oslo"),
+        Op::MapPut("attrs", b"bob", b"lang", b"nb"),
+    ])?;
+    job.checkpoint(1, &[("clicks-0", &5u64.to_le_bytes())], &[])?;
+    drop_empty_savepoints(&root);
+    let manifest = format!("chk-{:020}.manifest", 1);
+    rewrite_split_runs(&root, &manifest, &data_file(1, 0, true), false)?;
+    let mut expected = job.expected(
+        "one full checkpoint of 1 instance; three keys of one hash in the value and the list state, each record in its own block (a version-4 file)",
+    );
+    expected["version"] = json!(floe::format::SPLIT_RUN_VERSION);
+    expected["checkpoints"][0]["manifest_version"] = json!(floe::format::SPLIT_RUN_VERSION);
+    write_json(&root.join("expected.json"), &expected)?;
+    Ok(())
+}
+
+/// A version-4 file with two keys of one hash of the list state out of order across a
+/// block boundary. (A list state: restore merges a value state's base in key order and
+/// would notice there too; for a list, only the check across the boundary does.)
+fn gen_corrupt_split_run(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let root = out.join("corrupt-split-run");
+    let mut job = Job::new(&root, 1)?;
+    let keys = colliding();
+    for (i, k) in keys.iter().enumerate() {
+        job.apply(&[Op::Append("events", k, &[u8::try_from(i)?])])?;
+    }
+    job.checkpoint(1, &[], &[])?;
+    drop_empty_savepoints(&root);
+    let rel = data_file(1, 0, true);
+    let at = rewrite_split_runs(&root, &format!("chk-{:020}.manifest", 1), &rel, true)?;
+    write_json(
+        &root.join("expected.json"),
+        &bad_expected(
+            &format!(
+                "a version-4 file ({rel}) whose list state holds keys of one hash one per block, two of them swapped: the index's hashes are in order, the keys across the boundary at {at} are not"
+            ),
+            json!({ "kind": "corrupt", "file": rel, "offset": at, "reason": "keys of one hash out of order across blocks" }),
+        ),
+    )?;
+    Ok(())
+}
+
 type Generator = fn(&Path) -> Result<(), Box<dyn std::error::Error>>;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args_os().skip(1);
     let out: PathBuf = args.next().ok_or("usage: gen_test_vectors OUTDIR [NAME...]")?.into();
     let wanted: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
-    let all: [(&str, Generator); 8] = [
+    let all: [(&str, Generator); 10] = [
         ("full", gen_full),
         ("chain", gen_chain),
         ("corrupt-block", gen_corrupt_block),
@@ -570,6 +721,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("swapped-files", gen_swapped_files),
         ("channel-state", gen_channel_state),
         ("corrupt-channel-state", gen_corrupt_channel_state),
+        ("split-run", gen_split_run),
+        ("corrupt-split-run", gen_corrupt_split_run),
     ];
     if let Some(w) = wanted.iter().find(|w| all.iter().all(|(n, _)| n != w)) {
         return Err(format!("unknown vector {w}").into());

@@ -623,6 +623,86 @@ fn a_block_claiming_millions_of_records_reserves_no_more_than_its_bytes_justify(
     assert!(largest <= MAX_BLOCK_LEN as usize + (1 << 20), "largest allocation {largest}");
 }
 
+/// A crafted full file of `version` whose value state holds `keys` (all of one hash, in
+/// this order) one per block.
+fn one_key_per_block(version: floe::format::DataVersion, keys: &[&[u8]]) -> Result<DataFile, Error> {
+    use floe::format::datafile::{BlockRecords, encode_record};
+    use floe::format::{DataFileWriter, FileState, encode_block};
+    let states = vec![FileState { name: "v".into(), kind: StateKind::Value }];
+    let path = Path::new("crafted");
+    let mut w = DataFileWriter::with_version(Vec::new(), path, crafted_header(), states, version)?;
+    for k in keys {
+        let h = floe::state::key_hash(k);
+        let mut raw = Vec::new();
+        encode_record(&mut raw, &floe::state::Record::Put { key: k, value: k })?;
+        let meta =
+            BlockRecords { state: 0, key_group: (h % 128) as u32, records: 1, first_hash: h, last_hash: h };
+        w.write_block(&encode_block(meta, &mut raw, Vec::new(), false)?)?;
+    }
+    let (_, bytes) = w.finish()?;
+    DataFile::from_bytes(path, bytes)
+}
+
+/// The keys of the records `f.lookup` finds for `key` in state 0.
+fn looked_up(f: &DataFile, key: &[u8]) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    f.lookup(0, key, &mut |r| {
+        found.push(r.key().to_vec());
+        Ok(())
+    })
+    .unwrap();
+    found
+}
+
+/// A value state's run of keys of one hash split across blocks (format-spec/data-file.md,
+/// "Version 4"): a version-2 file that does it is corrupt at the index entry (version 2
+/// keeps such keys in one block); a version-4 file reads, every reader of a whole key group
+/// getting the keys in order and a lookup finding a key in any block of the run; and a
+/// version-4 file with two of the keys out of order across a boundary, which the index's
+/// hashes cannot show, is corrupt at the second block for every reader of the whole key
+/// group (restore's `group_records`, `for_each_record`, `verify_blocks`), while a lookup of
+/// one key, which reads no other key's block in order, still finds its value.
+#[test]
+fn a_run_of_one_hash_across_blocks_reads_only_in_version_4_and_only_in_key_order() {
+    use floe::format::DataVersion;
+    let mut keys = common::collide::colliding_keys(3);
+    keys.sort();
+    let [a, b, c] = [&keys[0][..], &keys[1][..], &keys[2][..]];
+    let err = one_key_per_block(DataVersion::CURRENT, &[a, b, c]).map(drop).unwrap_err();
+    let Error::Corrupt { offset, what, .. } = &err else { panic!("{err:?}") };
+    assert!(what.contains("hash order"), "{what}");
+    // The second block entry: the index, after the state table, the block count and one
+    // 56-byte entry.
+    let f = one_key_per_block(DataVersion::SPLIT_RUNS, &[a, b, c]).unwrap();
+    let second_entry = f.state_offset(0) + 3 + 1 + 4 + 56;
+    assert_eq!(*offset, second_entry, "{what}");
+    let kg = f.blocks()[0].key_group;
+    assert_eq!(f.verify_blocks().unwrap(), 3);
+    let mut bufs = Vec::new();
+    let keys_read: Vec<Vec<u8>> =
+        f.group_records(0, kg, &mut bufs).unwrap().iter().map(|(_, r)| r.key().to_vec()).collect();
+    assert_eq!(keys_read, vec![a.to_vec(), b.to_vec(), c.to_vec()]);
+    for k in [a, b, c] {
+        assert_eq!(looked_up(&f, k), vec![k.to_vec()]);
+    }
+    let swapped = one_key_per_block(DataVersion::SPLIT_RUNS, &[b, a, c]).unwrap();
+    let at = swapped.blocks()[1].offset;
+    let corrupt_at = |r: Result<(), Error>| match r {
+        Err(Error::Corrupt { offset, what, .. }) => {
+            assert!(what.contains("out of order across blocks"), "{what}");
+            offset
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(corrupt_at(swapped.verify_blocks().map(drop)), at);
+    assert_eq!(corrupt_at(swapped.group_records(0, kg, &mut bufs).map(drop)), at);
+    assert_eq!(corrupt_at(swapped.for_each_record(0, kg, &mut |_| Ok(()))), at);
+    assert_eq!(looked_up(&swapped, a), vec![a.to_vec()]);
+    // In order except at the seam between the last two blocks: found there too.
+    let late = one_key_per_block(DataVersion::SPLIT_RUNS, &[a, c, b]).unwrap();
+    assert_eq!(corrupt_at(late.verify_blocks().map(drop)), late.blocks()[2].offset);
+}
+
 /// A full file's header for crafted files (operator "op", subtask 0, every key group).
 fn crafted_header() -> floe::format::DataHeader {
     floe::format::DataHeader {

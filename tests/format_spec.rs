@@ -168,6 +168,8 @@ fn constants_tables_match_the_code() {
         ("MAX_MANIFEST_LEN", u64::from(format::MAX_MANIFEST_LEN)),
         ("MAX_STATES_PER_OPERATOR", format::MAX_STATES_PER_OPERATOR as u64),
         ("CHANNEL_STATE_VERSION", u64::from(format::CHANNEL_STATE_VERSION)),
+        ("SPLIT_RUN_VERSION", u64::from(format::SPLIT_RUN_VERSION)),
+        ("NEWEST_DATA_VERSION", u64::from(format::NEWEST_DATA_VERSION)),
         ("NEWEST_MANIFEST_VERSION", u64::from(format::NEWEST_MANIFEST_VERSION)),
         ("CHANNEL_HEADER_LEN", format::CHANNEL_HEADER_LEN as u64),
         ("CHANNEL_BLOCK_HEADER_LEN", format::CHANNEL_BLOCK_HEADER_LEN as u64),
@@ -327,7 +329,7 @@ fn hex_map(m: &BTreeMap<String, String>) -> Json {
 
 #[test]
 fn good_vectors_decode_to_their_expected_state() {
-    for name in ["full", "chain", "v1-full", "v1-chain", "channel-state"] {
+    for name in ["full", "chain", "v1-full", "v1-chain", "channel-state", "split-run"] {
         let (_tmp, root, expected) = vector(name);
         // Each data file has the vector's format version (v1-*: written before version 2).
         let want_version = u32::try_from(expected["version"].as_u64().unwrap()).unwrap();
@@ -382,7 +384,7 @@ fn good_vectors_decode_to_their_expected_state() {
 
 #[test]
 fn damaged_vectors_fail_with_the_expected_typed_error() {
-    for name in ["corrupt-block", "truncated", "unknown-version", "swapped-files"] {
+    for name in ["corrupt-block", "truncated", "unknown-version", "swapped-files", "corrupt-split-run"] {
         let (_tmp, root, expected) = vector(name);
         let operator = expected["operator"].as_str().unwrap();
         let config = config_of(&expected);
@@ -491,7 +493,7 @@ struct Block {
     records: u32,
     crc32: u32,
     first_hash: u64,
-    /// Version 2 only.
+    /// From version 2.
     last_hash: Option<u64>,
     compression: u8,
 }
@@ -505,6 +507,7 @@ struct Owner {
 }
 
 struct DataFileView {
+    version: u32,
     kind: u64,
     checkpoint_id: u64,
     parent_id: u64,
@@ -514,13 +517,13 @@ struct DataFileView {
     blocks: Vec<Block>,
 }
 
-/// data-file.md, "Validity", steps 1..13, for versions 2 and 1.
+/// data-file.md, "Validity", steps 1..13, for versions 1, 2 and 4 (laid out as 2).
 fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
     let mut h = Rd(b, 0);
     (b.len() >= 72 && h.take(8)? == b"\x89\x46\x4C\x4F\x45\x44\x41\x54").then_some(())?;
     let version = h.u32()?;
     let (header_len, entry_len) = match version {
-        2 => (64, 56),
+        2 | 4 => (64, 56),
         1 => (40, 48),
         _ => return None,
     };
@@ -532,7 +535,7 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
     ((kind == FULL || kind == INCREMENT) && h.take(3)? == [0, 0, 0]).then_some(())?;
     let (checkpoint_id, parent_id, max_parallelism) = (h.u64()?, h.u64()?, h.u32()?);
     (1..=32768).contains(&max_parallelism).then_some(())?;
-    let owner = if version == 2 {
+    let owner = if version != 1 {
         let (subtask, operator_hash, start, end) = (h.u32()?, h.u64()?, h.u32()?, h.u32()?);
         (start <= end && end <= max_parallelism && h.u32()? == 0).then_some(())?;
         Some(Owner { subtask, operator_hash, key_groups: (start, end) })
@@ -574,7 +577,7 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
             records: r.u32()?,
             crc32: r.u32()?,
             first_hash: r.u64()?,
-            last_hash: if version == 2 { Some(r.u64()?) } else { None },
+            last_hash: if version != 1 { Some(r.u64()?) } else { None },
             compression: r.u8()?,
         };
         (r.take(7)? == [0; 7]).then_some(())?;
@@ -598,13 +601,15 @@ fn parse_data_file(b: &[u8]) -> Option<DataFileView> {
                 .is_none_or(|p| (p.state, p.key_group, p.offset) < (bl.state, bl.key_group, bl.offset))
             && same_unit.is_none_or(|p| match p.last_hash {
                 None => p.first_hash <= bl.first_hash,
-                Some(l) if states[bl.state].1 == "map" => l <= bl.first_hash,
+                // Version 4: a run of one hash may continue in any state; `apply_block`
+                // compares the keys across the boundary.
+                Some(l) if states[bl.state].1 == "map" || version == 4 => l <= bl.first_hash,
                 Some(l) => l < bl.first_hash,
             });
         ok.then_some(())?;
         blocks.push(bl);
     }
-    Some(DataFileView { kind, checkpoint_id, parent_id, max_parallelism, owner, states, blocks })
+    Some(DataFileView { version, kind, checkpoint_id, parent_id, max_parallelism, owner, states, blocks })
 }
 
 /// Applies one block's records (data-file.md, "Validity", step 14, and "Records").
@@ -706,7 +711,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
     }
     let mut h = Rd(&mb, 8);
     let version = h.u32().unwrap();
-    if !(1..=3).contains(&version) {
+    if !(1..=4).contains(&version) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let (body_len, body_crc, reserved) = (h.u32().unwrap(), h.u32().unwrap(), h.u32().unwrap());
@@ -715,8 +720,16 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
         return Err(bad(manifest_rel));
     }
     let m: Json = serde_json::from_slice(body).map_err(|_| bad(manifest_rel))?;
-    if ![json!(1), json!(2), json!(3)].contains(&m["format_version"]) {
+    if ![json!(1), json!(2), json!(3), json!(4)].contains(&m["format_version"]) {
         return Err(err("unsupported_version", manifest_rel));
+    }
+    // Rule 10: a file entry's `format_version` is 4, in a version-4 manifest.
+    for f in m["files"].as_array().unwrap() {
+        if let Some(v) = f.get("format_version")
+            && (v != &json!(4) || m["format_version"] != json!(4))
+        {
+            return Err(bad(manifest_rel));
+        }
     }
     let max_parallelism = m["max_parallelism"].as_u64().ok_or_else(|| bad(manifest_rel))?;
     let files: BTreeMap<&str, &Json> =
@@ -753,7 +766,10 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
                 .states
                 .iter()
                 .all(|(name, kind)| descriptors.get(name.as_str()).is_none_or(|want| want == kind));
-            let chain_ok = df.kind == if i == 0 { FULL } else { INCREMENT }
+            let listed_version =
+                fref.get("format_version").map_or(df.version <= 2, |v| v == &json!(df.version));
+            let chain_ok = listed_version
+                && df.kind == if i == 0 { FULL } else { INCREMENT }
                 && json!(df.checkpoint_id) == fref["created_by"]
                 && previous.is_none_or(|p| p == df.parent_id)
                 && u64::from(df.max_parallelism) == max_parallelism
@@ -927,7 +943,10 @@ fn every_data_file_error_of_the_spec_has_its_kind_and_offset() {
     let cases: Vec<(&str, Case)> = vec![
         ("shorter than 72 bytes", Box::new(|b| b.truncate(71))),
         ("bad magic", Box::new(|b| b[0] ^= 1)),
-        ("version not 1 or 2 (0 included)", Box::new(|b| b[8..12].copy_from_slice(&0u32.to_le_bytes()))),
+        (
+            "version not 1, 2 or 4 (0 and 3 included)",
+            Box::new(|b| b[8..12].copy_from_slice(&0u32.to_le_bytes())),
+        ),
         ("shorter than H + 32 bytes", Box::new(|b| b.truncate(90))),
         ("header checksum mismatch", Box::new(|b| b[20] ^= 1)),
         ("unknown kind", Box::new(|b| (b[12] = 9, fix_header(b)).1)),
@@ -995,16 +1014,23 @@ fn every_data_file_error_of_the_spec_has_its_kind_and_offset() {
         };
         assert_eq!(kind_and_offset(&err), (kind.as_str(), resolve(offset)), "{failure}: {err}");
     }
-    for v in [0u32, 3, 99] {
+    for v in [0u32, 3, 5, 99] {
         let mut b = good.clone();
         b[8..12].copy_from_slice(&v.to_le_bytes());
         match format::DataFile::from_bytes(path, b) {
             Err(Error::UnsupportedVersion { found, supported, .. }) => {
-                assert_eq!((found, supported), (v, format::FORMAT_VERSION));
+                assert_eq!((found, supported), (v, format::NEWEST_DATA_VERSION));
             }
             other => panic!("version {v}: {other:?}"),
         }
     }
+    // Version 4 is laid out as 2: the same bytes under version 4 (header CRC fixed) read.
+    let mut b = good.clone();
+    b[8..12].copy_from_slice(&4u32.to_le_bytes());
+    fix_header(&mut b);
+    let f = format::DataFile::from_bytes(path, b).unwrap();
+    assert_eq!(f.version(), 4);
+    f.verify_blocks().unwrap();
 }
 
 /// A manifest file from a JSON body, laid out by hand (manifest.md, "Header").
@@ -1045,7 +1071,7 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             b[1] ^= 1;
             b
         }),
-        ("version not 1, 2 or 3 (0 included)", manifest_bytes(0, &good[24..])),
+        ("version not 1, 2, 3 or 4 (0 included)", manifest_bytes(0, &good[24..])),
         ("reserved bytes not zero", {
             let mut b = good.clone();
             b[21] = 1;
@@ -1062,9 +1088,13 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             b
         }),
         ("body is not a manifest object", manifest_bytes(2, b"[]")),
-        ("format_version not 1, 2 or 3", with(&|j| j["format_version"] = json!(0))),
+        ("format_version not 1, 2, 3 or 4", with(&|j| j["format_version"] = json!(0))),
         ("max_parallelism out of range", with(&|j| j["max_parallelism"] = json!(0))),
         ("unsafe or repeated path", with(&|j| j["files"][0]["path"] = json!("../x"))),
+        (
+            "file format_version not 4, or in a manifest below version 4",
+            with(&|j| j["files"][0]["format_version"] = json!(4)),
+        ),
         ("bad operator entry", with(&|j| j["operators"][0]["chain"] = json!([]))),
         ("checkpoint_id differs from the file name", with(&|j| j["checkpoint_id"] = json!(7))),
         (
@@ -1094,13 +1124,23 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             assert_eq!(p, &path, "{failure}");
         }
     }
-    // Version 3 (channel state) is read; the next one is not.
+    // Versions 3 (channel state) and 4 (split runs) are read; the next one is not. A file
+    // entry may say 4 in a version-4 manifest, and only 4.
     std::fs::write(&path, manifest_bytes(3, &good[24..])).unwrap();
     floe::checkpoint::read_manifest_file(&path).unwrap();
-    std::fs::write(&path, manifest_bytes(4, &good[24..])).unwrap();
+    let mut four = body.clone();
+    four["format_version"] = json!(4);
+    four["files"][0]["format_version"] = json!(4);
+    std::fs::write(&path, manifest_bytes(4, &serde_json::to_vec(&four).unwrap())).unwrap();
+    let m = floe::checkpoint::read_manifest_file(&path).unwrap();
+    assert_eq!(m.files[0].format_version, Some(4));
+    four["files"][0]["format_version"] = json!(2);
+    std::fs::write(&path, manifest_bytes(4, &serde_json::to_vec(&four).unwrap())).unwrap();
+    assert!(floe::checkpoint::read_manifest_file(&path).unwrap_err().is_corruption());
+    std::fs::write(&path, manifest_bytes(5, &good[24..])).unwrap();
     assert!(matches!(
         floe::checkpoint::read_manifest_file(&path),
-        Err(Error::UnsupportedVersion { found: 4, .. })
+        Err(Error::UnsupportedVersion { found: 5, .. })
     ));
 }
 
@@ -1114,6 +1154,7 @@ fn every_chain_error_of_the_spec_has_its_kind_and_offset() {
         "requested key groups not held exactly once",
         "file missing",
         "size differs from `files[].size`",
+        "`version` differs from the entry's `format_version`",
         "kind wrong for the position",
         "`checkpoint_id != created_by`",
         "`parent_id` is not the previous file's `checkpoint_id`",
@@ -1145,6 +1186,11 @@ fn every_chain_error_of_the_spec_has_its_kind_and_offset() {
             "size differs from `files[].size`" => {
                 m.files[2].size += 1;
                 file = files[2].clone();
+            }
+            "`version` differs from the entry's `format_version`" => {
+                // A version-2 file listed as version 4, in a version-4 manifest.
+                m.format_version = 4;
+                m.files[0].format_version = Some(4);
             }
             "kind wrong for the position" => {
                 m.operators[0].chain = vec![files[1].clone()];

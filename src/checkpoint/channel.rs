@@ -264,6 +264,7 @@ impl ChannelStateWriter {
                 size: scan.size,
                 crc32: scan.crc32,
                 created_by: self.checkpoint_id,
+                format_version: None,
             },
             records: scan.records,
         })

@@ -11,7 +11,7 @@ use super::layout;
 use super::publish::{WriteOptions, publish};
 use super::recovery::{load_chain, open_chain_with};
 use super::storage::{CheckpointStorage, CommitMeta, StateHandle, Target, ensure_dir};
-use super::writer::{BufferPool, encode_unit};
+use super::writer::{BufferPool, encode_unit, write_versioned};
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_decode;
 use crate::format::{DataFileWriter, DataHeader, FileKind, FileRef, FileState, Manifest, OperatorState};
@@ -136,36 +136,43 @@ impl CheckpointStorage {
             // Offline: no checkpoint waits, so adaptive compression means compressing.
             let compress = self.config().compression.fixed().unwrap_or(true);
             let options = WriteOptions::data_file(self.config(), None, Some(&self.chunks));
-            let summary = publish(self.io(), &dir, &rel, new_id, options, |out: &mut dyn Write, _| {
-                let mut w = DataFileWriter::new(out, &path, header, states)?;
-                let pool = BufferPool::default();
-                // Blocks must come in (state, key group) order: one state at a time, one
-                // key group at a time, loading only that state's records of that group.
-                for (si, d) in op.states.iter().enumerate() {
-                    let si = u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
-                    let one = OperatorState { states: vec![d.clone()], ..op.clone() };
-                    for kg in op.key_groups.iter() {
-                        let config = StoreConfig {
-                            max_parallelism: source.max_parallelism,
-                            key_groups: KeyGroupRange::new(kg, kg + 1)?,
-                        };
-                        let mut store = Store::with_config(config)?;
-                        load_chain(&mut store, &files, &one, config.key_groups)?;
-                        let snap = store.snapshot();
-                        let mut choice = BlockChoice::always(compress);
-                        for mut b in encode_unit(&snap, 0, kg, None, target_len, &mut choice, &pool)? {
-                            b.state = si;
-                            w.write_block(&b)?;
-                            pool.give(b.bytes);
+            // A second attempt (a version-4 file) counts its key groups again.
+            let done_before = done;
+            let summary = write_versioned(|version, runs| {
+                done = done_before;
+                publish(self.io(), &dir, &rel, new_id, options, |out: &mut dyn Write, _| {
+                    let mut w = DataFileWriter::with_version(out, &path, header, states.clone(), version)?;
+                    let pool = BufferPool::default();
+                    // Blocks must come in (state, key group) order: one state at a time, one
+                    // key group at a time, loading only that state's records of that group.
+                    for (si, d) in op.states.iter().enumerate() {
+                        let si =
+                            u32::try_from(si).map_err(|_| Error::InvalidConfig("too many states".into()))?;
+                        let one = OperatorState { states: vec![d.clone()], ..op.clone() };
+                        for kg in op.key_groups.iter() {
+                            let config = StoreConfig {
+                                max_parallelism: source.max_parallelism,
+                                key_groups: KeyGroupRange::new(kg, kg + 1)?,
+                            };
+                            let mut store = Store::with_config(config)?;
+                            load_chain(&mut store, &files, &one, config.key_groups)?;
+                            let snap = store.snapshot();
+                            let mut choice = BlockChoice::always(compress);
+                            for mut b in
+                                encode_unit(&snap, 0, kg, None, target_len, &mut choice, &pool, runs)?
+                            {
+                                b.state = si;
+                                w.write_block(&b)?;
+                                pool.give(b.bytes);
+                            }
+                            done += 1;
+                            progress(done, total);
                         }
-                        done += 1;
-                        progress(done, total);
                     }
-                }
-                Ok(w.finish()?.0)
+                    Ok(w.finish()?.0)
+                })
             })?;
-            let own =
-                FileRef { path: rel.clone(), size: summary.size, crc32: summary.crc32, created_by: new_id };
+            let own = FileRef::data(rel.clone(), &summary, new_id);
             handles.push(StateHandle {
                 operator: OperatorState {
                     operator: op.operator.clone(),

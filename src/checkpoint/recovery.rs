@@ -169,6 +169,7 @@ pub(crate) fn open_chain_with(
             op,
             position: i,
             created_by: fref.created_by,
+            format_version: fref.format_version,
             previous: files.last().map(|p| p.header().checkpoint_id),
             max_parallelism: manifest.max_parallelism,
         };
@@ -289,23 +290,6 @@ fn load_range(store: &mut Store, files: &[DataFile], op: &OperatorState, range: 
     Ok(())
 }
 
-/// The checked records of one (state, key group) of a file, with their block's offset.
-fn decode_group<'b>(
-    f: &DataFile,
-    si: u32,
-    kg: u32,
-    bufs: &'b mut Vec<Vec<u8>>,
-) -> Result<Vec<(u64, Record<'b>)>> {
-    let blocks = f.blocks_of(si, kg);
-    bufs.clear();
-    bufs.resize(blocks.len(), Vec::new());
-    let mut out = Vec::new();
-    for (b, buf) in blocks.iter().zip(bufs.iter_mut()) {
-        out.extend(f.records_in(b, buf)?.into_iter().map(|r| (b.offset, r)));
-    }
-    Ok(out)
-}
-
 /// Base bulk-loaded, then each increment's records applied in order.
 fn load_group_by_records(
     store: &mut Store,
@@ -317,7 +301,7 @@ fn load_group_by_records(
     for (pos, (f, si)) in files.iter().zip(sis).enumerate() {
         let Some(si) = *si else { continue };
         let mut bufs = Vec::new();
-        let records = decode_group(f, si, kg, &mut bufs)?;
+        let records = f.group_records(si, kg, &mut bufs)?;
         let Some(&(first, _)) = records.first() else { continue };
         if pos == 0 {
             store
@@ -349,14 +333,14 @@ fn load_value_group(
     let Some(base_file) = files.first() else { return Ok(()) };
     let mut base_bufs = Vec::new();
     let base = match sis.first().copied().flatten() {
-        Some(si) => decode_group(base_file, si, kg, &mut base_bufs)?,
+        Some(si) => base_file.group_records(si, kg, &mut base_bufs)?,
         None => Vec::new(),
     };
     let mut inc_bufs: Vec<Vec<Vec<u8>>> = vec![Vec::new(); files.len().saturating_sub(1)];
     let mut changes: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
     for ((f, si), bufs) in files.iter().zip(sis).skip(1).zip(inc_bufs.iter_mut()) {
         let Some(si) = *si else { continue };
-        for (off, r) in decode_group(f, si, kg, bufs)? {
+        for (off, r) in f.group_records(si, kg, bufs)? {
             match r {
                 Record::Put { key, value } => changes.insert(key, Some(value)),
                 Record::Delete { key } => changes.insert(key, None),

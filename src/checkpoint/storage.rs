@@ -572,12 +572,7 @@ impl CheckpointStorage {
             &self.config,
             (&self.disk, &self.chunks),
         )?;
-        let own = FileRef {
-            path: rel.clone(),
-            size: summary.size,
-            crc32: summary.crc32,
-            created_by: checkpoint_id,
-        };
+        let own = FileRef::data(rel.clone(), &summary, checkpoint_id);
         let mut files = parent.map(|p| p.files.clone()).unwrap_or_default();
         files.push(own);
         let base_bytes = files.first().map_or(0, |f| f.size);
@@ -810,10 +805,15 @@ impl CheckpointStorage {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Ok(Manifest {
-            // Version 3 only with channel state: a version-2 reader would ignore it and
-            // restore without the in-flight records; every other manifest stays readable
-            // by version-2 readers.
-            format_version: if channel_state.is_empty() { FORMAT_VERSION } else { CHANNEL_STATE_VERSION },
+            // The oldest version that describes the checkpoint: 4 when it lists a version-4
+            // data file (a run of keys of one hash across blocks), 3 with channel state (a
+            // version-2 reader would ignore it and restore without the in-flight records),
+            // else 2, readable by version-2 readers.
+            format_version: files
+                .iter()
+                .filter_map(|f| f.format_version)
+                .chain((!channel_state.is_empty()).then_some(CHANNEL_STATE_VERSION))
+                .fold(FORMAT_VERSION, u32::max),
             checkpoint_id,
             kind,
             parent,

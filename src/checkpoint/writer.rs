@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -15,14 +16,58 @@ use crate::format::CompressChoice;
 use crate::format::datafile::BlockRecords;
 use crate::format::datafile::encode_record;
 use crate::format::{
-    DataFileWriter, DataHeader, EncodedBlock, FileState, FileSummary, MAX_BLOCK_LEN, encode_block,
+    DataFileWriter, DataHeader, DataVersion, EncodedBlock, FileState, FileSummary, MAX_BLOCK_LEN,
+    encode_block,
 };
 use crate::state::{Snapshot, StateId, StateKind, key_hash};
+
+/// Whether the blocks of a file may split a run of keys of one hash of a value or list
+/// state, and whether a unit needed to.
+///
+/// A value or list key is one record, and format version 2 splits those states' blocks only
+/// between keys of different hashes, so keys of one 64-bit hash share a block; together they
+/// may pass `MAX_BLOCK_LEN` (64 MiB: crafted keys, XXH64 is not keyed, or huge values that
+/// collide). Such a file is written as version 4, in which the run continues into the next
+/// block. Every other file stays version 2, readable by older readers.
+#[derive(Default)]
+pub(crate) struct Runs {
+    /// Whether the file being written is version 4.
+    split: bool,
+    /// Set by an encoder that met a run it could not hold in a version-2 block.
+    needed: AtomicBool,
+}
+
+impl Runs {
+    /// A version-4 file: runs may be split.
+    fn splitting() -> Runs {
+        Runs { split: true, needed: AtomicBool::new(false) }
+    }
+
+    fn version(&self) -> DataVersion {
+        if self.split { DataVersion::SPLIT_RUNS } else { DataVersion::CURRENT }
+    }
+}
+
+/// Writes a data file through `write`: as version 2, and when a unit met a run of keys of
+/// one hash that no version-2 block can hold (`Runs`), once more as version 4. The first
+/// attempt's file was discarded by its failed publication; the extra pass is paid only by
+/// the files that need version 4.
+pub(crate) fn write_versioned<T>(mut write: impl FnMut(DataVersion, &Runs) -> Result<T>) -> Result<T> {
+    let runs = Runs::default();
+    match write(runs.version(), &runs) {
+        Err(_) if runs.needed.load(Ordering::Relaxed) => {
+            let runs = Runs::splitting();
+            write(runs.version(), &runs)
+        }
+        r => r,
+    }
+}
 
 /// Encodes the records of one (state, key group) of `snapshot` into blocks of about
 /// `target` uncompressed bytes, asking `choice` before each block whether to try LZ4 on it
 /// (and telling it how that went). Block buffers come from `pool` (the writing thread
-/// returns them there).
+/// returns them there). `runs` says whether a run of keys of one hash may be split.
+#[allow(clippy::too_many_arguments, reason = "internal; each argument is a distinct input")]
 pub(crate) fn encode_unit(
     snapshot: &Snapshot,
     state: u32,
@@ -31,6 +76,7 @@ pub(crate) fn encode_unit(
     target: usize,
     choice: &mut BlockChoice<'_>,
     pool: &BufferPool,
+    runs: &Runs,
 ) -> Result<Vec<EncodedBlock>> {
     let mut blocks = Vec::new();
     let capacity = target + 1024;
@@ -42,7 +88,8 @@ pub(crate) fn encode_unit(
     let mut last_key: &[u8] = &[];
     // A value or list key is one record, so blocks of those states split only between keys
     // of different hashes (format version 2: a block starts above the previous block's
-    // last hash); a map key's entries may continue into the next block.
+    // last hash), unless a run of one hash would pass the block limit (version 4, `Runs`);
+    // a map key's entries may continue into the next block.
     let map = snapshot.descriptors().nth(state as usize).is_some_and(|d| d.kind == StateKind::Map);
     // The callback cannot return an error: the first one is kept and ends the work.
     let mut failed: Option<Error> = None;
@@ -57,10 +104,11 @@ pub(crate) fn encode_unit(
             let over = buf.len().saturating_add(r.encoded_len()) > MAX_BLOCK_LEN as usize;
             if over || buf.len() >= target {
                 meta.last_hash = key_hash(last_key);
-                let may_split = map || key_hash(r.key()) != meta.last_hash;
+                let may_split = map || key_hash(r.key()) != meta.last_hash || (over && runs.split);
                 if over && !may_split {
+                    runs.needed.store(true, Ordering::Relaxed);
                     failed = Some(Error::InvalidRecord(format!(
-                        "keys of equal hash {:016x} do not fit one block together",
+                        "keys of equal hash {:016x} do not fit one version-2 block together",
                         meta.last_hash
                     )));
                     return;
@@ -161,82 +209,85 @@ pub(crate) fn write_snapshot_file(
     let units: Vec<(u32, u32)> =
         (0..states.len() as u32).flat_map(|s| snapshot.key_groups().iter().map(move |kg| (s, kg))).collect();
     let path = dir.join(rel);
-    publish(
-        io,
-        dir,
-        rel,
-        header.checkpoint_id,
-        WriteOptions::data_file(config, Some(disk), Some(chunks)),
-        |out: &mut dyn Write, progress| {
-            // `Compression::Adaptive` spends LZ4's full effort unless the encoders measure
-            // slower at it than the disk (`block_choice.rs`): the disk's pace is this file's
-            // own once the disk has taken enough of it, the directory's earlier files' until
-            // then; in a directory's first file, until its own measure, a sample decides
-            // (`DiskPace::Soon`); without write-behind nothing is measured, and every block
-            // gets the full effort.
-            let disk_pace = || progress.disk_pace();
-            let mut w = DataFileWriter::new(out, &path, header, states)?;
-            // Encoders take the next unit as they become free (units differ in size, and the
-            // cores are shared with this thread and the syncer, so a fixed split leaves one
-            // encoder idle while the other finishes) and send its blocks; this thread writes
-            // them in unit order. Encoders run at most `ahead` units past the next one to
-            // write, which bounds memory whatever the units' sizes.
-            let queue = UnitQueue::new(units.len(), 4 * threads);
-            let pool = BufferPool::default();
-            std::thread::scope(|s| -> Result<()> {
-                // Wakes and stops the encoders however this thread leaves the scope.
-                let _close = CloseOnDrop(&queue);
-                let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
-                let mut started = 0;
-                for _ in 0..threads {
-                    let tx = tx.clone();
-                    let (units, disk_pace, queue, pool) = (&units, &disk_pace, &queue, &pool);
-                    // A process at its thread limit writes with the encoders it could start
-                    // (the work queue does not care how many), and fails with a named error
-                    // when it could start none.
-                    let spawned = crate::fsutil::thread("floe-encode").spawn_scoped(s, move || {
-                        // Each thread learns from its own blocks.
-                        let mut choice = BlockChoice::new(config.compression, Disk::Live(disk_pace), threads);
-                        while let Some(i) = queue.take() {
-                            let (st, kg) = units[i];
-                            let r = encode_unit(snapshot, st, kg, since, target, &mut choice, pool);
-                            let failed = r.is_err();
-                            if tx.send((i, r)).is_err() || failed {
-                                return;
+    write_versioned(|version, runs| {
+        publish(
+            io,
+            dir,
+            rel,
+            header.checkpoint_id,
+            WriteOptions::data_file(config, Some(disk), Some(chunks)),
+            |out: &mut dyn Write, progress| {
+                // `Compression::Adaptive` spends LZ4's full effort unless the encoders measure
+                // slower at it than the disk (`block_choice.rs`): the disk's pace is this file's
+                // own once the disk has taken enough of it, the directory's earlier files' until
+                // then; in a directory's first file, until its own measure, a sample decides
+                // (`DiskPace::Soon`); without write-behind nothing is measured, and every block
+                // gets the full effort.
+                let disk_pace = || progress.disk_pace();
+                let mut w = DataFileWriter::with_version(out, &path, header, states.clone(), version)?;
+                // Encoders take the next unit as they become free (units differ in size, and the
+                // cores are shared with this thread and the syncer, so a fixed split leaves one
+                // encoder idle while the other finishes) and send its blocks; this thread writes
+                // them in unit order. Encoders run at most `ahead` units past the next one to
+                // write, which bounds memory whatever the units' sizes.
+                let queue = UnitQueue::new(units.len(), 4 * threads);
+                let pool = BufferPool::default();
+                std::thread::scope(|s| -> Result<()> {
+                    // Wakes and stops the encoders however this thread leaves the scope.
+                    let _close = CloseOnDrop(&queue);
+                    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
+                    let mut started = 0;
+                    for _ in 0..threads {
+                        let tx = tx.clone();
+                        let (units, disk_pace, queue, pool) = (&units, &disk_pace, &queue, &pool);
+                        // A process at its thread limit writes with the encoders it could start
+                        // (the work queue does not care how many), and fails with a named error
+                        // when it could start none.
+                        let spawned = crate::fsutil::thread("floe-encode").spawn_scoped(s, move || {
+                            // Each thread learns from its own blocks.
+                            let mut choice =
+                                BlockChoice::new(config.compression, Disk::Live(disk_pace), threads);
+                            while let Some(i) = queue.take() {
+                                let (st, kg) = units[i];
+                                let r = encode_unit(snapshot, st, kg, since, target, &mut choice, pool, runs);
+                                let failed = r.is_err();
+                                if tx.send((i, r)).is_err() || failed {
+                                    return;
+                                }
                             }
+                        });
+                        match spawned {
+                            Ok(_) => started += 1,
+                            Err(e) if started == 0 => {
+                                return Err(Error::io("the start of an encoder thread", &path, e));
+                            }
+                            Err(_) => break,
                         }
-                    });
-                    match spawned {
-                        Ok(_) => started += 1,
-                        Err(e) if started == 0 => {
-                            return Err(Error::io("the start of an encoder thread", &path, e));
-                        }
-                        Err(_) => break,
                     }
-                }
-                drop(tx);
-                let mut waiting = std::collections::BTreeMap::new();
-                let mut next = 0usize;
-                for (i, r) in rx.iter() {
-                    waiting.insert(i, r?);
-                    while let Some(blocks) = waiting.remove(&next) {
-                        for b in blocks {
-                            w.write_block(&b)?;
-                            pool.give(b.bytes);
+                    drop(tx);
+                    let mut waiting = std::collections::BTreeMap::new();
+                    let mut next = 0usize;
+                    for (i, r) in rx.iter() {
+                        waiting.insert(i, r?);
+                        while let Some(blocks) = waiting.remove(&next) {
+                            for b in blocks {
+                                w.write_block(&b)?;
+                                pool.give(b.bytes);
+                            }
+                            next += 1;
+                            queue.written(next);
                         }
-                        next += 1;
-                        queue.written(next);
                     }
-                }
-                if next != units.len() {
-                    return Err(crate::Error::Background("an encoder thread stopped early".into()));
-                }
-                Ok(())
-            })?;
-            let (summary, _) = w.finish()?;
-            Ok(summary)
-        },
-    )
+                    if next != units.len() {
+                        return Err(crate::Error::Background("an encoder thread stopped early".into()));
+                    }
+                    Ok(())
+                })?;
+                let (summary, _) = w.finish()?;
+                Ok(summary)
+            },
+        )
+    })
 }
 
 /// Hands out unit indexes in order, at most `ahead` past the number already written.

@@ -3,6 +3,7 @@
 //! (`checkpoint::open_chain`) stops at the first problem, `floe verify` reports them all,
 //! and both name the same offset for each.
 
+use super::FORMAT_VERSION;
 use super::datafile::{DataHeader, FileKind, FileOwner, FileState};
 use super::manifest::OperatorState;
 
@@ -37,25 +38,39 @@ pub struct ChainPlace<'a> {
     pub position: usize,
     /// The file's `created_by` in the manifest's `files`.
     pub created_by: u64,
+    /// The file's `format_version` in the manifest's `files` (absent: 1 or 2).
+    pub format_version: Option<u32>,
     /// The checkpoint id in the previous file's header (`None` at position 0, or unknown).
     pub previous: Option<u64>,
     /// The manifest's `max_parallelism`.
     pub max_parallelism: u32,
 }
 
-/// What a data file with `header` and `states` (whose index entries lie at
-/// `state_offset(i)`) breaks at `place`, in the order of layout.md: kind, writer, parent,
-/// max_parallelism, owner (version 2: subtask, operator, key groups), state kinds.
+/// What a data file of format `version` with `header` and `states` (whose index entries lie
+/// at `state_offset(i)`) breaks at `place`, in the order of layout.md: version, kind,
+/// writer, parent, max_parallelism, owner (version 2: subtask, operator, key groups), state
+/// kinds.
 pub fn chain_problems(
     header: &DataHeader,
+    version: u32,
     states: &[FileState],
     state_offset: &dyn Fn(u32) -> u64,
     place: &ChainPlace<'_>,
 ) -> Vec<ChainProblem> {
-    let ChainPlace { op, position, created_by, previous, max_parallelism } = *place;
+    let ChainPlace { op, position, created_by, format_version, previous, max_parallelism } = *place;
     let mut out = Vec::new();
     let mut bad = |offset: u64, what: String| out.push(ChainProblem { offset, what });
     let who = format!("{}[{}]", op.operator, op.subtask);
+    // The manifest's version covers its files: a version-4 file is listed as one, so that a
+    // reader refuses the checkpoint at its manifest, before opening files it cannot read.
+    let listed = match format_version {
+        Some(v) => v == version,
+        None => version <= FORMAT_VERSION,
+    };
+    if !listed {
+        let says = format_version.map_or("1 or 2".to_string(), |v| v.to_string());
+        bad(8, format!("file is format version {version}, the manifest lists it as {says}"));
+    }
     let want = if position == 0 { FileKind::Full } else { FileKind::Increment };
     if header.kind != want {
         bad(12, format!("chain position {position} of {who} holds a {:?} file", header.kind));
@@ -129,6 +144,6 @@ pub fn chain_problems(
 impl super::DataFile {
     /// [`chain_problems`] of this file at `place`.
     pub fn chain_problems(&self, place: &ChainPlace<'_>) -> Vec<ChainProblem> {
-        chain_problems(&self.header(), self.states(), &|i| self.state_offset(i), place)
+        chain_problems(&self.header(), self.version(), self.states(), &|i| self.state_offset(i), place)
     }
 }

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use super::cursor::Cursor;
 use super::{
-    DATA_HEADER_LEN, DATA_HEADER_LEN_V1, DATA_MAGIC, DataVersion, FOOTER_LEN, FOOTER_MAGIC, FORMAT_VERSION,
-    INDEX_ENTRY_LEN, MAX_BLOCK_LEN, compression, tag,
+    DATA_HEADER_LEN, DATA_HEADER_LEN_V1, DATA_MAGIC, DataVersion, FOOTER_LEN, FOOTER_MAGIC, INDEX_ENTRY_LEN,
+    MAX_BLOCK_LEN, NEWEST_DATA_VERSION, compression, tag,
 };
 use crate::error::{Error, Result};
 use crate::state::keygroup::{key_group_of_hash, key_hash};
@@ -82,11 +82,12 @@ pub struct DataHeader {
 }
 
 impl DataHeader {
-    /// The version-2 header. `owner` must be set (`DataFileWriter::new` checks).
-    fn encode(&self, owner: &FileOwner) -> [u8; DATA_HEADER_LEN] {
+    /// The header of `version` (2 or 4: the same layout). `owner` must be set
+    /// (`DataFileWriter::new` checks).
+    fn encode(&self, owner: &FileOwner, version: DataVersion) -> [u8; DATA_HEADER_LEN] {
         let mut h = [0u8; DATA_HEADER_LEN];
         h[0..8].copy_from_slice(&DATA_MAGIC);
-        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[8..12].copy_from_slice(&version.get().to_le_bytes());
         h[12] = self.kind.code();
         h[16..24].copy_from_slice(&self.checkpoint_id.to_le_bytes());
         h[24..32].copy_from_slice(&self.parent_id.to_le_bytes());
@@ -377,6 +378,8 @@ pub struct FileSummary {
     pub records: u64,
     /// Sum of uncompressed block sizes.
     pub raw_bytes: u64,
+    /// Its format version (2, or 4 when a run of keys of one hash continues across blocks).
+    pub version: u32,
 }
 
 /// Writes a data file to any `Write`: header, blocks in (state, key group) order, then the
@@ -391,16 +394,38 @@ pub struct DataFileWriter<W: Write> {
     records: u64,
     raw_bytes: u64,
     header: DataHeader,
+    version: DataVersion,
 }
 
 impl<W: Write> DataFileWriter<W> {
-    /// Starts a file; `path` only names the file in errors. The header must name its owner:
-    /// this build writes version 2 only.
+    /// Starts a file of version 2; `path` only names the file in errors. The header must
+    /// name its owner.
     pub fn new(out: W, path: &Path, header: DataHeader, states: Vec<FileState>) -> Result<Self> {
+        Self::with_version(out, path, header, states, DataVersion::CURRENT)
+    }
+
+    /// Starts a file of `version`: [`DataVersion::CURRENT`] (2), or
+    /// [`DataVersion::SPLIT_RUNS`] (4) for a file whose blocks may split a run of keys of one
+    /// hash of a value or list state. Version 1 is read, never written.
+    pub fn with_version(
+        out: W,
+        path: &Path,
+        header: DataHeader,
+        states: Vec<FileState>,
+        version: DataVersion,
+    ) -> Result<Self> {
+        if !version.has_owner() {
+            return Err(Error::InvalidConfig(format!(
+                "{}: data files of version {} are read, not written",
+                path.display(),
+                version.get()
+            )));
+        }
         let owner = header.owner.ok_or_else(|| {
             Error::InvalidConfig(format!(
-                "{}: a data file is written with its owner (format version {FORMAT_VERSION})",
-                path.display()
+                "{}: a data file is written with its owner (format version {})",
+                path.display(),
+                version.get()
             ))
         })?;
         let mut w = DataFileWriter {
@@ -413,8 +438,9 @@ impl<W: Write> DataFileWriter<W> {
             records: 0,
             raw_bytes: 0,
             header,
+            version,
         };
-        w.write(&header.encode(&owner))?;
+        w.write(&header.encode(&owner, version))?;
         Ok(w)
     }
 
@@ -517,8 +543,20 @@ impl<W: Write> DataFileWriter<W> {
             blocks: n_blocks,
             records: self.records,
             raw_bytes: self.raw_bytes,
+            version: self.version.get(),
         };
         Ok((summary, self.out))
+    }
+}
+
+/// What the order check across two blocks read in index order keeps from the first: the
+/// block and its last key, only when the next block's check needs them.
+#[derive(Default)]
+struct Seam(Option<(BlockInfo, Vec<u8>)>);
+
+impl Seam {
+    fn take(&mut self) -> Option<(BlockInfo, Vec<u8>)> {
+        self.0.take()
     }
 }
 
@@ -708,7 +746,7 @@ impl DataFile {
         }
         let found = c.u32("version")?;
         let Some(version) = DataVersion::of(found) else {
-            return Err(Error::UnsupportedVersion { path, found, supported: FORMAT_VERSION });
+            return Err(Error::UnsupportedVersion { path, found, supported: NEWEST_DATA_VERSION });
         };
         let header_len = version.header_len();
         if len < header_len + FOOTER_LEN {
@@ -886,12 +924,14 @@ impl DataFile {
             // first hashes never decrease (lookup's binary search relies on it). Version 2:
             // a block starts above the previous one's last hash (value and list states: a
             // key is one record, and a writer never splits keys of equal hash), or at it
-            // (map states: a key's entries may continue into the next block).
+            // (map states: a key's entries may continue into the next block). Version 4: at
+            // it in every state (a run of keys of one hash may continue too; the two keys at
+            // such a boundary are compared when the blocks are read, `group_records`).
             if let Some(p) = last.filter(|p| (p.state, p.key_group) == (b.state, b.key_group)) {
                 let map = states[b.state as usize].kind == StateKind::Map;
                 let ordered = match p.last_hash {
                     None => p.first_hash <= b.first_hash,
-                    Some(l) if map => l <= b.first_hash,
+                    Some(l) if map || version.splits_runs() => l <= b.first_hash,
                     Some(l) => l < b.first_hash,
                 };
                 if !ordered {
@@ -1127,7 +1167,8 @@ impl DataFile {
         Ok(())
     }
 
-    /// Calls `f` for every record of one state and key group.
+    /// Calls `f` for every record of one state and key group, checking the order of keys
+    /// across its blocks as [`DataFile::group_records`] does.
     pub fn for_each_record(
         &self,
         state: u32,
@@ -1135,10 +1176,100 @@ impl DataFile {
         f: &mut dyn FnMut(Record<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut scratch = Vec::new();
-        for b in self.blocks_of(state, key_group) {
-            self.for_each_record_in(b, &mut scratch, f)?;
+        let mut seam = Seam::default();
+        let blocks = self.blocks_of(state, key_group);
+        for (i, b) in blocks.iter().enumerate() {
+            self.read_in_order(b, blocks.get(i + 1), &mut scratch, &mut seam, f)?;
         }
         Ok(())
+    }
+
+    /// Reads every block of one state and key group, in order, into `bufs` (one buffer per
+    /// block) and returns their checked records, each with its block's offset. Besides each
+    /// block's own checks ([`DataFile::records_in`]), checks the order across blocks where
+    /// the index cannot: in a version-4 file, where a block of a value or list state starts
+    /// at the previous block's last hash (a run of keys of one hash continuing), its first
+    /// key must come after that block's last key.
+    pub fn group_records<'b>(
+        &self,
+        state: u32,
+        key_group: u32,
+        bufs: &'b mut Vec<Vec<u8>>,
+    ) -> Result<Vec<(u64, Record<'b>)>> {
+        let blocks = self.blocks_of(state, key_group);
+        bufs.clear();
+        bufs.resize(blocks.len(), Vec::new());
+        let mut out: Vec<(u64, Record<'b>)> = Vec::new();
+        let mut prev: Option<&BlockInfo> = None;
+        for (b, buf) in blocks.iter().zip(bufs.iter_mut()) {
+            let records = self.records_in(b, buf)?;
+            if let (Some(p), Some((_, last)), Some(first)) = (prev, out.last(), records.first()) {
+                self.check_seam(p, last.key(), b, first.key())?;
+            }
+            out.extend(records.into_iter().map(|r| (b.offset, r)));
+            prev = Some(b);
+        }
+        Ok(out)
+    }
+
+    /// Whether the order of `prev` (read before `b`, in index order) and `b` must be checked
+    /// from their keys: a version-4 file's value or list state whose block `b` starts at
+    /// `prev`'s last hash. (Everywhere else the index's hashes checked it, or, for a map
+    /// state, the spec leaves equal hashes across a boundary unchecked.)
+    fn seam_needs_keys(&self, prev: &BlockInfo, b: &BlockInfo) -> bool {
+        self.version.splits_runs()
+            && (prev.state, prev.key_group) == (b.state, b.key_group)
+            && prev.last_hash == Some(b.first_hash)
+            && self.states.get(b.state as usize).is_some_and(|s| s.kind != StateKind::Map)
+    }
+
+    /// `b`'s first key comes after `prev`'s last key where only the keys can tell (above).
+    fn check_seam(&self, prev: &BlockInfo, last_key: &[u8], b: &BlockInfo, first_key: &[u8]) -> Result<()> {
+        if self.seam_needs_keys(prev, b) && first_key <= last_key {
+            return Err(Error::corrupt(
+                &self.path,
+                b.offset,
+                format!(
+                    "block at {}: its first key does not come after the last key of the block at {} \
+                     (keys of hash {:016x} out of order across blocks)",
+                    b.offset, prev.offset, b.first_hash
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`DataFile::for_each_record_in`], for blocks read in index order (`next` follows `b`
+    /// in the index): `seam` carries what the order check across two blocks needs (the last
+    /// key of the previous block, kept only when the next block's check needs it).
+    fn read_in_order(
+        &self,
+        b: &BlockInfo,
+        next: Option<&BlockInfo>,
+        scratch: &mut Vec<u8>,
+        seam: &mut Seam,
+        f: &mut dyn FnMut(Record<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let keep = next.is_some_and(|next| self.seam_needs_keys(b, next));
+        let prev = seam.take().filter(|(p, _)| self.seam_needs_keys(p, b));
+        let mut n = 0u32;
+        let mut kept = Vec::new();
+        let r = self.for_each_record_in(b, scratch, &mut |r| {
+            if n == 0
+                && let Some((p, last)) = &prev
+            {
+                self.check_seam(p, last, b, r.key())?;
+            }
+            n += 1;
+            if keep && n == b.records {
+                kept = r.key().to_vec();
+            }
+            f(r)
+        });
+        if r.is_ok() && keep {
+            seam.0 = Some((*b, kept));
+        }
+        r
     }
 
     /// Finds the records of one key without decoding unrelated blocks: binary search over
@@ -1160,17 +1291,32 @@ impl DataFile {
         Ok(())
     }
 
-    /// Checks every block (checksums and record structure) without keeping anything.
+    /// Checks every block (checksums, record structure, and the order across blocks that
+    /// only keys can tell) without keeping anything; returns the number of records.
     pub fn verify_blocks(&self) -> Result<u64> {
-        let mut scratch = Vec::new();
         let mut records = 0u64;
-        for b in &self.blocks {
-            self.for_each_record_in(b, &mut scratch, &mut |_| {
-                records += 1;
-                Ok(())
-            })?;
-        }
+        self.check_blocks(&mut |_, r| {
+            records += r?;
+            Ok(())
+        })?;
         Ok(records)
+    }
+
+    /// Checks every block in index order as [`DataFile::verify_blocks`] does, handing each
+    /// block's outcome (its record count, or what is wrong with it) to `each`, which decides
+    /// whether to go on (`Ok`) or stop (its error is returned).
+    pub fn check_blocks(&self, each: &mut dyn FnMut(&BlockInfo, Result<u64>) -> Result<()>) -> Result<()> {
+        let mut scratch = Vec::new();
+        let mut seam = Seam::default();
+        for (i, b) in self.blocks.iter().enumerate() {
+            let mut n = 0u64;
+            let r = self.read_in_order(b, self.blocks.get(i + 1), &mut scratch, &mut seam, &mut |_| {
+                n += 1;
+                Ok(())
+            });
+            each(b, r.map(|()| n))?;
+        }
+        Ok(())
     }
 
     /// CRC-32 of the whole file (as recorded in manifests); `None` when only ranges of

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::cursor::Cursor;
 use super::{
     CHANNEL_STATE_VERSION, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MAX_MANIFEST_LEN, NEWEST_MANIFEST_VERSION,
-    OLDEST_READ_VERSION,
+    OLDEST_READ_VERSION, SPLIT_RUN_VERSION,
 };
 use crate::error::{Error, Result};
 use crate::state::{KeyGroupRange, StateDescriptor};
@@ -52,6 +52,24 @@ pub struct FileRef {
     pub crc32: u32,
     /// The checkpoint that wrote the file.
     pub created_by: u64,
+    /// A data file's format version when it is 4 ([`super::SPLIT_RUN_VERSION`]: a run of
+    /// keys of one hash continues across blocks); absent for every other file (data files
+    /// of version 1 or 2, channel-state files). A manifest that lists one is version 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<u32>,
+}
+
+impl FileRef {
+    /// The entry of a data file just written.
+    pub fn data(path: String, summary: &super::FileSummary, created_by: u64) -> FileRef {
+        FileRef {
+            path,
+            size: summary.size,
+            crc32: summary.crc32,
+            created_by,
+            format_version: (summary.version >= super::SPLIT_RUN_VERSION).then_some(summary.version),
+        }
+    }
 }
 
 /// The state of one operator instance in a checkpoint.
@@ -275,6 +293,16 @@ impl Manifest {
             }
             if !listed.insert(f.path.as_str()) {
                 return Err(bad(format!("file path {:?} is listed twice", f.path)));
+            }
+            // A version-3 reader would open a version-4 data file only to refuse it: the
+            // manifest that lists one says 4, which that reader refuses first.
+            if let Some(v) = f.format_version
+                && (v != SPLIT_RUN_VERSION || self.format_version < SPLIT_RUN_VERSION)
+            {
+                return Err(bad(format!(
+                    "file {:?} has format_version {v} in a version-{} manifest (only 4, in a version-4 manifest)",
+                    f.path, self.format_version
+                )));
             }
         }
         for op in &self.operators {

@@ -32,8 +32,15 @@ pub const FORMAT_VERSION: u32 = 2;
 /// reader, which would restore the checkpoint without its in-flight records, refuses it at
 /// the manifest; every other manifest stays version 2, readable by version-2 readers.
 pub const CHANNEL_STATE_VERSION: u32 = 3;
+/// Version of data files in which keys of one hash of a value or list state continue from
+/// one block into the next (a run of them larger than a block can hold), and of manifests
+/// that list such a file (format-spec, changelog 4). Every other data file stays version
+/// 2 and every other manifest 2 or 3, readable by older readers.
+pub const SPLIT_RUN_VERSION: u32 = 4;
 /// Newest manifest version this build reads.
-pub const NEWEST_MANIFEST_VERSION: u32 = CHANNEL_STATE_VERSION;
+pub const NEWEST_MANIFEST_VERSION: u32 = SPLIT_RUN_VERSION;
+/// Newest data-file version this build reads (3 was never a data-file version).
+pub const NEWEST_DATA_VERSION: u32 = SPLIT_RUN_VERSION;
 /// Oldest format version this build reads (data files and manifests).
 pub const OLDEST_READ_VERSION: u32 = 1;
 /// Data file magic: the bytes `89 46 4C 4F 45 44 41 54` ("\x89FLOEDAT").
@@ -85,12 +92,16 @@ pub const DEFAULT_BLOCK_TARGET: usize = 64 << 10;
 pub struct DataVersion(u32);
 
 impl DataVersion {
-    /// The version written by this build.
+    /// The version this build writes unless a file needs [`DataVersion::SPLIT_RUNS`].
     pub const CURRENT: DataVersion = DataVersion(FORMAT_VERSION);
+    /// The version of files in which a run of keys of one hash continues into the next
+    /// block of a value or list state.
+    pub const SPLIT_RUNS: DataVersion = DataVersion(SPLIT_RUN_VERSION);
 
-    /// `version` if this build reads it (`OLDEST_READ_VERSION..=FORMAT_VERSION`; 0 never is).
+    /// `version` if this build reads it (1, 2 and 4; 0 never is, and no data file was
+    /// ever written as 3, the version that added channel-state files).
     pub fn of(version: u32) -> Option<DataVersion> {
-        (OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version).then_some(DataVersion(version))
+        matches!(version, 1 | 2 | SPLIT_RUN_VERSION).then_some(DataVersion(version))
     }
 
     /// The number.
@@ -116,6 +127,13 @@ impl DataVersion {
     /// Whether block entries record the hash of the block's last key.
     pub fn has_last_hash(self) -> bool {
         self.0 >= 2
+    }
+
+    /// Whether a value or list state's keys of one hash may continue into the next block
+    /// (a block may then start at the previous one's last hash, and the order of the two
+    /// keys across that boundary is checked when both blocks are read).
+    pub fn splits_runs(self) -> bool {
+        self.0 >= SPLIT_RUN_VERSION
     }
 }
 

@@ -71,8 +71,9 @@ pub struct VerifyReport {
 struct FileFacts {
     /// Size and whole-file CRC-32, when the file could be read.
     size_crc: Option<(u64, u32)>,
-    /// The header, when the file opened as a data file.
+    /// The header and format version, when the file opened as a data file.
     header: Option<DataHeader>,
+    version: u32,
     /// State names and kinds in the file.
     states: Vec<crate::format::FileState>,
     /// Offsets of their entries in the index.
@@ -144,6 +145,7 @@ impl Checker {
         let mut facts = FileFacts {
             size_crc: None,
             header: None,
+            version: 0,
             states: Vec::new(),
             state_offsets: Vec::new(),
             channel: None,
@@ -181,6 +183,7 @@ impl Checker {
         FileFacts {
             size_crc: None,
             header: None,
+            version: 0,
             states: Vec::new(),
             state_offsets: Vec::new(),
             channel: None,
@@ -220,21 +223,20 @@ impl Checker {
             }
         };
         facts.header = Some(f.header());
+        facts.version = f.version();
         facts.states = f.states().to_vec();
         facts.state_offsets =
             (0..f.states().len()).map(|i| f.state_offset(u32::try_from(i).unwrap_or(u32::MAX))).collect();
-        let mut scratch = Vec::new();
-        for b in f.blocks() {
+        // Every block, each problem reported and the walk going on (the order across
+        // blocks is checked where only keys can tell it, as restore checks it).
+        let _ = f.check_blocks(&mut |_, r| {
             self.blocks += 1;
-            let mut n = 0u64;
-            match f.for_each_record_in(b, &mut scratch, &mut |_| {
-                n += 1;
-                Ok(())
-            }) {
-                Ok(()) => self.records += n,
+            match r {
+                Ok(n) => self.records += n,
                 Err(e) => self.report_error(id, path, &e),
             }
-        }
+            Ok(())
+        });
         facts
     }
 
@@ -331,7 +333,8 @@ impl Checker {
     /// previous file's checkpoint; max_parallelism, owner and state kinds as in the
     /// manifest (`format::chain`, the checks restore makes, at the same offsets).
     fn check_chains(&mut self, l: &Located, m: &Manifest) {
-        let created: BTreeMap<&str, u64> = m.files.iter().map(|f| (f.path.as_str(), f.created_by)).collect();
+        let listed: BTreeMap<&str, &crate::format::FileRef> =
+            m.files.iter().map(|f| (f.path.as_str(), f)).collect();
         for op in &m.operators {
             let mut prev: Option<u64> = None;
             for (i, p) in op.chain.iter().enumerate() {
@@ -341,17 +344,19 @@ impl Checker {
                     prev = None;
                     continue;
                 };
-                let created_by = created.get(p.as_str()).copied().unwrap_or(h.checkpoint_id);
+                let entry = listed.get(p.as_str()).copied();
                 let place = ChainPlace {
                     op,
                     position: i,
-                    created_by,
+                    created_by: entry.map_or(h.checkpoint_id, |f| f.created_by),
+                    format_version: entry.and_then(|f| f.format_version),
                     previous: prev,
                     max_parallelism: m.max_parallelism,
                 };
                 let offsets = &facts.state_offsets;
                 let found = chain_problems(
                     &h,
+                    facts.version,
                     &facts.states,
                     &|s| offsets.get(s as usize).copied().unwrap_or(0),
                     &place,
