@@ -274,6 +274,8 @@ fn read_only_commands_describe_the_directory_and_change_nothing() {
         .collect();
     assert_eq!(chain, [("full", 1), ("increment", 2), ("increment", 3)]);
     assert_eq!(agg0["chain"][0]["path"], data_file(1, "agg", 0, true));
+    assert_eq!(j["format_version"], 2);
+    assert!(agg0["chain"].as_array().unwrap().iter().all(|f| f["format_version"] == 2));
     let states = agg0["states"].as_array().unwrap();
     let names: Vec<&str> = states.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["totals", "events", "counts"]);
@@ -293,6 +295,8 @@ fn read_only_commands_describe_the_directory_and_change_nothing() {
         "{}",
         t.stdout
     );
+
+    assert!(t.stdout.contains("max_parallelism 128  format 2"), "{}", t.stdout);
 
     // verify
     let r = floe(&["verify", d, "--json"]);
@@ -607,4 +611,25 @@ fn bad_input_exits_2_or_3_with_one_clear_line_and_creates_nothing() {
     assert!(r.stdout.contains("damaged"), "{}", r.stdout);
     assert_eq!(floe(&["verify", d, "9"]).code, 1);
     assert_eq!(floe(&["dump", d, "9"]).code, 1);
+}
+
+/// `floe show` tells which format version a checkpoint and each of its files has: the
+/// `split-run` vector's manifest and data file are version 4 (format-spec/data-file.md,
+/// "Version 4"), which an older floe refuses.
+#[test]
+fn show_names_the_format_version_of_the_manifest_and_each_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("split-run");
+    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("format-spec/test-vectors/split-run"), &d);
+    let d = d.to_str().unwrap();
+    let j = floe(&["show", d, "--json"]).json();
+    assert_eq!(j["format_version"], 4);
+    assert_eq!(j["instances"][0]["chain"][0]["format_version"], 4);
+    let t = floe(&["show", d]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert!(
+        t.stdout.contains("max_parallelism 4  format 4") && t.stdout.contains("created by 1, format 4"),
+        "{}",
+        t.stdout
+    );
 }

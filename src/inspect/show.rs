@@ -23,6 +23,9 @@ pub struct ChainFile {
     pub size: u64,
     /// The checkpoint that wrote it.
     pub created_by: u64,
+    /// Its format version, from its header (`null` when unreadable): 2, or 4 when a run of
+    /// keys of one hash continues across its blocks (1: written before version 2).
+    pub format_version: Option<u32>,
     /// Why its index could not be read (`null` when it could).
     pub error: Option<String>,
     /// True when that is because the file could not be read at all (permission denied,
@@ -156,6 +159,9 @@ pub struct ShowReport {
     pub created: String,
     /// Key groups of the job.
     pub max_parallelism: u32,
+    /// The manifest's format version (format-spec/README.md, "Versioning"): 2; 3 with
+    /// channel state; 4 with a data file of version 4. A floe reads the versions it knows.
+    pub format_version: u32,
     /// Source positions: numbers when the manifest records them as `u64`, else `0x` hex.
     pub sources: BTreeMap<String, super::ShownPosition>,
     /// Names of the extra entries.
@@ -215,11 +221,13 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
                 kind: if i == 0 { "full" } else { "increment" }.to_string(),
                 size: fref.map_or(0, |f| f.size),
                 created_by: fref.map_or(0, |f| f.created_by),
+                format_version: None,
                 error: None,
                 unreadable: false,
             };
             match crate::checkpoint::open_data_file(&l.dir.join(p)) {
                 Ok(f) => {
+                    cf.format_version = Some(f.version());
                     cf.kind = match f.header().kind {
                         FileKind::Full => "full",
                         FileKind::Increment => "increment",
@@ -308,6 +316,7 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
         base: m.base,
         created: iso8601(m.created_unix_ms),
         max_parallelism: m.max_parallelism,
+        format_version: m.format_version,
         sources: super::shown_positions(&m),
         extra: m.extra.keys().cloned().collect(),
         operators,
@@ -333,11 +342,12 @@ impl Report for ShowReport {
         let _ = writeln!(s, "checkpoint {} ({}), manifest {}", self.id, self.kind, self.manifest);
         let _ = writeln!(
             s,
-            "  parent {}  base {}  created {}  max_parallelism {}",
+            "  parent {}  base {}  created {}  max_parallelism {}  format {}",
             self.parent.map_or_else(|| "-".into(), |p| p.to_string()),
             self.base,
             self.created,
-            self.max_parallelism
+            self.max_parallelism,
+            self.format_version
         );
         for (k, v) in &self.sources {
             let _ = writeln!(s, "  source {k} = {v}");
@@ -364,11 +374,12 @@ impl Report for ShowReport {
             for f in &i.chain {
                 let _ = write!(
                     s,
-                    "  {:<9} {} {} created by {}",
+                    "  {:<9} {} {} created by {}{}",
                     f.kind,
                     f.path,
                     human_bytes(f.size),
-                    f.created_by
+                    f.created_by,
+                    f.format_version.map_or_else(String::new, |v| format!(", format {v}"))
                 );
                 match &f.error {
                     Some(e) => {
