@@ -61,6 +61,25 @@ fn main() -> floe::Result<()> {
             write(target, &format!("raw-{name}"), 0, &bytes).map_err(io)?;
         }
     }
+    // The spec's test vectors: version-1 files, a version-4 file whose runs of one hash
+    // continue across blocks, channel state, and damaged ones.
+    let vectors = Path::new(env!("CARGO_MANIFEST_DIR")).join("../format-spec/test-vectors");
+    for v in std::fs::read_dir(&vectors).map_err(|e| floe::Error::io("read dir", &vectors, e))? {
+        let v = v.map_err(|e| floe::Error::io("read dir", &vectors, e))?.path();
+        let Ok(files) = std::fs::read_dir(v.join("data")) else { continue };
+        let vector = v.file_name().and_then(|n| n.to_str()).unwrap_or("vector").to_string();
+        for e in files {
+            let p = e.map_err(|e| floe::Error::io("read dir", &v, e))?.path();
+            if p.extension().is_some_and(|x| x == "chan") {
+                continue;
+            }
+            let bytes = std::fs::read(&p).map_err(|e| floe::Error::io("read", &p, e))?;
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("data");
+            for target in ["data_file", "records_apply"] {
+                write(target, &format!("{vector}-{name}"), 0, &bytes).map_err(io)?;
+            }
+        }
+    }
     for id in 1..=2 {
         let p = storage.manifest_path(id);
         let bytes = std::fs::read(&p).map_err(|e| floe::Error::io("read", &p, e))?;
