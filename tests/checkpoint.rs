@@ -448,15 +448,43 @@ fn recover_after_power_loss(
 
 #[test]
 fn io_fault_at_every_step_never_damages_the_previous_checkpoint() {
-    // Checkpoints 1 (full) and 2 (increment) complete; faults are injected at every step of
-    // writing checkpoint 3 (an increment on top of 2), then the machine "loses power"
-    // (everything not fsynced is dropped) and recovery runs.
+    io_fault_sweep(false);
+}
+
+/// The sweep above, where checkpoint 3 holds a run of keys of one hash past a block: its
+/// data file is written as version 2, discarded, and written again as version 4
+/// (`keys_of_one_hash_past_a_block_continue_into_the_next_in_a_version_4_file`), so the
+/// faults also hit the discard (a temp file left when its removal fails makes the second
+/// attempt fail; gc removes it) and the second attempt.
+#[test]
+fn io_fault_at_every_step_of_a_rewritten_version_4_file_never_damages_the_previous_checkpoint() {
+    io_fault_sweep(true);
+}
+
+/// Checkpoints 1 (full) and 2 (increment) complete; faults are injected at every step of
+/// writing checkpoint 3 (an increment on top of 2; with `split_run`, one that also holds
+/// 66 MiB of values under two keys of one hash), then the machine "loses power"
+/// (everything not fsynced is dropped) and recovery runs.
+fn io_fault_sweep(split_run: bool) {
+    let keys = common::collide::colliding_keys(2);
+    let big = vec![7u8; 33 << 20];
+    let round_3 = |store: &mut Store| {
+        evolve(store, 9, 3, 60, 300);
+        if split_run {
+            for k in &keys {
+                store.put(V, k, &big).unwrap();
+            }
+        }
+    };
     let mut models = Vec::new();
     let mut s = new_store(StoreConfig::default());
-    for round in 1..=3 {
+    for round in 1..=2 {
         evolve(&mut s, 9, round, if round == 1 { 600 } else { 60 }, 300);
         models.push(materialize(&s.snapshot()));
     }
+    round_3(&mut s);
+    models.push(materialize(&s.snapshot()));
+    drop(s);
     let run = |dir: &Path, io: Arc<FaultyIo>| -> (bool, u64) {
         let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
         let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
@@ -467,7 +495,7 @@ fn io_fault_at_every_step_never_damages_the_previous_checkpoint() {
             assert!(try_checkpoint(&storage, &mut cp, &mut store, round), "checkpoint {round} must succeed");
         }
         let start = io.steps();
-        evolve(&mut store, 9, 3, 60, 300);
+        round_3(&mut store);
         (try_checkpoint(&storage, &mut cp, &mut store, 3), start)
     };
     let dry = tempfile::tempdir().unwrap();
@@ -489,6 +517,15 @@ fn io_fault_at_every_step_never_damages_the_previous_checkpoint() {
         3,
         "dry run: one data file per checkpoint"
     );
+    // With the run, checkpoint 3's data file was created twice (the version-2 attempt
+    // removed in between) and is version 4.
+    let creates = log[start as usize..]
+        .iter()
+        .filter(|(k, p)| *k == "create" && p.to_string_lossy().contains("tmp-"))
+        .count();
+    let third = chain(dry.path(), 3).pop().unwrap();
+    let version = floe::format::DataFile::open(&dry.path().join(&third)).unwrap().version();
+    assert_eq!((creates, version), if split_run { (3, 4) } else { (2, 2) }, "{:?}", &log[start as usize..]);
     let mut outcomes = BTreeMap::new();
     for fault in [Fault::Fail, Fault::Tear] {
         for n in start..end {
