@@ -723,6 +723,9 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
     if ![json!(1), json!(2), json!(3), json!(4)].contains(&m["format_version"]) {
         return Err(err("unsupported_version", manifest_rel));
     }
+    if m["format_version"] != json!(version) {
+        return Err(bad(manifest_rel));
+    }
     // Rule 10: a file entry's `format_version` is 4, in a version-4 manifest.
     for f in m["files"].as_array().unwrap() {
         if let Some(v) = f.get("format_version")
@@ -1089,6 +1092,7 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
         }),
         ("body is not a manifest object", manifest_bytes(2, b"[]")),
         ("format_version not 1, 2, 3 or 4", with(&|j| j["format_version"] = json!(0))),
+        ("format_version differs from the header's version", with(&|j| j["format_version"] = json!(3))),
         ("max_parallelism out of range", with(&|j| j["max_parallelism"] = json!(0))),
         ("unsafe or repeated path", with(&|j| j["files"][0]["path"] = json!("../x"))),
         (
@@ -1126,7 +1130,9 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
     }
     // Versions 3 (channel state) and 4 (split runs) are read; the next one is not. A file
     // entry may say 4 in a version-4 manifest, and only 4.
-    std::fs::write(&path, manifest_bytes(3, &good[24..])).unwrap();
+    let mut three = body.clone();
+    three["format_version"] = json!(3);
+    std::fs::write(&path, manifest_bytes(3, &serde_json::to_vec(&three).unwrap())).unwrap();
     floe::checkpoint::read_manifest_file(&path).unwrap();
     let mut four = body.clone();
     four["format_version"] = json!(4);

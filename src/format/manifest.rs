@@ -266,14 +266,21 @@ impl Manifest {
         let m: Manifest = serde_json::from_slice(body).map_err(|e| {
             Error::corrupt(path, MANIFEST_HEADER_LEN as u64, format!("manifest body is not valid: {e}"))
         })?;
+        // Rule 8: the body's version is one this build reads, and the header's.
+        m.check_version(path)?;
+        if m.format_version != version {
+            return Err(Error::corrupt(
+                path,
+                8,
+                format!("header says format version {version}, the body {}", m.format_version),
+            ));
+        }
         m.validate(path)?;
         Ok(m)
     }
 
-    /// Structural checks beyond the JSON schema: safe relative paths, chains that name
-    /// listed files, sane key-group ranges, channel state listed in files (version 3).
-    pub fn validate(&self, path: &Path) -> Result<()> {
-        let bad = |what: String| Error::corrupt(path, MANIFEST_HEADER_LEN as u64, what);
+    /// `format_version` is one this build reads.
+    fn check_version(&self, path: &Path) -> Result<()> {
         if !(OLDEST_READ_VERSION..=NEWEST_MANIFEST_VERSION).contains(&self.format_version) {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
@@ -281,6 +288,14 @@ impl Manifest {
                 supported: NEWEST_MANIFEST_VERSION,
             });
         }
+        Ok(())
+    }
+
+    /// Structural checks beyond the JSON schema: safe relative paths, chains that name
+    /// listed files, sane key-group ranges, channel state listed in files (version 3).
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        let bad = |what: String| Error::corrupt(path, MANIFEST_HEADER_LEN as u64, what);
+        self.check_version(path)?;
         if self.max_parallelism == 0 || self.max_parallelism > crate::state::keygroup::MAX_MAX_PARALLELISM {
             return Err(bad(format!("max_parallelism {} out of range", self.max_parallelism)));
         }
