@@ -371,6 +371,52 @@ fn keys_of_one_hash_past_a_block_continue_into_the_next_in_a_version_4_file() {
     // to test here beyond the number, which `format_spec` checks against the spec.
 }
 
+/// A run of one hash that fits a block by itself stays in version 2 even when other keys
+/// of its key group fill the block it starts in: the writer ends that block before the run
+/// (found by an outside attack: three small keys of a lower hash before two colliding keys
+/// of exactly 64 MiB of records made the file version 4, which older readers refuse).
+#[test]
+fn a_run_that_fits_a_block_by_itself_is_not_split() {
+    let keys = common::collide::colliding_keys(2);
+    let hash = floe::state::key_hash(&keys[0]);
+    let maxp = StoreConfig::default().max_parallelism;
+    let group = floe::state::key_group(&keys[0], maxp);
+    // Keys of lower hashes in the run's key group: they sort before it, in its first block.
+    let before: Vec<Vec<u8>> = (0u64..)
+        .map(|i| format!("k{i}").into_bytes())
+        .filter(|k| floe::state::key_group(k, maxp) == group && floe::state::key_hash(k) < hash)
+        .take(3)
+        .collect();
+    // Two Put records (1 + 4 + 16 + 4 bytes and the value) of 64 MiB together.
+    let record = |value: usize| 25 + value;
+    let (a, b) = (32 << 20, (32 << 20) - 50);
+    assert_eq!(record(a) + record(b), floe::format::MAX_BLOCK_LEN as usize);
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store(StoreConfig::default());
+    for k in &before {
+        store.put(V, k, &[1u8; 100]).unwrap();
+    }
+    store.put(V, &keys[0], &vec![7u8; a]).unwrap();
+    store.put(V, &keys[1], &vec![8u8; b]).unwrap();
+    let model = checkpoint(&storage, &mut cp, &mut store, 1);
+    assert_eq!(versions(dir.path(), 1), (2, vec![2]));
+    assert_eq!(recover_model(dir.path(), 1, StoreConfig::default()), model);
+    let f = floe::format::DataFile::open(&dir.path().join(&chain(dir.path(), 1)[0])).unwrap();
+    let blocks = f.blocks_of(0, group);
+    assert_eq!(blocks.len(), 2);
+    assert_eq!((blocks[0].records, blocks[1].records), (3, 2));
+    assert_eq!(blocks[1].raw_len, floe::format::MAX_BLOCK_LEN);
+    // One byte more, and the run needs version 4 (both keys written again: the increment
+    // holds both).
+    store.put(V, &keys[0], &vec![7u8; a]).unwrap();
+    store.put(V, &keys[1], &vec![8u8; b + 1]).unwrap();
+    let model = checkpoint(&storage, &mut cp, &mut store, 2);
+    assert_eq!(versions(dir.path(), 2).0, 4);
+    assert_eq!(recover_model(dir.path(), 2, StoreConfig::default()), model);
+}
+
 /// The chain of operator `op`, subtask 0, in checkpoint `id` (paths relative to `dir`).
 fn chain(dir: &Path, id: u64) -> Vec<String> {
     let path = dir.join(format!("chk-{id:020}.manifest"));

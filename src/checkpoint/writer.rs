@@ -14,7 +14,7 @@ use super::publish::{ChunkPool, DiskModel, WriteOptions, publish};
 use crate::error::{Error, Result};
 use crate::format::CompressChoice;
 use crate::format::datafile::BlockRecords;
-use crate::format::datafile::encode_record;
+use crate::format::datafile::{encode_record, run_start};
 use crate::format::{
     DataFileWriter, DataHeader, DataVersion, EncodedBlock, FileState, FileSummary, MAX_BLOCK_LEN,
     encode_block,
@@ -101,10 +101,26 @@ pub(crate) fn encode_unit(
         if meta.records > 0 {
             // A block may pass the target by one record, but never MAX_BLOCK_LEN: a record
             // that would carry it past the limit starts the next block.
-            let over = buf.len().saturating_add(r.encoded_len()) > MAX_BLOCK_LEN as usize;
+            let passes = |buf: &Vec<u8>| buf.len().saturating_add(r.encoded_len()) > MAX_BLOCK_LEN as usize;
+            let mut over = passes(&buf);
             if over || buf.len() >= target {
                 meta.last_hash = key_hash(last_key);
-                let may_split = map || key_hash(r.key()) != meta.last_hash || (over && runs.split);
+                let run = !map && key_hash(r.key()) == meta.last_hash;
+                if run && over {
+                    // The record continues a run of one hash that began in this block:
+                    // the block ends before the run, if anything precedes it there, so the
+                    // run gets a block of its own and stays whole when that can hold it.
+                    match cut_before_run(&mut buf, &mut meta, choice, pool) {
+                        Ok(Some(b)) => blocks.push(b),
+                        Ok(None) => {}
+                        Err(e) => {
+                            failed = Some(e);
+                            return;
+                        }
+                    }
+                    over = passes(&buf);
+                }
+                let may_split = !run || (over && runs.split);
                 if over && !may_split {
                     runs.needed.store(true, Ordering::Relaxed);
                     failed = Some(Error::InvalidRecord(format!(
@@ -145,6 +161,25 @@ pub(crate) fn encode_unit(
     }
     pool.give(buf);
     Ok(blocks)
+}
+
+/// When the records in `buf` (described by `meta`, whose `last_hash` is set) end with a run
+/// of keys of `meta.last_hash` that records of other hashes precede: encodes those as a
+/// block and leaves the run in `buf` (and `meta`) as the start of the next.
+fn cut_before_run(
+    buf: &mut Vec<u8>,
+    meta: &mut BlockRecords,
+    choice: &mut BlockChoice<'_>,
+    pool: &BufferPool,
+) -> Result<Option<EncodedBlock>> {
+    let Some((at, before, prev_hash)) = run_start(buf, meta.last_hash) else { return Ok(None) };
+    let run = buf.split_off(at);
+    let head = BlockRecords { records: before, last_hash: prev_hash, ..*meta };
+    let block = encode_chosen(choice, head, buf, pool)?;
+    pool.give(std::mem::replace(buf, run));
+    meta.records = meta.records.saturating_sub(before);
+    meta.first_hash = meta.last_hash;
+    Ok(Some(block))
 }
 
 /// Encodes the records in `buf` as one block at the effort `choice` picks, and tells it

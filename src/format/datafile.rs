@@ -206,6 +206,47 @@ pub fn encode_record(buf: &mut Vec<u8>, r: &Record<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Where the run of records at the end of `raw` whose keys hash to `hash` begins, when
+/// records of other hashes precede it: its byte offset, the number of records before it,
+/// and the hash of the record just before it. `raw` holds records as [`encode_record`]
+/// writes them, in `(hash, key)` order (a block being filled); `None` when the run is the
+/// whole of `raw`, when the last record is not of `hash`, or when `raw` does not parse.
+/// Hashes every key: for the rare writer that must cut a block before such a run.
+pub fn run_start(raw: &[u8], hash: u64) -> Option<(usize, u32, u64)> {
+    let path = Path::new("block being written");
+    let mut c = Cursor::new(raw, 0, path);
+    // The start of the current run of `hash`, with the hash before it (`None`: none).
+    let (mut n, mut prev) = (0u32, None::<u64>);
+    let mut run: Option<(usize, u32, Option<u64>)> = None;
+    while !c.is_empty() {
+        let at = usize::try_from(c.offset()).ok()?;
+        let t = c.u8("tag").ok()?;
+        let key = c.len_prefixed("key").ok()?;
+        let more = match t {
+            tag::PUT | tag::APPEND => 1,
+            tag::DELETE => 0,
+            tag::MAP_PUT => 2,
+            tag::MAP_DELETE => 1,
+            _ => return None,
+        };
+        for _ in 0..more {
+            c.len_prefixed("field").ok()?;
+        }
+        let h = key_hash(key);
+        if h != hash {
+            run = None;
+        } else if run.is_none() {
+            run = Some((at, n, prev));
+        }
+        prev = Some(h);
+        n = n.checked_add(1)?;
+    }
+    match run? {
+        (at, before, Some(p)) => Some((at, before, p)),
+        (_, _, None) => None,
+    }
+}
+
 /// `len` as a `u32`, for lengths already bounded by `MAX_BLOCK_LEN` (saturating, never
 /// truncating).
 fn len_u32(len: usize) -> u32 {
