@@ -613,7 +613,7 @@ fn bad_input_exits_2_or_3_with_one_clear_line_and_creates_nothing() {
     assert_eq!(floe(&["dump", d, "9"]).code, 1);
 }
 
-/// `floe show` tells which format version a checkpoint and each of its files has: the
+/// `floe show` (and `inspect`) tell which format version a checkpoint and each of its files has: the
 /// `split-run` vector's manifest and data file are version 4 (format-spec/data-file.md,
 /// "Version 4"), which an older floe refuses.
 #[test]
@@ -632,4 +632,8 @@ fn show_names_the_format_version_of_the_manifest_and_each_file() {
         "{}",
         t.stdout
     );
+    let i = floe(&["inspect", d, "--json"]).json();
+    assert_eq!(i["checkpoints"][0]["format_version"], 4);
+    let t = floe(&["inspect", d]);
+    assert!(t.stdout.contains("chain 1 format 4  ok"), "{}", t.stdout);
 }

@@ -32,6 +32,9 @@ pub struct CheckpointLine {
     pub parent: Option<u64>,
     /// Longest chain of files of any operator instance (1 = full files only).
     pub chain_length: usize,
+    /// The manifest's format version (`null` when it does not read): 2; 3 with channel
+    /// state; 4 with a data file of version 4, which a floe before format 4 refuses.
+    pub format_version: Option<u32>,
     /// Creation time, ISO-8601 UTC.
     pub created: Option<String>,
     /// Bytes of every file it needs.
@@ -146,6 +149,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                     base: None,
                     parent: None,
                     chain_length: 0,
+                    format_version: None,
                     created: None,
                     bytes_on_disk: 0,
                     bytes_own: 0,
@@ -235,6 +239,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
             base: Some(m.base),
             parent: m.parent,
             chain_length: m.operators.iter().map(|o| o.chain.len()).max().unwrap_or(0),
+            format_version: Some(m.format_version),
             created: Some(iso8601(m.created_unix_ms)),
             bytes_on_disk: m.files.iter().map(|f| f.size).sum(),
             bytes_own: m.files.iter().filter(|f| f.created_by == m.checkpoint_id).map(|f| f.size).sum(),
@@ -310,9 +315,14 @@ impl Report for InspectReport {
             }
             let ratio = c.compression_ratio.map_or_else(|| "?".to_string(), |r| format!("{r:.2}x"));
             let sources: Vec<String> = c.sources.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            // The version shows where older readers may not read it (above the default 2).
+            let format = match c.format_version {
+                Some(v) if v > crate::format::FORMAT_VERSION => format!(" format {v}"),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "{:>6}  {kind:<11}  base {} chain {}  ok  {}  disk {}  own {}  ratio {ratio}  ops {}  sources {}",
+                "{:>6}  {kind:<11}  base {} chain {}{format}  ok  {}  disk {}  own {}  ratio {ratio}  ops {}  sources {}",
                 c.id,
                 c.base.map_or_else(|| "-".into(), |b| b.to_string()),
                 c.chain_length,
