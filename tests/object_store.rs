@@ -3,7 +3,8 @@
 //! `FLOE_TEST_S3` names a bucket URL such as `s3://floe-test`; `.ci/run` starts the server
 //! and sets it with `AWS_ENDPOINT` and friends; the S3 tests print why they skip when it is
 //! unset, and need `--features cloud`, or `--features s3`). Round trips, retention with shared files,
-//! recovery fallback, compaction, orphans and gc, bad input, and racing writers.
+//! recovery fallback, compaction, orphans and gc, bad input, racing writers, and a data file
+//! rewritten as version 4.
 
 mod common;
 
@@ -558,6 +559,35 @@ fn recover_agrees_across_operators(m: Medium) {
     }
 }
 
+/// Keys of one hash past a block (format-spec/data-file.md, "Version 4"): the data file's
+/// version-2 attempt is abandoned and the file written again as version 4 under the same
+/// name (on object storage: the abandoned upload publishes nothing, so the create-only
+/// publication of the second succeeds); restore, of everything and of the run's key group
+/// alone (ranged reads on object storage), gives the model back, and no object is left
+/// that gc would call ours.
+fn split_runs(m: Medium) {
+    let Some(p) = place(m, "split-runs") else { return };
+    let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut store = new_store(StoreConfig::default());
+    evolve(&mut store, 5, 1, 3000, 1000);
+    let keys = common::collide::colliding_keys(2);
+    let big = vec![7u8; 33 << 20];
+    for k in &keys {
+        store.put(common::chain::V, k, &big).unwrap();
+    }
+    let model = checkpoint(&storage, &mut cp, &mut store, 1);
+    let manifest = storage.read_manifest(1).unwrap();
+    assert_eq!(manifest.format_version, 4);
+    assert_eq!(manifest.files.iter().filter(|f| f.format_version == Some(4)).count(), 1);
+    assert_eq!(recover_model(p.path(), 1, StoreConfig::default()), model);
+    let kg = floe::state::key_group(&keys[0], 128);
+    let range = KeyGroupRange::new(kg, kg + 1).unwrap();
+    let config = StoreConfig { max_parallelism: 128, key_groups: range };
+    assert_eq!(recover_model(p.path(), 1, config), in_range(&model, range, 128));
+    assert!(storage.orphans().unwrap().ours.is_empty());
+}
+
 macro_rules! on_every_medium {
     ($($name:ident),* $(,)?) => {
         mod local { $(#[test] fn $name() { super::$name(super::Medium::Local) })* }
@@ -576,7 +606,8 @@ on_every_medium!(
     racing_writers,
     ranged_reads,
     long_index,
-    recover_agrees_across_operators
+    recover_agrees_across_operators,
+    split_runs
 );
 
 fn floe_cli(args: &[&str]) -> (i32, String, String) {
