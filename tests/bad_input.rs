@@ -623,23 +623,44 @@ fn a_block_claiming_millions_of_records_reserves_no_more_than_its_bytes_justify(
     assert!(largest <= MAX_BLOCK_LEN as usize + (1 << 20), "largest allocation {largest}");
 }
 
-/// A crafted full file of `version` whose value state holds `keys` (all of one hash, in
-/// this order) one per block.
-fn one_key_per_block(version: floe::format::DataVersion, keys: &[&[u8]]) -> Result<DataFile, Error> {
+/// A crafted full file whose blocks hold `blocks` (each a list of keys, all of one key
+/// group), of a value state (`Put key -> key`) or of a map state (`MapPut key, map key ->
+/// map key`, the map keys `m0`, `m1`, ... per block). Written as version 4 (floe's writer
+/// refuses a version-2 file whose blocks split a run of one hash); `version` 2 then
+/// relabels it, header checksum fixed, as a hostile file would be.
+fn crafted_blocks(version: u32, kind: StateKind, blocks: &[&[&[u8]]]) -> Result<DataFile, Error> {
     use floe::format::datafile::{BlockRecords, encode_record};
-    use floe::format::{DataFileWriter, FileState, encode_block};
-    let states = vec![FileState { name: "v".into(), kind: StateKind::Value }];
+    use floe::format::{DataFileWriter, DataVersion, FileState, encode_block};
+    use floe::state::Record;
+    let states = vec![FileState { name: "s".into(), kind }];
     let path = Path::new("crafted");
-    let mut w = DataFileWriter::with_version(Vec::new(), path, crafted_header(), states, version)?;
-    for k in keys {
-        let h = floe::state::key_hash(k);
+    let mut w =
+        DataFileWriter::with_version(Vec::new(), path, crafted_header(), states, DataVersion::SPLIT_RUNS)?;
+    for (i, keys) in blocks.iter().enumerate() {
         let mut raw = Vec::new();
-        encode_record(&mut raw, &floe::state::Record::Put { key: k, value: k })?;
-        let meta =
-            BlockRecords { state: 0, key_group: (h % 128) as u32, records: 1, first_hash: h, last_hash: h };
+        let map_key = format!("m{i}");
+        for k in *keys {
+            let r = match kind {
+                StateKind::Map => Record::MapPut { key: k, map_key: map_key.as_bytes(), value: b"v" },
+                _ => Record::Put { key: k, value: k },
+            };
+            encode_record(&mut raw, &r)?;
+        }
+        let hash = |k: &[u8]| floe::state::key_hash(k);
+        let (first, last) = (hash(keys[0]), hash(keys[keys.len() - 1]));
+        let meta = BlockRecords {
+            state: 0,
+            key_group: (first % 128) as u32,
+            records: keys.len() as u32,
+            first_hash: first,
+            last_hash: last,
+        };
         w.write_block(&encode_block(meta, &mut raw, Vec::new(), false)?)?;
     }
-    let (_, bytes) = w.finish()?;
+    let (_, mut bytes) = w.finish()?;
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     DataFile::from_bytes(path, bytes)
 }
 
@@ -656,24 +677,26 @@ fn looked_up(f: &DataFile, key: &[u8]) -> Vec<Vec<u8>> {
 
 /// A value state's run of keys of one hash split across blocks (format-spec/data-file.md,
 /// "Version 4"): a version-2 file that does it is corrupt at the index entry (version 2
-/// keeps such keys in one block); a version-4 file reads, every reader of a whole key group
-/// getting the keys in order and a lookup finding a key in any block of the run; and a
-/// version-4 file with two of the keys out of order across a boundary, which the index's
-/// hashes cannot show, is corrupt at the second block for every reader of the whole key
-/// group (restore's `group_records`, `for_each_record`, `verify_blocks`), while a lookup of
-/// one key, which reads no other key's block in order, still finds its value.
+/// keeps such keys in one block, and floe's writer refuses to write it); a version-4 file
+/// reads, every reader of a whole key group getting the keys in order and a lookup finding
+/// a key in any block of the run; and a version-4 file with keys out of order across a
+/// boundary, which the index's hashes cannot show, is corrupt at the second block for every
+/// reader of the whole key group (restore's `group_records`, `for_each_record`,
+/// `verify_blocks`), comparing the previous block's *last* key with the next one's first,
+/// while a lookup of one key, which reads no other key's block in order, still finds its
+/// value. A map key's entries (and colliding map keys) may always continue across blocks.
 #[test]
 fn a_run_of_one_hash_across_blocks_reads_only_in_version_4_and_only_in_key_order() {
-    use floe::format::DataVersion;
-    let mut keys = common::collide::colliding_keys(3);
+    let mut keys = common::collide::colliding_keys(4);
     keys.sort();
-    let [a, b, c] = [&keys[0][..], &keys[1][..], &keys[2][..]];
-    let err = one_key_per_block(DataVersion::CURRENT, &[a, b, c]).map(drop).unwrap_err();
+    let [a, b, c, d] = [&keys[0][..], &keys[1][..], &keys[2][..], &keys[3][..]];
+    let value = |version: u32, blocks: &[&[&[u8]]]| crafted_blocks(version, StateKind::Value, blocks);
+    let err = value(2, &[&[a], &[b], &[c]]).map(drop).unwrap_err();
     let Error::Corrupt { offset, what, .. } = &err else { panic!("{err:?}") };
     assert!(what.contains("hash order"), "{what}");
     // The second block entry: the index, after the state table, the block count and one
     // 56-byte entry.
-    let f = one_key_per_block(DataVersion::SPLIT_RUNS, &[a, b, c]).unwrap();
+    let f = value(4, &[&[a], &[b], &[c]]).unwrap();
     let second_entry = f.state_offset(0) + 3 + 1 + 4 + 56;
     assert_eq!(*offset, second_entry, "{what}");
     let kg = f.blocks()[0].key_group;
@@ -685,8 +708,6 @@ fn a_run_of_one_hash_across_blocks_reads_only_in_version_4_and_only_in_key_order
     for k in [a, b, c] {
         assert_eq!(looked_up(&f, k), vec![k.to_vec()]);
     }
-    let swapped = one_key_per_block(DataVersion::SPLIT_RUNS, &[b, a, c]).unwrap();
-    let at = swapped.blocks()[1].offset;
     let corrupt_at = |r: Result<(), Error>| match r {
         Err(Error::Corrupt { offset, what, .. }) => {
             assert!(what.contains("out of order across blocks"), "{what}");
@@ -694,13 +715,41 @@ fn a_run_of_one_hash_across_blocks_reads_only_in_version_4_and_only_in_key_order
         }
         other => panic!("{other:?}"),
     };
-    assert_eq!(corrupt_at(swapped.verify_blocks().map(drop)), at);
-    assert_eq!(corrupt_at(swapped.group_records(0, kg, &mut bufs).map(drop)), at);
-    assert_eq!(corrupt_at(swapped.for_each_record(0, kg, &mut |_| Ok(()))), at);
+    let every_reader = |f: &DataFile, at: u64| {
+        let mut bufs = Vec::new();
+        assert_eq!(corrupt_at(f.verify_blocks().map(drop)), at);
+        assert_eq!(corrupt_at(f.group_records(0, kg, &mut bufs).map(drop)), at);
+        assert_eq!(corrupt_at(f.for_each_record(0, kg, &mut |_| Ok(()))), at);
+    };
+    let swapped = value(4, &[&[b], &[a], &[c]]).unwrap();
+    every_reader(&swapped, swapped.blocks()[1].offset);
     assert_eq!(looked_up(&swapped, a), vec![a.to_vec()]);
     // In order except at the seam between the last two blocks: found there too.
-    let late = one_key_per_block(DataVersion::SPLIT_RUNS, &[a, c, b]).unwrap();
-    assert_eq!(corrupt_at(late.verify_blocks().map(drop)), late.blocks()[2].offset);
+    let late = value(4, &[&[a], &[c], &[b]]).unwrap();
+    every_reader(&late, late.blocks()[2].offset);
+    // Blocks of several records: the previous block's last key counts, not its first.
+    let after_first_only = value(4, &[&[a, c], &[b, d]]).unwrap();
+    every_reader(&after_first_only, after_first_only.blocks()[1].offset);
+    let in_order = value(4, &[&[a, b], &[c, d]]).unwrap();
+    assert_eq!(in_order.verify_blocks().unwrap(), 4);
+    // `floe verify` goes on past a bad seam: the very next seam is checked too.
+    let two_bad = value(4, &[&[d], &[c], &[b]]).unwrap();
+    let mut bad = Vec::new();
+    two_bad
+        .check_blocks(&mut |blk, r| {
+            if r.is_err() {
+                bad.push(blk.offset);
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(bad, vec![two_bad.blocks()[1].offset, two_bad.blocks()[2].offset]);
+    // Map states: one key's entries, and colliding keys, across blocks, in versions 2 and 4.
+    for version in [2, 4] {
+        let f = crafted_blocks(version, StateKind::Map, &[&[a], &[a, b], &[b], &[c]]).unwrap();
+        assert_eq!(f.verify_blocks().unwrap(), 5, "version {version}");
+        assert_eq!(f.group_records(0, kg, &mut bufs).unwrap().len(), 5);
+    }
 }
 
 /// A full file's header for crafted files (operator "op", subtask 0, every key group).

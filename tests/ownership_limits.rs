@@ -452,8 +452,10 @@ fn keys_by_hash(n: u32) -> Vec<(u64, Vec<u8>)> {
 }
 
 /// A data file of one state (`kind`) in key group 0 of max_parallelism 1, with one block per
-/// element of `blocks` (each a list of records), written by floe's writer with the index
-/// fields the writer computes; `last_hash_of` may lie about a block's last hash.
+/// element of `blocks` (each a list of records), with the index fields floe's writer would
+/// compute; `lie` may lie about a block's last hash. The header comes from floe's writer;
+/// blocks, index and footer are laid out here from format-spec/data-file.md, since floe's
+/// writer refuses blocks out of order.
 fn crafted(
     kind: FileKind,
     state: StateKind,
@@ -468,7 +470,10 @@ fn crafted(
         owner: Some(FileOwner::new("op", 0, KeyGroupRange::all(1))),
     };
     let states = vec![FileState { name: "s".into(), kind: state }];
-    let mut w = DataFileWriter::new(Vec::new(), Path::new("crafted"), header, states).unwrap();
+    let empty =
+        DataFileWriter::new(Vec::new(), Path::new("crafted"), header, states).unwrap().finish().unwrap().1;
+    let mut out = empty[..64].to_vec();
+    let mut entries = Vec::new();
     for (i, records) in blocks.iter().enumerate() {
         let mut raw = Vec::new();
         for r in records {
@@ -485,9 +490,42 @@ fn crafted(
             first_hash: key_hash(records[0].key()),
             last_hash,
         };
-        w.write_block(&encode_block(meta, &mut raw, Vec::new(), false).unwrap()).unwrap();
+        let b = encode_block(meta, &mut raw, Vec::new(), false).unwrap();
+        let offset = out.len() as u64;
+        out.extend_from_slice(&b.bytes);
+        let mut e = Vec::with_capacity(INDEX_ENTRY_LEN);
+        e.extend_from_slice(&0u32.to_le_bytes());
+        e.extend_from_slice(&0u32.to_le_bytes());
+        e.extend_from_slice(&offset.to_le_bytes());
+        e.extend_from_slice(&(b.bytes.len() as u32).to_le_bytes());
+        e.extend_from_slice(&b.raw_len.to_le_bytes());
+        e.extend_from_slice(&b.records.to_le_bytes());
+        e.extend_from_slice(&b.crc32.to_le_bytes());
+        e.extend_from_slice(&b.first_hash.to_le_bytes());
+        e.extend_from_slice(&b.last_hash.to_le_bytes());
+        e.push(b.compression);
+        e.extend_from_slice(&[0; 7]);
+        entries.extend_from_slice(&e);
     }
-    w.finish().unwrap().1
+    let kind_code = match state {
+        StateKind::Value => 1u8,
+        StateKind::List => 2,
+        StateKind::Map => 3,
+    };
+    let mut index = 1u32.to_le_bytes().to_vec();
+    index.push(kind_code);
+    index.extend_from_slice(&1u16.to_le_bytes());
+    index.push(b's');
+    index.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
+    index.extend_from_slice(&entries);
+    let index_offset = out.len() as u64;
+    out.extend_from_slice(&index);
+    out.extend_from_slice(&index_offset.to_le_bytes());
+    out.extend_from_slice(&(index.len() as u64).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&index).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(b"FLOEEND\n");
+    out
 }
 
 /// Offset of block entry `i` in a crafted file (one state named "s").

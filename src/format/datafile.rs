@@ -436,6 +436,8 @@ pub struct DataFileWriter<W: Write> {
     raw_bytes: u64,
     header: DataHeader,
     version: DataVersion,
+    /// (state, key group, last hash) of the last block written.
+    last: Option<(u32, u32, u64)>,
 }
 
 impl<W: Write> DataFileWriter<W> {
@@ -480,6 +482,7 @@ impl<W: Write> DataFileWriter<W> {
             raw_bytes: 0,
             header,
             version,
+            last: None,
         };
         w.write(&header.encode(&owner, version))?;
         Ok(w)
@@ -498,8 +501,39 @@ impl<W: Write> DataFileWriter<W> {
     }
 
     /// Appends a block. Blocks must come in ascending (state, key group) order, each of a key
-    /// group of the file's owner.
+    /// group of the file's owner, and within one (state, key group) in the hash order of the
+    /// file's version (format-spec/data-file.md, "Validity", step 13): a block that breaks it
+    /// is refused, so that no file is published that every reader would refuse.
     pub fn write_block(&mut self, b: &EncodedBlock) -> Result<()> {
+        let kind = self.states.get(b.state as usize).map(|s| s.kind).ok_or_else(|| {
+            Error::InvalidRecord(format!(
+                "a block of state {} in a file of {} states",
+                b.state,
+                self.states.len()
+            ))
+        })?;
+        let ordered = b.first_hash <= b.last_hash
+            && match self.last {
+                Some((s, kg, _)) if (s, kg) > (b.state, b.key_group) => false,
+                Some((s, kg, last)) if (s, kg) == (b.state, b.key_group) => {
+                    if kind == StateKind::Map || self.version.splits_runs() {
+                        last <= b.first_hash
+                    } else {
+                        last < b.first_hash
+                    }
+                }
+                _ => true,
+            };
+        if !ordered {
+            return Err(Error::InvalidRecord(format!(
+                "a block of state {} key group {} (hashes {:016x}..={:016x}) out of the order of a version-{} file",
+                b.state,
+                b.key_group,
+                b.first_hash,
+                b.last_hash,
+                self.version.get()
+            )));
+        }
         if let Some(owner) = self.header.owner
             && !owner.key_groups.contains(b.key_group)
         {
@@ -533,6 +567,7 @@ impl<W: Write> DataFileWriter<W> {
         self.crc.combine(&crc32fast::Hasher::new_with_initial_len(b.crc32, u64::from(info.stored_len)));
         self.offset += u64::from(info.stored_len);
         self.index.push(info);
+        self.last = Some((b.state, b.key_group, b.last_hash));
         self.records += u64::from(b.records);
         self.raw_bytes += u64::from(b.raw_len);
         Ok(())
@@ -592,14 +627,7 @@ impl<W: Write> DataFileWriter<W> {
 
 /// What the order check across two blocks read in index order keeps from the first: the
 /// block and its last key, only when the next block's check needs them.
-#[derive(Default)]
-struct Seam(Option<(BlockInfo, Vec<u8>)>);
-
-impl Seam {
-    fn take(&mut self) -> Option<(BlockInfo, Vec<u8>)> {
-        self.0.take()
-    }
-}
+type Seam = Option<(BlockInfo, Vec<u8>)>;
 
 /// Bytes of an opened file: memory-mapped, read into memory when mapping fails, or (an
 /// object on object storage) only the ranges a reader needs.
@@ -1217,7 +1245,7 @@ impl DataFile {
         f: &mut dyn FnMut(Record<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut scratch = Vec::new();
-        let mut seam = Seam::default();
+        let mut seam = None;
         let blocks = self.blocks_of(state, key_group);
         for (i, b) in blocks.iter().enumerate() {
             self.read_in_order(b, blocks.get(i + 1), &mut scratch, &mut seam, f)?;
@@ -1282,7 +1310,10 @@ impl DataFile {
 
     /// [`DataFile::for_each_record_in`], for blocks read in index order (`next` follows `b`
     /// in the index): `seam` carries what the order check across two blocks needs (the last
-    /// key of the previous block, kept only when the next block's check needs it).
+    /// key of the previous block, kept only when the next block's check needs it). The block
+    /// is checked whole first (as step 14 lists it), then the order across the seam, so a
+    /// reader that goes on after an error (`check_blocks`) reports both, and the seam after
+    /// this block is still checked.
     fn read_in_order(
         &self,
         b: &BlockInfo,
@@ -1294,23 +1325,24 @@ impl DataFile {
         let keep = next.is_some_and(|next| self.seam_needs_keys(b, next));
         let prev = seam.take().filter(|(p, _)| self.seam_needs_keys(p, b));
         let mut n = 0u32;
-        let mut kept = Vec::new();
-        let r = self.for_each_record_in(b, scratch, &mut |r| {
-            if n == 0
-                && let Some((p, last)) = &prev
-            {
-                self.check_seam(p, last, b, r.key())?;
-            }
+        let (mut first, mut last) = (Vec::new(), Vec::new());
+        self.for_each_record_in(b, scratch, &mut |r| {
             n += 1;
+            if n == 1 && prev.is_some() {
+                first = r.key().to_vec();
+            }
             if keep && n == b.records {
-                kept = r.key().to_vec();
+                last = r.key().to_vec();
             }
             f(r)
-        });
-        if r.is_ok() && keep {
-            seam.0 = Some((*b, kept));
+        })?;
+        if keep {
+            *seam = Some((*b, last));
         }
-        r
+        match &prev {
+            Some((p, prev_last)) => self.check_seam(p, prev_last, b, &first),
+            None => Ok(()),
+        }
     }
 
     /// Finds the records of one key without decoding unrelated blocks: binary search over
@@ -1348,7 +1380,7 @@ impl DataFile {
     /// whether to go on (`Ok`) or stop (its error is returned).
     pub fn check_blocks(&self, each: &mut dyn FnMut(&BlockInfo, Result<u64>) -> Result<()>) -> Result<()> {
         let mut scratch = Vec::new();
-        let mut seam = Seam::default();
+        let mut seam = None;
         for (i, b) in self.blocks.iter().enumerate() {
             let mut n = 0u64;
             let r = self.read_in_order(b, self.blocks.get(i + 1), &mut scratch, &mut seam, &mut |_| {
@@ -1455,5 +1487,55 @@ mod tests {
         let mut raw = vec![0u8; MAX_BLOCK_LEN as usize + 1];
         let meta = BlockRecords { state: 0, key_group: 0, records: 1, first_hash: 0, last_hash: 0 };
         assert!(encode_block(meta, &mut raw, Vec::new(), false).is_err());
+    }
+
+    /// The writer refuses a block that breaks the block order of its file's version (step
+    /// 13), instead of publishing a file every reader refuses: a value state's block at the
+    /// previous one's last hash only in version 4, a map state's in both, never below it,
+    /// never a block whose hashes decrease, never a state or key group going back.
+    #[test]
+    fn the_writer_refuses_blocks_out_of_its_versions_order() {
+        let header = DataHeader {
+            kind: FileKind::Full,
+            checkpoint_id: 1,
+            parent_id: 0,
+            max_parallelism: 4,
+            owner: Some(FileOwner::new("op", 0, KeyGroupRange::all(4))),
+        };
+        let states = vec![
+            FileState { name: "v".into(), kind: StateKind::Value },
+            FileState { name: "m".into(), kind: StateKind::Map },
+        ];
+        let block = |state: u32, key_group: u32, first_hash: u64, last_hash: u64| {
+            let mut raw = Vec::new();
+            encode_record(&mut raw, &Record::Delete { key: b"k" }).unwrap();
+            let meta = BlockRecords { state, key_group, records: 1, first_hash, last_hash };
+            encode_block(meta, &mut raw, Vec::new(), false).unwrap()
+        };
+        // (version, blocks as (state, key group, first hash, last hash), whether the last one
+        // is accepted)
+        type Case<'a> = (DataVersion, &'a [(u32, u32, u64, u64)], bool);
+        let cases: [Case<'_>; 9] = [
+            (DataVersion::CURRENT, &[(0, 1, 5, 9), (0, 1, 10, 12)], true),
+            (DataVersion::CURRENT, &[(0, 1, 5, 9), (0, 1, 9, 12)], false),
+            (DataVersion::SPLIT_RUNS, &[(0, 1, 5, 9), (0, 1, 9, 12)], true),
+            (DataVersion::SPLIT_RUNS, &[(0, 1, 5, 9), (0, 1, 8, 12)], false),
+            (DataVersion::CURRENT, &[(1, 1, 5, 9), (1, 1, 9, 12)], true),
+            (DataVersion::CURRENT, &[(1, 1, 5, 9), (1, 1, 8, 12)], false),
+            (DataVersion::CURRENT, &[(0, 1, 9, 5)], false),
+            (DataVersion::CURRENT, &[(0, 2, 5, 9), (0, 1, 10, 12)], false),
+            (DataVersion::CURRENT, &[(0, 1, 5, 9), (0, 2, 0, 1)], true),
+        ];
+        for (version, blocks, accepted) in cases {
+            let mut w =
+                DataFileWriter::with_version(Vec::new(), Path::new("t"), header, states.clone(), version)
+                    .unwrap();
+            let (last, before) = blocks.split_last().unwrap();
+            for &(s, kg, f, l) in before {
+                w.write_block(&block(s, kg, f, l)).unwrap();
+            }
+            let r = w.write_block(&block(last.0, last.1, last.2, last.3));
+            assert_eq!(r.is_ok(), accepted, "version {} blocks {blocks:?}: {r:?}", version.get());
+        }
     }
 }
