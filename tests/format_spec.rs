@@ -1143,6 +1143,21 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
     four["files"][0]["format_version"] = json!(2);
     std::fs::write(&path, manifest_bytes(4, &serde_json::to_vec(&four).unwrap())).unwrap();
     assert!(floe::checkpoint::read_manifest_file(&path).unwrap_err().is_corruption());
+    // A channel-state file listed with a data-file version (rule 13), in a version-4
+    // manifest where a data file could carry one.
+    let (_tmp2, chan_root, _) = vector("channel-state");
+    let chan = std::fs::read(chan_root.join(name)).unwrap();
+    let mut j: Json = serde_json::from_slice(&chan[24..]).unwrap();
+    let chan_file = j["channel_state"][0]["path"].clone();
+    j["format_version"] = json!(4);
+    for f in j["files"].as_array_mut().unwrap() {
+        if f["path"] == chan_file {
+            f["format_version"] = json!(4);
+        }
+    }
+    std::fs::write(&path, manifest_bytes(4, &serde_json::to_vec(&j).unwrap())).unwrap();
+    let err = floe::checkpoint::read_manifest_file(&path).unwrap_err();
+    assert_eq!(kind_and_offset(&err), ("corrupt", Some(24)), "{err}");
     std::fs::write(&path, manifest_bytes(5, &good[24..])).unwrap();
     assert!(matches!(
         floe::checkpoint::read_manifest_file(&path),
@@ -1245,6 +1260,23 @@ fn every_chain_error_of_the_spec_has_its_kind_and_offset() {
         if let (Error::Corrupt { path: p, .. }, Some(want)) = (&err, want_path) {
             assert_eq!(p, &want, "{failure}: {err}");
         }
+    }
+    // The other direction of the version row, the one that keeps older readers from a file
+    // they cannot read: a version-4 file listed without `format_version` in a version-2 (or
+    // a version-4) manifest is corrupt at 8, for floe and for the spec's reader.
+    for manifest_version in [2, 4] {
+        let (_tmp, root, expected) = vector("split-run");
+        let operator = expected["operator"].as_str().unwrap();
+        let path = root.join("chk-00000000000000000001.manifest");
+        let mut m = format::Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+        m.format_version = manifest_version;
+        m.files[0].format_version = None;
+        std::fs::write(&path, m.encode().unwrap()).unwrap();
+        let err = restore_from_path(&path, operator, config_of(&expected)).map(drop).unwrap_err();
+        assert_eq!(kind_and_offset(&err), ("corrupt", Some(8)), "{err}");
+        assert!(matches!(&err, Error::Corrupt { path, .. } if *path == root.join(&m.files[0].path)), "{err}");
+        let spec = spec_read(&root, "chk-00000000000000000001.manifest", operator).unwrap_err();
+        assert_eq!(spec, SpecErr { kind: "corrupt".into(), file: m.files[0].path.clone() });
     }
 }
 

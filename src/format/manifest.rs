@@ -302,6 +302,8 @@ impl Manifest {
         // One set of the listed paths, so that checking the chains below is linear in the
         // manifest's size (a lookup over all files per chain entry was quadratic).
         let mut listed = HashSet::with_capacity(self.files.len());
+        // Files listed with a data-file version (channel-state files have none).
+        let mut versioned = HashSet::new();
         for f in &self.files {
             if !is_safe_relative(&f.path) {
                 return Err(bad(format!("file path {:?} points outside the checkpoint directory", f.path)));
@@ -311,13 +313,14 @@ impl Manifest {
             }
             // A version-3 reader would open a version-4 data file only to refuse it: the
             // manifest that lists one says 4, which that reader refuses first.
-            if let Some(v) = f.format_version
-                && (v != SPLIT_RUN_VERSION || self.format_version < SPLIT_RUN_VERSION)
-            {
-                return Err(bad(format!(
-                    "file {:?} has format_version {v} in a version-{} manifest (only 4, in a version-4 manifest)",
-                    f.path, self.format_version
-                )));
+            if let Some(v) = f.format_version {
+                versioned.insert(f.path.as_str());
+                if v != SPLIT_RUN_VERSION || self.format_version < SPLIT_RUN_VERSION {
+                    return Err(bad(format!(
+                        "file {:?} has format_version {v} in a version-{} manifest (only 4, in a version-4 manifest)",
+                        f.path, self.format_version
+                    )));
+                }
             }
         }
         for op in &self.operators {
@@ -356,6 +359,12 @@ impl Manifest {
         for c in &self.channel_state {
             if !is_safe_relative(&c.path) || !listed.contains(c.path.as_str()) {
                 return Err(bad(format!("channel-state file {:?} is not listed in files", c.path)));
+            }
+            if versioned.contains(c.path.as_str()) {
+                return Err(bad(format!(
+                    "channel-state file {:?} is listed with a data-file format_version",
+                    c.path
+                )));
             }
             if !paths.insert(c.path.as_str()) || !instances.insert((c.operator.as_str(), c.subtask)) {
                 return Err(bad(format!(
