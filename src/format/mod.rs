@@ -21,8 +21,9 @@ pub use manifest::{
     TaskStatistics,
 };
 
-/// Version of the data-file format written by this build, and of manifests that list no
-/// channel state. Version 2 added the owner (operator, subtask, key groups) to data file
+/// Version of the data-file format written by this build (unless a file needs
+/// [`SPLIT_RUN_VERSION`]), and of manifests that list no channel state and no such file.
+/// Version 2 added the owner (operator, subtask, key groups) to data file
 /// headers and each block's last key hash to the index; manifests did not change but carry
 /// the version too, so that a version-1 reader refuses a version-2 checkpoint before
 /// opening its files.
@@ -30,7 +31,7 @@ pub const FORMAT_VERSION: u32 = 2;
 /// Version of channel-state files, and of manifests that list them (format-spec,
 /// changelog 3). A manifest says 3 only when it lists channel state, so that a version-2
 /// reader, which would restore the checkpoint without its in-flight records, refuses it at
-/// the manifest; every other manifest stays version 2, readable by version-2 readers.
+/// the manifest; every other manifest stays version 2 (or 4, [`SPLIT_RUN_VERSION`]).
 pub const CHANNEL_STATE_VERSION: u32 = 3;
 /// Version of data files in which keys of one hash of a value or list state continue from
 /// one block into the next (a run of them larger than a block can hold), and of manifests
