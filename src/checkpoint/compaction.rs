@@ -138,10 +138,11 @@ impl CheckpointStorage {
             let options = WriteOptions::data_file(self.config(), None, Some(&self.chunks));
             // A second attempt (a version-4 file) counts its key groups again.
             let done_before = done;
-            let summary = write_versioned(|version, runs| {
+            let summary = write_versioned(|runs| {
                 done = done_before;
                 publish(self.io(), &dir, &rel, new_id, options, |out: &mut dyn Write, _| {
-                    let mut w = DataFileWriter::with_version(out, &path, header, states.clone(), version)?;
+                    let mut w =
+                        DataFileWriter::with_version(out, &path, header, states.clone(), runs.version())?;
                     let pool = BufferPool::default();
                     // Blocks must come in (state, key group) order: one state at a time, one
                     // key group at a time, loading only that state's records of that group.

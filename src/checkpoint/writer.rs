@@ -43,7 +43,8 @@ impl Runs {
         Runs { split: true, needed: AtomicBool::new(false) }
     }
 
-    fn version(&self) -> DataVersion {
+    /// The version of the file being written.
+    pub(crate) fn version(&self) -> DataVersion {
         if self.split { DataVersion::SPLIT_RUNS } else { DataVersion::CURRENT }
     }
 }
@@ -52,13 +53,10 @@ impl Runs {
 /// one hash that no version-2 block can hold (`Runs`), once more as version 4. The first
 /// attempt's file was discarded by its failed publication; the extra pass is paid only by
 /// the files that need version 4.
-pub(crate) fn write_versioned<T>(mut write: impl FnMut(DataVersion, &Runs) -> Result<T>) -> Result<T> {
+pub(crate) fn write_versioned<T>(mut write: impl FnMut(&Runs) -> Result<T>) -> Result<T> {
     let runs = Runs::default();
-    match write(runs.version(), &runs) {
-        Err(_) if runs.needed.load(Ordering::Relaxed) => {
-            let runs = Runs::splitting();
-            write(runs.version(), &runs)
-        }
+    match write(&runs) {
+        Err(_) if runs.needed.load(Ordering::Relaxed) => write(&Runs::splitting()),
         r => r,
     }
 }
@@ -244,7 +242,7 @@ pub(crate) fn write_snapshot_file(
     let units: Vec<(u32, u32)> =
         (0..states.len() as u32).flat_map(|s| snapshot.key_groups().iter().map(move |kg| (s, kg))).collect();
     let path = dir.join(rel);
-    write_versioned(|version, runs| {
+    write_versioned(|runs| {
         publish(
             io,
             dir,
@@ -259,7 +257,7 @@ pub(crate) fn write_snapshot_file(
                 // (`DiskPace::Soon`); without write-behind nothing is measured, and every block
                 // gets the full effort.
                 let disk_pace = || progress.disk_pace();
-                let mut w = DataFileWriter::with_version(out, &path, header, states.clone(), version)?;
+                let mut w = DataFileWriter::with_version(out, &path, header, states.clone(), runs.version())?;
                 // Encoders take the next unit as they become free (units differ in size, and the
                 // cores are shared with this thread and the syncer, so a fixed split leaves one
                 // encoder idle while the other finishes) and send its blocks; this thread writes
