@@ -1,8 +1,8 @@
 //! Proves event time in the runtime on small deterministic jobs: late records go to the
 //! side output (or update a fired window within the allowed lateness), also after a
 //! restart (a task restores its watermark), sliding and session windows give what their
-//! definitions say, an idle source does not hold the watermark back, and processing-time
-//! timers fire without input.
+//! definitions say, an idle source does not hold the watermark back (nor after a restart),
+//! and processing-time timers fire without input.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -368,6 +368,77 @@ fn an_idle_source_does_not_hold_the_watermark_back() {
     assert!(fired, "the window [0, 100) never fired while partition 1 was idle");
     let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
     assert_eq!(results[0].value, 5);
+}
+
+/// Window results, late records, restarts and the checkpoints restored of a job whose
+/// source partition 1 never gets a record: it goes idle (after 1 s without records), so
+/// partition 0 alone moves the window task's watermark. Once window [0, 100) is published
+/// (so a checkpoint completed after the task saw partition 1 idle), records at 700 and then
+/// 550 arrive: 550 is late. With `fail`, the window task fails at its third record (700):
+/// the restart restores a checkpoint taken while partition 1 was idle.
+fn run_idle_partition_job(fail: bool) -> (Vec<Windowed<u64, i64>>, Vec<Ev>, JobResult, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let topic: Topic<Ev> = Topic::new(2);
+    let job = Job::new();
+    let t = topic.clone();
+    let src = job.source_with_watermarks(
+        "events",
+        2,
+        move |s, p| Box::new(t.source(s, p)),
+        WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1).with_idleness(Duration::from_secs(1)),
+    );
+    let out = src.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate_with_late("win", Sum);
+    sink(&out.results, dir.path(), "results");
+    sink(&out.late, dir.path(), "late");
+    // Every checkpoint kept, so the test can read the one restored.
+    let keep_all = StorageConfig { num_retained: 100_000, ..StorageConfig::default() };
+    let mut config = JobConfig::new(CheckpointStorage::open(dir.path().join("ckpt"), keep_all).unwrap());
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    if fail {
+        config.failures =
+            vec![InjectedFailure { operator: "win".into(), subtask: 0, at: FailAt::Record(3), panic: false }];
+    }
+    let rx = logged(&mut config);
+    let handle = job.start(config).unwrap();
+    topic.push(0, (1, 10, 5));
+    topic.push(0, (1, 500, 1));
+    // Bounded by checkpoints, not by time.
+    let fired = until(&rx, 2000, || !published_output(&dir.path().join("results")).unwrap().is_empty());
+    assert!(fired, "the window [0, 100) never fired while partition 1 was idle");
+    topic.push(0, (1, 700, 1));
+    topic.push(0, (1, 550, 1000));
+    // Closed only once window [500, 600) is out: a closed partition 1 ends with the end of
+    // time, which would race partition 0's records.
+    let w500 =
+        || published_output(&dir.path().join("results")).unwrap().iter().any(|l| l.contains("\"start\":500"));
+    let fired = until(&rx, 2000, w500);
+    topic.close();
+    let r = handle.join().unwrap();
+    assert!(fired, "the window [500, 600) never fired");
+    (read(&dir.path().join("results")), read(&dir.path().join("late")), r, dir)
+}
+
+#[test]
+fn an_input_idle_at_the_checkpoint_is_idle_after_the_restore() {
+    // Found by an outsider's attack (session 30): every channel started active after a
+    // restore, so partition 1's held the watermark at the barrier's value until its idle
+    // timeout passed again, and the record at 550 was counted into its window.
+    let (results, late, r, _) = run_idle_partition_job(false);
+    assert_eq!(r.restarts, 0);
+    assert_eq!(late, [(1, 550, 1000)], "550 is late without a failure");
+    let got: Vec<(i64, i64)> = results.iter().map(|w| (w.window.start, w.value)).collect();
+    assert_eq!(got, [(0, 5), (500, 1), (700, 1)]);
+    let (results_f, late_f, rf, dir) = run_idle_partition_job(true);
+    assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
+    let Some(restored) = rf.restored_from[1] else { panic!("{:?}", rf.restored_from) };
+    // The checkpoint restored says so (format-spec/executor-state.md, "Idle inputs"): the
+    // window task's channel 1 (of 2) and source instance 1 (its one input, its reading).
+    let extra = storage(dir.path()).read_manifest(restored).unwrap().extra;
+    let win = extra.get("idle/win/0").map(String::as_str);
+    assert!(matches!(win, Some("0200000002" | "0200000003")), "{extra:?}");
+    assert_eq!(extra.get("idle/events/1").map(String::as_str), Some("0100000001"), "{extra:?}");
+    assert_eq!(late_f, late, "late output after the restart");
+    assert_eq!(results_f, results, "window results after the restart");
 }
 
 /// Emits once per key, from a processing-time timer 20 ms after its first record.

@@ -154,6 +154,16 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         None => None,
     };
     let n1 = w.in1.len();
+    let restored_idle = match &w.restore {
+        Some(r) => crate::format::timers::restored_idle(
+            &r.manifest.extra,
+            &w.common.operator,
+            w.subtask,
+            n1 + w.in2.len(),
+            &r.path,
+        )?,
+        None => vec![false; n1 + w.in2.len()],
+    };
     let channel_input = std::iter::repeat_n(0u8, n1).chain(std::iter::repeat_n(1u8, w.in2.len())).collect();
     Ok(OperatorTask {
         logic,
@@ -165,6 +175,7 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         replay1,
         replay2,
         restored_watermark,
+        restored_idle,
         common: w.common,
     })
 }
@@ -257,8 +268,22 @@ pub(crate) fn source_body<T: Data>(
             },
             None => None,
         };
+        let idle = match restore {
+            Some(r) => {
+                let flags = crate::format::timers::restored_idle(
+                    &r.manifest.extra,
+                    &w.common.operator,
+                    w.subtask,
+                    1,
+                    &r.path,
+                )?;
+                flags.first().copied().unwrap_or(false)
+            }
+            None => false,
+        };
         let source = factory(w.subtask, w.parallelism);
         SourceTask {
+            idle,
             out: outputs(w.out, w.max_parallelism)?,
             source,
             clock: strategy.map(SourceClock::new),

@@ -902,6 +902,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     for n in &plan.nodes {
         crate::format::timers::restored_watermark(&m.extra, &n.name, 0, n.parallelism, path)?;
     }
+    crate::format::timers::check_idle_entries(&m.extra, path)?;
     Ok(())
 }
 

@@ -110,6 +110,8 @@ pub(crate) struct OperatorTask<L: Logic> {
     /// The watermark restored from the checkpoint (`None`: a fresh start, or a checkpoint
     /// that recorded none).
     pub restored_watermark: Option<Timestamp>,
+    /// Which channels were idle at the checkpoint's barrier (all false on a fresh start).
+    pub restored_idle: Vec<bool>,
 }
 
 struct Loop<L: Logic> {
@@ -142,7 +144,8 @@ impl<L: Logic> OperatorTask<L> {
                 InputWatermarks::with_floor(n, wm)
             }
             None => InputWatermarks::new(n),
-        };
+        }
+        .with_idle(std::mem::take(&mut self.restored_idle));
         let (writes_tx, writes_rx) = crossbeam_channel::unbounded();
         let events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);
         let mut l = Loop {
@@ -507,6 +510,11 @@ impl<L: Logic> Loop<L> {
         let (op, sub) = (&self.t.common.operator, self.t.common.subtask);
         let wm = crate::format::timers::encode_watermark(self.wms.current());
         extra.push((crate::format::timers::watermark_key(op, sub), wm));
+        // And which channels were idle: a restore starts them idle, so they do not hold
+        // the watermark back where they did not before the failure.
+        if let Some(idle) = crate::format::timers::encode_idle(self.wms.idle()) {
+            extra.push((crate::format::timers::idle_key(op, sub), idle));
+        }
         self.acks.insert(
             b.id,
             PendingAck {
@@ -614,6 +622,9 @@ pub(crate) struct SourceTask<T> {
     pub out: Outputs<T>,
     pub position: Option<Vec<u8>>,
     pub waker: Sender<Control>,
+    /// Whether this instance has told its outputs it is idle (restored as it was at the
+    /// checkpoint's barrier).
+    pub idle: bool,
 }
 
 #[derive(PartialEq, Eq)]
@@ -634,7 +645,6 @@ impl<T: super::Data> SourceTask<T> {
         let mut events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);
         let mut state = SourceState::Running;
         let mut pending_since: Option<Instant> = None;
-        let mut idle = false;
         loop {
             while let Ok(m) = self.common.control.try_recv() {
                 if !self.on_control(m, &key, &mut state, &mut events)? {
@@ -656,8 +666,8 @@ impl<T: super::Data> SourceTask<T> {
             match self.source.poll()? {
                 Poll::Ready(r) => {
                     pending_since = None;
-                    if idle {
-                        idle = false;
+                    if self.idle {
+                        self.idle = false;
                         self.out.idle(false)?;
                     }
                     let (ts, wm) = match &mut self.clock {
@@ -687,7 +697,7 @@ impl<T: super::Data> SourceTask<T> {
                         .clock
                         .as_ref()
                         .and_then(SourceClock::idle_timeout)
-                        .filter(|_| !idle)
+                        .filter(|_| !self.idle)
                         .map(|t| since + t);
                     let until_idle = idle_at.map(|t| t.saturating_duration_since(now));
                     let wait = match (hint, until_idle) {
@@ -710,8 +720,8 @@ impl<T: super::Data> SourceTask<T> {
                     {
                         return Ok(());
                     }
-                    if !idle && idle_at.is_some_and(|t| Instant::now() >= t) {
-                        idle = true;
+                    if !self.idle && idle_at.is_some_and(|t| Instant::now() >= t) {
+                        self.idle = true;
                         self.out.idle(true)?;
                     }
                 }
@@ -749,7 +759,12 @@ impl<T: super::Data> SourceTask<T> {
                     source_position: Some((key.to_string(), self.source.position_encoding(), position)),
                     handle: None,
                     channel_state: None,
-                    extra: Vec::new(),
+                    extra: crate::format::timers::encode_idle(&[self.idle])
+                        .map(|v| {
+                            (crate::format::timers::idle_key(&self.common.operator, self.common.subtask), v)
+                        })
+                        .into_iter()
+                        .collect(),
                     stats: TaskCheckpointStats {
                         barrier_at: Some(triggered),
                         acked_at: Some(Instant::now()),

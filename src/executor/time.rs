@@ -145,6 +145,24 @@ impl InputWatermarks {
         InputWatermarks { current: floor, ..Self::new(channels) }
     }
 
+    /// Channels restored idle as they were at the checkpoint's barrier (`idle`, one flag
+    /// per channel; ignored unless it has one per channel): they hold nothing back until
+    /// they deliver a watermark or say they are active again, as before the failure. When
+    /// every channel was idle, the task starts idle too (it told its outputs so before the
+    /// barrier), so the first to become active is passed on.
+    pub fn with_idle(mut self, idle: Vec<bool>) -> Self {
+        if idle.len() == self.idle.len() {
+            self.all_idle = !idle.is_empty() && idle.iter().all(|&i| i);
+            self.idle = idle;
+        }
+        self
+    }
+
+    /// Which channels are idle now.
+    pub fn idle(&self) -> &[bool] {
+        &self.idle
+    }
+
     /// The task's watermark.
     pub fn current(&self) -> Timestamp {
         self.current
@@ -311,6 +329,23 @@ pub(crate) fn decode_key<K: DeserializeOwned>(operator: &str, bytes: &[u8]) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channels_restored_idle_hold_nothing_back() {
+        // Channel 1 was idle at the barrier: channel 0 alone moves the task's watermark on.
+        let mut w = InputWatermarks::with_floor(2, 100).with_idle(vec![false, true]);
+        assert_eq!(w.watermark(0, 150), WatermarkChange { advanced: Some(150), idle: None });
+        // Without the restored flag, channel 1 (no watermark yet) holds it at the floor.
+        let mut v = InputWatermarks::with_floor(2, 100);
+        assert_eq!(v.watermark(0, 150).advanced, None);
+        // All idle at the barrier: the task starts idle, and the first active channel is
+        // passed on as the task becoming active.
+        let mut all = InputWatermarks::with_floor(2, 100).with_idle(vec![true, true]);
+        assert_eq!(all.idle(), [true, true]);
+        assert_eq!(all.status(0, false), WatermarkChange { advanced: None, idle: Some(false) });
+        // Flags for another number of channels are ignored.
+        assert_eq!(InputWatermarks::new(3).with_idle(vec![true]).idle(), [false; 3]);
+    }
 
     #[test]
     fn the_task_watermark_is_the_minimum_over_active_channels() {

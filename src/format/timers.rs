@@ -81,6 +81,101 @@ pub fn restored_watermark(
     Ok(if same_shape { all.get(&subtask).copied() } else { all.values().copied().min() })
 }
 
+/// Prefix of the `extra` keys holding which inputs of an instance were idle.
+pub const IDLE_EXTRA_PREFIX: &str = "idle/";
+
+/// The `extra` key of the idle inputs of instance `subtask` of `operator`:
+/// `idle/<operator>/<subtask>`.
+pub fn idle_key(operator: &str, subtask: u32) -> String {
+    format!("{IDLE_EXTRA_PREFIX}{operator}/{subtask}")
+}
+
+/// The `extra` value recording which of an instance's `idle.len()` inputs were idle at a
+/// barrier (a source's one input is its own reading): the count as a `u32` little-endian,
+/// then one bit per input, input `i` in bit `i % 8` of byte `i / 8`, the last byte's
+/// unused bits zero. `None` when none was idle: nothing is recorded then.
+pub fn encode_idle(idle: &[bool]) -> Option<Vec<u8>> {
+    if !idle.contains(&true) {
+        return None;
+    }
+    let n = u32::try_from(idle.len()).ok()?;
+    let mut out = n.to_le_bytes().to_vec();
+    out.resize(4 + idle.len().div_ceil(8), 0);
+    for (i, _) in idle.iter().enumerate().filter(|&(_, &b)| b) {
+        out[4 + i / 8] |= 1 << (i % 8);
+    }
+    Some(out)
+}
+
+/// Which of its `inputs` inputs instance `subtask` of `operator` restores as idle from a
+/// manifest's `extra` map (`origin` names the manifest in errors): its own entry's when
+/// that entry counts `inputs` inputs; every input active when the checkpoint recorded none
+/// idle, or counted another number of inputs (an upstream operator rescaled since). A
+/// value that is not hex, not as long as its count says, or with a bit set past the count
+/// is an error naming the manifest and the key.
+pub fn restored_idle(
+    extra: &std::collections::BTreeMap<String, String>,
+    operator: &str,
+    subtask: u32,
+    inputs: usize,
+    origin: &std::path::Path,
+) -> Result<Vec<bool>> {
+    let mut idle = vec![false; inputs];
+    let key = idle_key(operator, subtask);
+    let Some(v) = extra.get(&key) else { return Ok(idle) };
+    let at = origin.join(&key);
+    let bytes = super::manifest::hex_decode(v)
+        .ok_or_else(|| Error::corrupt(&at, 0, "idle inputs value is not hex"))?;
+    let Some((count, bits)) = bytes.split_first_chunk::<4>() else {
+        return Err(Error::corrupt(
+            &at,
+            0,
+            format!("idle inputs need a 4-byte count, not {} bytes", bytes.len()),
+        ));
+    };
+    let count = u32::from_le_bytes(*count);
+    let n = usize::try_from(count).unwrap_or(usize::MAX);
+    if n == 0 {
+        return Err(Error::corrupt(&at, 0, "an idle-inputs entry counts no inputs"));
+    }
+    if bits.len() != n.div_ceil(8) {
+        return Err(Error::corrupt(
+            &at,
+            4,
+            format!("{count} idle-input bits take {} bytes, not {}", n.div_ceil(8), bits.len()),
+        ));
+    }
+    if n % 8 != 0 && bits[bits.len() - 1] >> (n % 8) != 0 {
+        return Err(Error::corrupt(
+            &at,
+            4 + bits.len() as u64 - 1,
+            format!("bits set past the {count} inputs"),
+        ));
+    }
+    if n == inputs {
+        for (i, b) in idle.iter_mut().enumerate() {
+            *b = bits[i / 8] & (1 << (i % 8)) != 0;
+        }
+    }
+    Ok(idle)
+}
+
+/// Checks every idle-inputs entry of a manifest's `extra` map as [`restored_idle`] reads
+/// it: a damaged one is found before a job's first attempt, not by every attempt's tasks.
+pub fn check_idle_entries(
+    extra: &std::collections::BTreeMap<String, String>,
+    origin: &std::path::Path,
+) -> Result<()> {
+    for k in extra.keys() {
+        let Some((op, sub)) = k.strip_prefix(IDLE_EXTRA_PREFIX).and_then(|r| r.rsplit_once('/')) else {
+            continue;
+        };
+        let Some(sub) = super::sink_state::parse_decimal_u32(sub) else { continue };
+        restored_idle(extra, op, sub, 0, origin)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +204,42 @@ mod tests {
         extra.insert(watermark_key("w", 1), "0102".into());
         let e = restored_watermark(&extra, "w", 0, 2, origin).unwrap_err().to_string();
         assert!(e.contains("watermark/w/1") && e.contains("not 2"), "{e}");
+    }
+
+    #[test]
+    fn idle_inputs_round_trip_and_damage_is_refused() {
+        let origin = std::path::Path::new("m");
+        let hex = |b: &[u8]| super::super::manifest::hex_encode(b);
+        assert_eq!(encode_idle(&[false, false]), None, "nothing idle, nothing recorded");
+        // format-spec/executor-state.md's example: inputs 1 and 9 of 10 idle.
+        let mut ten = [false; 10];
+        ten[1] = true;
+        ten[9] = true;
+        let enc = encode_idle(&ten).unwrap();
+        assert_eq!(hex(&enc), "0a0000000202");
+        let mut extra = std::collections::BTreeMap::new();
+        extra.insert(idle_key("w", 0), hex(&enc));
+        extra.insert(idle_key("src", 1), hex(&encode_idle(&[true]).unwrap()));
+        assert_eq!(restored_idle(&extra, "w", 0, 10, origin).unwrap(), ten);
+        assert_eq!(restored_idle(&extra, "src", 1, 1, origin).unwrap(), [true]);
+        assert_eq!(restored_idle(&extra, "w", 1, 10, origin).unwrap(), [false; 10], "no entry: active");
+        assert_eq!(restored_idle(&extra, "w", 0, 4, origin).unwrap(), [false; 4], "other count: active");
+        for (bad, what) in [
+            ("zz", "not hex"),
+            ("0a00", "4-byte count"),
+            ("0a00000002", "take 2 bytes, not 1"),
+            ("0a000000020202", "not 3"),
+            ("0a0000000206", "past the 10 inputs"),
+            ("00000000", "counts no inputs"),
+        ] {
+            extra.insert(idle_key("w", 0), bad.into());
+            let e = restored_idle(&extra, "w", 0, 10, origin).unwrap_err().to_string();
+            assert!(e.contains("idle/w/0") && e.contains(what), "{bad}: {e}");
+            let e = check_idle_entries(&extra, origin).unwrap_err().to_string();
+            assert!(e.contains("idle/w/0") && e.contains(what), "{bad}: {e}");
+        }
+        extra.insert(idle_key("w", 0), hex(&enc));
+        check_idle_entries(&extra, origin).unwrap();
     }
 
     #[test]
