@@ -173,11 +173,12 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
     drop(first);
     let mut m = floe::checkpoint::read_manifest_file(&manifest).unwrap();
     let entry = m.extra.get_mut("watermark/win/0").expect("the checkpoint records the window's watermark");
+    let good = entry.clone();
     entry.replace_range(..2, "zz");
     std::fs::write(&manifest, m.encode().unwrap()).unwrap();
     let again = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new(storage(again.path()));
-    cfg.restore_from = Some(manifest);
+    cfg.restore_from = Some(manifest.clone());
     let err = late_record_job(again.path(), 0)
         .execute(&cfg)
         .expect_err("a damaged watermark entry must be refused");
@@ -186,6 +187,18 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         "refused up front, not by a failed attempt: {err}"
     );
     assert!(err.to_string().contains("watermark/win/0"), "{err}");
+    // So is a damaged idle-inputs entry (a bit past its count of 2).
+    let mut m = floe::checkpoint::read_manifest_file(&manifest).unwrap();
+    m.extra.insert("watermark/win/0".into(), good);
+    m.extra.insert("idle/win/0".into(), "0200000004".into());
+    std::fs::write(&manifest, m.encode().unwrap()).unwrap();
+    let again = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new(storage(again.path()));
+    cfg.restore_from = Some(manifest);
+    let err =
+        late_record_job(again.path(), 0).execute(&cfg).expect_err("a damaged idle entry must be refused");
+    assert!(!matches!(err, floe::Error::JobFailed { .. }), "refused up front: {err}");
+    assert!(err.to_string().contains("idle/win/0") && err.to_string().contains("past the 2 inputs"), "{err}");
 }
 
 #[test]
