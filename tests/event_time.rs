@@ -454,6 +454,79 @@ fn an_input_idle_at_the_checkpoint_is_idle_after_the_restore() {
     assert_eq!(results_f, results, "window results after the restart");
 }
 
+/// Source partition 1 never gets a record; windows of 100 with `parallelism` instances,
+/// behind a map or reading the source.
+fn idle_rescale_job(topic: &Topic<Ev>, dir: &std::path::Path, parallelism: u32, with_map: bool) -> Job {
+    let job = Job::new();
+    let t = topic.clone();
+    let src = job.source_with_watermarks(
+        "events",
+        2,
+        move |s, p| Box::new(t.source(s, p)),
+        WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1).with_idleness(Duration::from_millis(50)),
+    );
+    // With a stateless task between: idle when its one input is, and says so downstream.
+    let passed = if with_map { src.map("pass", |e: Ev| e).parallelism(2) } else { src };
+    let out = passed
+        .key_by(|e: &Ev| e.0)
+        .window(Windows::tumbling(100))
+        .aggregate("win", Sum)
+        .parallelism(parallelism);
+    sink(&out, dir, "results");
+    job
+}
+
+fn windows_at(dir: &std::path::Path, start: i64) -> usize {
+    let at = format!("\"start\":{start},");
+    published_output(&dir.join("results")).unwrap().iter().filter(|l| l.contains(&at)).count()
+}
+
+#[test]
+fn an_instance_added_by_rescaling_hears_that_an_input_is_idle() {
+    rescaled_while_idle(false);
+    rescaled_while_idle(true);
+}
+
+fn rescaled_while_idle(with_map: bool) {
+    // The first job stops with a savepoint while partition 1 is idle; the second resumes
+    // it with 2 window instances instead of 1. The new instance has no idle flags of its
+    // own: source instance 1 says again that it is idle, and so does map instance 1 (all
+    // its inputs idle), or the new window instance would wait for partition 1 forever.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let topic: Topic<Ev> = Topic::new(2);
+    let keys = 1..=16u64;
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    let rx = logged(&mut config);
+    let handle = idle_rescale_job(&topic, dir.path(), 1, with_map).start(config).unwrap();
+    topic.push(0, (1, 10, 5));
+    for k in keys.clone() {
+        topic.push(0, (k, 520, 1));
+    }
+    // Window [0, 100) fires only once partition 1 is idle.
+    assert!(until(&rx, 2000, || windows_at(dir.path(), 0) == 1), "partition 1 never went idle");
+    let (sp, _) = handle.stop_with_savepoint().unwrap();
+    let extra = floe::checkpoint::read_manifest_file(&sp.manifest).unwrap().extra;
+    assert!(extra.contains_key("idle/events/1"), "{extra:?}");
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    config.restore_from = Some(sp.manifest.clone());
+    let rx = logged(&mut config);
+    let handle = idle_rescale_job(&topic, dir.path(), 2, with_map).start(config).unwrap();
+    for k in keys.clone() {
+        topic.push(0, (k, 700, 1));
+    }
+    let fired = until(&rx, 2000, || windows_at(dir.path(), 500) == keys.clone().count());
+    let before_the_end = windows_at(dir.path(), 500);
+    topic.close();
+    handle.join().unwrap();
+    assert!(
+        fired,
+        "with_map {with_map}: windows [500, 600) of {before_the_end} of 16 keys fired before the end of input"
+    );
+}
+
 /// Emits once per key, from a processing-time timer 20 ms after its first record.
 struct Later;
 

@@ -171,6 +171,13 @@ impl<L: Logic> OperatorTask<L> {
 
 impl<L: Logic> Loop<L> {
     fn run(&mut self) -> Result<()> {
+        // Every input restored idle: the task is idle, and says so again before anything
+        // else, for instances downstream that restored without this channel's flag (added
+        // by rescaling); those that have it hear nothing new.
+        if self.wms.all_idle() {
+            self.t.out.idle(true)?;
+            self.t.side.idle(true)?;
+        }
         // In-flight records of the checkpoint restored from (unaligned) come first.
         for (r, ts) in std::mem::take(&mut self.t.replay1) {
             self.t.logic.record1(r, ts, &mut self.col)?;
@@ -640,6 +647,11 @@ impl<T: super::Data> SourceTask<T> {
         self.source.open(SourceWaker(Some(self.waker.clone())))?;
         if let Some(p) = self.position.take() {
             self.source.seek(&p)?;
+        }
+        // Restored idle: said again before anything else, for instances downstream that
+        // restored without this channel's flag (added by rescaling).
+        if self.idle {
+            self.out.idle(true)?;
         }
         let key = format!("{}/{}", self.common.operator, self.common.subtask);
         let mut events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);

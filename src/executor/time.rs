@@ -158,6 +158,11 @@ impl InputWatermarks {
         self
     }
 
+    /// Whether every channel is idle (so the task is).
+    pub fn all_idle(&self) -> bool {
+        self.all_idle
+    }
+
     /// Which channels are idle now.
     pub fn idle(&self) -> &[bool] {
         &self.idle
