@@ -15,6 +15,7 @@ use floe::executor::{
     InjectedFailure, IterSource, Job, JobConfig, JobResult, KeyedProcessFunction, Stream, Timer, Topic,
     WatermarkStrategy, Windowed, Windows, published_output,
 };
+use floe::format::timers::decode_inputs;
 
 /// (key, event time, value)
 type Ev = (u64, i64, i64);
@@ -187,18 +188,21 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         "refused up front, not by a failed attempt: {err}"
     );
     assert!(err.to_string().contains("watermark/win/0"), "{err}");
-    // So is a damaged idle-inputs entry (a bit past its count of 2).
+    // So is a damaged inputs entry (an idle bit past its count of 2).
     let mut m = floe::checkpoint::read_manifest_file(&manifest).unwrap();
     m.extra.insert("watermark/win/0".into(), good);
-    m.extra.insert("idle/win/0".into(), "0200000004".into());
+    m.extra.insert("inputs/win/0".into(), "02000000".to_owned() + &"00".repeat(24) + "04");
     std::fs::write(&manifest, m.encode().unwrap()).unwrap();
     let again = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new(storage(again.path()));
     cfg.restore_from = Some(manifest);
     let err =
-        late_record_job(again.path(), 0).execute(&cfg).expect_err("a damaged idle entry must be refused");
+        late_record_job(again.path(), 0).execute(&cfg).expect_err("a damaged inputs entry must be refused");
     assert!(!matches!(err, floe::Error::JobFailed { .. }), "refused up front: {err}");
-    assert!(err.to_string().contains("idle/win/0") && err.to_string().contains("past the 2 inputs"), "{err}");
+    assert!(
+        err.to_string().contains("inputs/win/0") && err.to_string().contains("past the 2 inputs"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -444,14 +448,141 @@ fn an_input_idle_at_the_checkpoint_is_idle_after_the_restore() {
     let (results_f, late_f, rf, dir) = run_idle_partition_job(true);
     assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
     let Some(restored) = rf.restored_from[1] else { panic!("{:?}", rf.restored_from) };
-    // The checkpoint restored says so (format-spec/executor-state.md, "Idle inputs"): the
+    // The checkpoint restored says so (format-spec/executor-state.md, "Inputs at the barrier"): the
     // window task's channel 1 (of 2) and source instance 1 (its one input, its reading).
     let extra = storage(dir.path()).read_manifest(restored).unwrap().extra;
-    let win = extra.get("idle/win/0").map(String::as_str);
-    assert!(matches!(win, Some("0200000002" | "0200000003")), "{extra:?}");
-    assert_eq!(extra.get("idle/events/1").map(String::as_str), Some("0100000001"), "{extra:?}");
+    let inputs = |key: &str| {
+        let hex = extra.get(key).unwrap_or_else(|| panic!("no {key} in {extra:?}"));
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        decode_inputs(&bytes, std::path::Path::new(key)).unwrap()
+    };
+    assert!(inputs("inputs/win/0").idle[1], "{extra:?}");
+    assert_eq!(inputs("inputs/events/1").idle, [true], "{extra:?}");
     assert_eq!(late_f, late, "late output after the restart");
     assert_eq!(results_f, results, "window results after the restart");
+}
+
+/// Two sources, `a` and `b`, merged by a union `u`, then windows of 100. `b` delivers 800
+/// and falls silent (no idleness); `a` delivers 150. Once a checkpoint records `u` at 149
+/// (the smaller of its inputs), `a` delivers 900 and then 300: `u` moves to 799 (`b`'s) on
+/// 900, so 300 is late. With `fail`, `u` fails at its third record (900) and restores that
+/// checkpoint.
+fn run_silent_input_job(fail: bool) -> (Vec<Windowed<u64, i64>>, Vec<Ev>, JobResult) {
+    let dir = tempfile::tempdir().unwrap();
+    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    let job = Job::new();
+    let strategy = || WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+    let (a1, b1) = (ta.clone(), tb.clone());
+    let a = job.source_with_watermarks("a", 1, move |s, p| Box::new(a1.source(s, p)), strategy());
+    let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(b1.source(s, p)), strategy());
+    let u = a.union("u", &[b]).parallelism(1);
+    let out = u.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate_with_late("win", Sum);
+    sink(&out.results, dir.path(), "results");
+    sink(&out.late, dir.path(), "late");
+    let storage = storage(dir.path());
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    if fail {
+        config.failures =
+            vec![InjectedFailure { operator: "u".into(), subtask: 0, at: FailAt::Record(3), panic: false }];
+    }
+    let (tx, rx) = mpsc::channel();
+    config.log = Some(Arc::new(move |c: &CheckpointStats| {
+        if c.completed() {
+            let _ = tx.send(c.id);
+        }
+    }));
+    let handle = job.start(config).unwrap();
+    tb.push(0, (1, 800, 1));
+    ta.push(0, (1, 150, 1));
+    let at_149 = |id: u64| {
+        storage
+            .read_manifest(id)
+            .is_ok_and(|m| m.extra.get("watermark/u/0").is_some_and(|w| w == "9500000000000000"))
+    };
+    assert!(rx.iter().take(2000).any(at_149), "u never checkpointed at 149");
+    ta.push(0, (1, 900, 1));
+    ta.push(0, (1, 300, 1000));
+    let late = dir.path().join("late");
+    let fired = until(&rx, 2000, || !published_output(&late).unwrap().is_empty());
+    ta.close();
+    tb.close();
+    let r = handle.join().unwrap();
+    assert!(fired, "fail {fail}: the record at 300 was not late");
+    (read(&dir.path().join("results")), read(&late), r)
+}
+
+#[test]
+fn an_input_ahead_of_the_task_stays_ahead_after_the_restore() {
+    // Found by an outsider's attack (session 37): a restore started every input channel
+    // with no watermark, so `b`'s channel, silent at 799, held `u` at the restored 149
+    // forever and the record at 300 was counted into its window.
+    let (results, late, r) = run_silent_input_job(false);
+    assert_eq!(r.restarts, 0);
+    assert_eq!(late, [(1, 300, 1000)]);
+    let (results_f, late_f, rf) = run_silent_input_job(true);
+    assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
+    assert_eq!(late_f, late);
+    assert_eq!(results_f, results);
+}
+
+#[test]
+fn inputs_from_other_instances_are_not_restored_onto_the_channels() {
+    // Found by an outsider's attack (session 37): `u` reads maps m1 (1 instance) and m2
+    // (2); resumed with m1 at 2 and m2 at 1, it still has 3 channels, and the flags of the
+    // old ones (m2's two, idle) were put on the new ones (m1/1 among them). The entry's
+    // shape tells the layouts apart.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    let build = |m1: u32, m2: u32| {
+        let job = Job::new();
+        let strategy = || WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+        let (a1, b1) = (ta.clone(), tb.clone());
+        let a = job.source_with_watermarks("a", 1, move |s, p| Box::new(a1.source(s, p)), strategy());
+        let b = job.source_with_watermarks(
+            "b",
+            1,
+            move |s, p| Box::new(b1.source(s, p)),
+            strategy().with_idleness(Duration::from_millis(20)),
+        );
+        let u = a.map("m1", |e: Ev| e).parallelism(m1).union("u", &[b.map("m2", |e: Ev| e).parallelism(m2)]);
+        let out = u.parallelism(1).key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate("win", Sum);
+        sink(&out, dir.path(), "results");
+        job
+    };
+    let inputs_of = |id: u64| {
+        let m = storage.read_manifest(id).ok()?;
+        let hex = m.extra.get("inputs/u/0")?.clone();
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        Some(decode_inputs(&bytes, std::path::Path::new("inputs/u/0")).unwrap())
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    let rx = logged(&mut config);
+    let handle = build(1, 2).start(config).unwrap();
+    ta.push(0, (1, 100, 1));
+    // m2's two channels (1 and 2) idle, m1's (0) active.
+    let idle = |id: u64| inputs_of(id).is_some_and(|i| i.idle == [false, true, true]);
+    let first = rx.iter().take(2000).find(|&id| idle(id)).expect("u never saw m2 idle");
+    let before = inputs_of(first).unwrap();
+    let (sp, _) = handle.stop_with_savepoint().unwrap();
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    config.restore_from = Some(sp.manifest.clone());
+    let rx = logged(&mut config);
+    let handle = build(2, 1).start(config).unwrap();
+    // m2's one channel (2) idle again, m1's two active: the entry of the new layout.
+    let idle = |id: u64| inputs_of(id).is_some_and(|i| i.idle == [false, false, true]);
+    let after = rx.iter().take(2000).find(|&id| idle(id)).map(|id| inputs_of(id).unwrap());
+    ta.close();
+    tb.close();
+    handle.join().unwrap();
+    let after = after.expect("u never saw m2 idle after the resume (or it kept the old layout's flags)");
+    assert_eq!(before.watermarks.len(), after.watermarks.len(), "3 channels before and after");
+    assert_ne!(before.shape, after.shape, "layouts of as many channels from other instances");
 }
 
 /// Source partition 1 never gets a record; windows of 100 with `parallelism` instances,
@@ -508,7 +639,7 @@ fn rescaled_while_idle(with_map: bool) {
     assert!(until(&rx, 2000, || windows_at(dir.path(), 0) == 1), "partition 1 never went idle");
     let (sp, _) = handle.stop_with_savepoint().unwrap();
     let extra = floe::checkpoint::read_manifest_file(&sp.manifest).unwrap().extra;
-    assert!(extra.contains_key("idle/events/1"), "{extra:?}");
+    assert!(extra.contains_key("inputs/events/1"), "{extra:?}");
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.checkpoint_interval = Some(Duration::from_millis(10));
     config.restore_from = Some(sp.manifest.clone());

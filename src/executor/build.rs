@@ -70,6 +70,8 @@ pub(crate) struct Wiring {
     pub side: Vec<ErasedOutput>,
     pub restore: Option<Arc<RestoreCtx>>,
     pub waker: Sender<Control>,
+    /// The shape of the input channels (`format::timers::channel_shape`; 0 for a source).
+    pub shape: u64,
 }
 
 fn wiring_error() -> Error {
@@ -154,15 +156,17 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         None => None,
     };
     let n1 = w.in1.len();
-    let restored_idle = match &w.restore {
-        Some(r) => crate::format::timers::restored_idle(
+    let channels = n1 + w.in2.len();
+    let restored_inputs = match &w.restore {
+        Some(r) => crate::format::timers::restored_inputs(
             &r.manifest.extra,
             &w.common.operator,
             w.subtask,
-            n1 + w.in2.len(),
+            channels,
+            w.shape,
             &r.path,
         )?,
-        None => vec![false; n1 + w.in2.len()],
+        None => None,
     };
     let channel_input = std::iter::repeat_n(0u8, n1).chain(std::iter::repeat_n(1u8, w.in2.len())).collect();
     Ok(OperatorTask {
@@ -175,7 +179,8 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         replay1,
         replay2,
         restored_watermark,
-        restored_idle,
+        restored_inputs,
+        shape: w.shape,
         common: w.common,
     })
 }
@@ -268,17 +273,17 @@ pub(crate) fn source_body<T: Data>(
             },
             None => None,
         };
+        // A source instance's one input is its own reading: restored idle if it was.
         let idle = match restore {
-            Some(r) => {
-                let flags = crate::format::timers::restored_idle(
-                    &r.manifest.extra,
-                    &w.common.operator,
-                    w.subtask,
-                    1,
-                    &r.path,
-                )?;
-                flags.first().copied().unwrap_or(false)
-            }
+            Some(r) => crate::format::timers::restored_inputs(
+                &r.manifest.extra,
+                &w.common.operator,
+                w.subtask,
+                1,
+                0,
+                &r.path,
+            )?
+            .is_some_and(|i| i.idle.first().copied().unwrap_or(false)),
             None => false,
         };
         let source = factory(w.subtask, w.parallelism);

@@ -479,6 +479,8 @@ impl Run<'_> {
         let mut in2: Vec<ErasedIn> = (0..n_tasks).map(|_| Vec::new()).collect();
         let mut outs: Vec<[Vec<ErasedOutput>; 2]> = (0..n_tasks).map(|_| [Vec::new(), Vec::new()]).collect();
         let mut next_channel = vec![0usize; n_tasks];
+        // Where each task's channels come from, in channel order (their shape).
+        let mut layout: Vec<Vec<(u8, String, u32)>> = (0..n_tasks).map(|_| Vec::new()).collect();
         // First inputs first, so a task's first input has the lower channel indices.
         for input in [0u8, 1] {
             for (ni, n) in plan.nodes.iter().enumerate() {
@@ -495,6 +497,7 @@ impl Run<'_> {
                             let (tx, rx) = (up.ports[e.port])(cfg.channel_capacity.max(1));
                             let ch = next_channel[di];
                             next_channel[di] += 1;
+                            layout[di].push((input, up.name.clone(), us));
                             if input == 0 { &mut in1[di] } else { &mut in2[di] }.push((ch, rx));
                             targets.push(ErasedTarget { tx, priority: priority_tx[di].clone(), channel: ch });
                         }
@@ -540,6 +543,13 @@ impl Run<'_> {
                     side,
                     restore: restore.cloned(),
                     waker: tasks.controls[i].clone(),
+                    shape: if layout[i].is_empty() {
+                        0
+                    } else {
+                        crate::format::timers::channel_shape(
+                            layout[i].iter().map(|(c, o, s)| (*c, o.as_str(), *s)),
+                        )
+                    },
                 };
                 let name = format!("{}[{s}]", n.name);
                 let body = match (n.build)(w) {
@@ -902,7 +912,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     for n in &plan.nodes {
         crate::format::timers::restored_watermark(&m.extra, &n.name, 0, n.parallelism, path)?;
     }
-    crate::format::timers::check_idle_entries(&m.extra, path)?;
+    crate::format::timers::check_inputs_entries(&m.extra, path)?;
     Ok(())
 }
 

@@ -110,8 +110,11 @@ pub(crate) struct OperatorTask<L: Logic> {
     /// The watermark restored from the checkpoint (`None`: a fresh start, or a checkpoint
     /// that recorded none).
     pub restored_watermark: Option<Timestamp>,
-    /// Which channels were idle at the checkpoint's barrier (all false on a fresh start).
-    pub restored_idle: Vec<bool>,
+    /// The input channels as they were at the checkpoint's barrier (`None`: a fresh start,
+    /// or none recorded for these channels).
+    pub restored_inputs: Option<crate::format::timers::Inputs>,
+    /// The shape of the input channels (`format::timers::channel_shape`).
+    pub shape: u64,
 }
 
 struct Loop<L: Logic> {
@@ -144,8 +147,11 @@ impl<L: Logic> OperatorTask<L> {
                 InputWatermarks::with_floor(n, wm)
             }
             None => InputWatermarks::new(n),
-        }
-        .with_idle(std::mem::take(&mut self.restored_idle));
+        };
+        let wms = match self.restored_inputs.take() {
+            Some(i) => wms.with_inputs(i.watermarks, i.idle),
+            None => wms,
+        };
         let (writes_tx, writes_rx) = crossbeam_channel::unbounded();
         let events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);
         let mut l = Loop {
@@ -517,10 +523,19 @@ impl<L: Logic> Loop<L> {
         let (op, sub) = (&self.t.common.operator, self.t.common.subtask);
         let wm = crate::format::timers::encode_watermark(self.wms.current());
         extra.push((crate::format::timers::watermark_key(op, sub), wm));
-        // And which channels were idle: a restore starts them idle, so they do not hold
-        // the watermark back where they did not before the failure.
-        if let Some(idle) = crate::format::timers::encode_idle(self.wms.idle()) {
-            extra.push((crate::format::timers::idle_key(op, sub), idle));
+        // And each channel's watermark and idleness, where they say more than the task's
+        // watermark (some channel idle or ahead of it): a restore starts the channels so,
+        // so that they hold the watermark back no more than before the failure.
+        let (wms, idle) = (self.wms.channel_watermarks(), self.wms.idle());
+        if idle.contains(&true) || wms.iter().any(|&w| w > self.wms.current()) {
+            let inputs = crate::format::timers::Inputs {
+                shape: self.t.shape,
+                watermarks: wms.to_vec(),
+                idle: idle.to_vec(),
+            };
+            if let Some(v) = crate::format::timers::encode_inputs(&inputs) {
+                extra.push((crate::format::timers::inputs_key(op, sub), v));
+            }
         }
         self.acks.insert(
             b.id,
@@ -750,6 +765,17 @@ impl<T: super::Data> SourceTask<T> {
         }
     }
 
+    /// The `inputs/` entry of an idle source instance: its one input, its reading, idle
+    /// (no watermark: its clock starts again on a restore).
+    fn idle_entry(&self) -> Option<(String, Vec<u8>)> {
+        use crate::format::timers::{Inputs, encode_inputs, inputs_key};
+        if !self.idle {
+            return None;
+        }
+        let inputs = Inputs { shape: 0, watermarks: vec![i64::MIN], idle: vec![true] };
+        Some((inputs_key(&self.common.operator, self.common.subtask), encode_inputs(&inputs)?))
+    }
+
     /// Handles a control message; false: exit.
     fn on_control(
         &mut self,
@@ -771,12 +797,7 @@ impl<T: super::Data> SourceTask<T> {
                     source_position: Some((key.to_string(), self.source.position_encoding(), position)),
                     handle: None,
                     channel_state: None,
-                    extra: crate::format::timers::encode_idle(&[self.idle])
-                        .map(|v| {
-                            (crate::format::timers::idle_key(&self.common.operator, self.common.subtask), v)
-                        })
-                        .into_iter()
-                        .collect(),
+                    extra: self.idle_entry().into_iter().collect(),
                     stats: TaskCheckpointStats {
                         barrier_at: Some(triggered),
                         acked_at: Some(Instant::now()),

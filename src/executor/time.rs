@@ -145,17 +145,24 @@ impl InputWatermarks {
         InputWatermarks { current: floor, ..Self::new(channels) }
     }
 
-    /// Channels restored idle as they were at the checkpoint's barrier (`idle`, one flag
-    /// per channel; ignored unless it has one per channel): they hold nothing back until
-    /// they deliver a watermark or say they are active again, as before the failure. When
-    /// every channel was idle, the task starts idle too (it told its outputs so before the
-    /// barrier), so the first to become active is passed on.
-    pub fn with_idle(mut self, idle: Vec<bool>) -> Self {
-        if idle.len() == self.idle.len() {
+    /// Channels restored as they were at the checkpoint's barrier: the latest watermark
+    /// each delivered and whether it was idle (one of each per channel; ignored otherwise).
+    /// A channel ahead of the task holds it back no more than it did before the failure,
+    /// and an idle one not at all, until it delivers a watermark or says it is active
+    /// again. When every channel was idle, the task starts idle too (it told its outputs so
+    /// before the barrier), so the first to become active is passed on.
+    pub fn with_inputs(mut self, watermarks: Vec<Timestamp>, idle: Vec<bool>) -> Self {
+        if watermarks.len() == self.wm.len() && idle.len() == self.idle.len() {
+            self.wm = watermarks;
             self.all_idle = !idle.is_empty() && idle.iter().all(|&i| i);
             self.idle = idle;
         }
         self
+    }
+
+    /// The latest watermark each channel delivered.
+    pub fn channel_watermarks(&self) -> &[Timestamp] {
+        &self.wm
     }
 
     /// Whether every channel is idle (so the task is).
@@ -336,20 +343,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn channels_restored_idle_hold_nothing_back() {
+    fn channels_restored_as_at_the_barrier() {
         // Channel 1 was idle at the barrier: channel 0 alone moves the task's watermark on.
-        let mut w = InputWatermarks::with_floor(2, 100).with_idle(vec![false, true]);
+        let mut w = InputWatermarks::with_floor(2, 100).with_inputs(vec![100, i64::MIN], vec![false, true]);
         assert_eq!(w.watermark(0, 150), WatermarkChange { advanced: Some(150), idle: None });
         // Without the restored flag, channel 1 (no watermark yet) holds it at the floor.
         let mut v = InputWatermarks::with_floor(2, 100);
         assert_eq!(v.watermark(0, 150).advanced, None);
+        // Channel 1 was at 799: channel 0 moves the task on up to it, and channel 1's
+        // lower watermarks (a restored source's clock starts again) do not pull it back.
+        let mut u = InputWatermarks::with_floor(2, 149).with_inputs(vec![149, 799], vec![false, false]);
+        assert_eq!(u.watermark(1, 99).advanced, None);
+        assert_eq!(u.watermark(0, 899).advanced, Some(799));
         // All idle at the barrier: the task starts idle, and the first active channel is
-        // passed on as the task becoming active.
-        let mut all = InputWatermarks::with_floor(2, 100).with_idle(vec![true, true]);
-        assert_eq!(all.idle(), [true, true]);
+        // passed on as the task becoming active; all idle again, the largest stands.
+        let mut all = InputWatermarks::with_floor(2, 149).with_inputs(vec![149, 799], vec![true, true]);
+        assert!(all.all_idle());
         assert_eq!(all.status(0, false), WatermarkChange { advanced: None, idle: Some(false) });
+        assert_eq!(all.status(0, true), WatermarkChange { advanced: Some(799), idle: Some(true) });
         // Flags for another number of channels are ignored.
-        assert_eq!(InputWatermarks::new(3).with_idle(vec![true]).idle(), [false; 3]);
+        let other = InputWatermarks::new(3).with_inputs(vec![5], vec![true]);
+        assert_eq!((other.idle(), other.channel_watermarks()), (&[false; 3][..], &[i64::MIN; 3][..]));
     }
 
     #[test]

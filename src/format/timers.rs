@@ -81,97 +81,148 @@ pub fn restored_watermark(
     Ok(if same_shape { all.get(&subtask).copied() } else { all.values().copied().min() })
 }
 
-/// Prefix of the `extra` keys holding which inputs of an instance were idle.
-pub const IDLE_EXTRA_PREFIX: &str = "idle/";
+/// Prefix of the `extra` keys holding an instance's inputs at a barrier.
+pub const INPUTS_EXTRA_PREFIX: &str = "inputs/";
 
-/// The `extra` key of the idle inputs of instance `subtask` of `operator`:
-/// `idle/<operator>/<subtask>`.
-pub fn idle_key(operator: &str, subtask: u32) -> String {
-    format!("{IDLE_EXTRA_PREFIX}{operator}/{subtask}")
+/// The `extra` key of the inputs of instance `subtask` of `operator`:
+/// `inputs/<operator>/<subtask>`.
+pub fn inputs_key(operator: &str, subtask: u32) -> String {
+    format!("{INPUTS_EXTRA_PREFIX}{operator}/{subtask}")
 }
 
-/// The `extra` value recording which of an instance's `idle.len()` inputs were idle at a
-/// barrier (a source's one input is its own reading): the count as a `u32` little-endian,
-/// then one bit per input, input `i` in bit `i % 8` of byte `i / 8`, the last byte's
-/// unused bits zero. `None` when none was idle: nothing is recorded then.
-pub fn encode_idle(idle: &[bool]) -> Option<Vec<u8>> {
-    if !idle.contains(&true) {
+/// An instance's inputs at a checkpoint's barrier (format-spec/executor-state.md, "Inputs
+/// at the barrier"): a task's input channels, or a source instance's one input, its own
+/// reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inputs {
+    /// Which channels these are ([`channel_shape`]; 0 for a source).
+    pub shape: u64,
+    /// The latest watermark each input delivered (`i64::MIN`: none; a source records
+    /// `i64::MIN`).
+    pub watermarks: Vec<i64>,
+    /// Whether each input was idle.
+    pub idle: Vec<bool>,
+}
+
+/// The shape of a task's input channels: XXH64 (seed 0) over, for each channel in the
+/// task's order, its input (`u8`, 0 or 1), the upstream operator's name (its length as a
+/// `u32` LE, then its UTF-8 bytes) and the upstream subtask (`u32` LE). Two layouts with
+/// as many channels from other instances (upstream operators rescaled the other way) have
+/// other shapes, so a restore does not put one's flags on the other's channels.
+pub fn channel_shape<'a>(channels: impl IntoIterator<Item = (u8, &'a str, u32)>) -> u64 {
+    let mut bytes = Vec::new();
+    for (input, operator, subtask) in channels {
+        bytes.push(input);
+        // Operator names are short; a longer one would only change the hash.
+        bytes.extend_from_slice(&(operator.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(operator.as_bytes());
+        bytes.extend_from_slice(&subtask.to_le_bytes());
+    }
+    xxhash_rust::xxh64::xxh64(&bytes, 0)
+}
+
+/// The `extra` value of `inputs`: `count` (`u32` LE), `shape` (`u64` LE), `count`
+/// watermarks (`i64` LE), then one bit per input, input `i` in bit `i % 8` of byte `i / 8`,
+/// set when idle, the last byte's unused bits zero. `None` for no inputs or mismatched
+/// lengths (nothing to record).
+pub fn encode_inputs(inputs: &Inputs) -> Option<Vec<u8>> {
+    let n = inputs.watermarks.len();
+    if n == 0 || inputs.idle.len() != n {
         return None;
     }
-    let n = u32::try_from(idle.len()).ok()?;
-    let mut out = n.to_le_bytes().to_vec();
-    out.resize(4 + idle.len().div_ceil(8), 0);
-    for (i, _) in idle.iter().enumerate().filter(|&(_, &b)| b) {
-        out[4 + i / 8] |= 1 << (i % 8);
+    let count = u32::try_from(n).ok()?;
+    let mut out = Vec::with_capacity(12 + 8 * n + n.div_ceil(8));
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&inputs.shape.to_le_bytes());
+    for w in &inputs.watermarks {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    let bits = out.len();
+    out.resize(bits + n.div_ceil(8), 0);
+    for (i, _) in inputs.idle.iter().enumerate().filter(|&(_, &b)| b) {
+        out[bits + i / 8] |= 1 << (i % 8);
     }
     Some(out)
 }
 
-/// Which of its `inputs` inputs instance `subtask` of `operator` restores as idle from a
-/// manifest's `extra` map (`origin` names the manifest in errors): its own entry's when
-/// that entry counts `inputs` inputs; every input active when the checkpoint recorded none
-/// idle, or counted another number of inputs (an upstream operator rescaled since). A
-/// value that is not hex, not as long as its count says, or with a bit set past the count
-/// is an error naming the manifest and the key.
-pub fn restored_idle(
+/// Decodes an [`encode_inputs`] value (`at` names the manifest and key in errors). The
+/// length is checked against the count before anything is allocated.
+pub fn decode_inputs(bytes: &[u8], at: &std::path::Path) -> Result<Inputs> {
+    let Some((count, rest)) = bytes.split_first_chunk::<4>() else {
+        return Err(Error::corrupt(at, 0, format!("inputs need a 4-byte count, not {} bytes", bytes.len())));
+    };
+    let count = u32::from_le_bytes(*count);
+    if count == 0 {
+        return Err(Error::corrupt(at, 0, "an inputs entry counts no inputs"));
+    }
+    let n = u64::from(count);
+    let want = 8 + 8 * n + n.div_ceil(8);
+    if rest.len() as u64 != want {
+        return Err(Error::corrupt(
+            at,
+            4,
+            format!("{count} inputs take {} bytes after the count, not {}", want, rest.len()),
+        ));
+    }
+    let (shape, rest) = rest.split_first_chunk::<8>().ok_or_else(|| Error::corrupt(at, 4, "no shape"))?;
+    let n = count as usize;
+    let (wms, bits) = rest.split_at(8 * n);
+    let (wms, _) = wms.as_chunks::<8>();
+    if !n.is_multiple_of(8) && bits.last().is_some_and(|b| b >> (n % 8) != 0) {
+        return Err(Error::corrupt(
+            at,
+            bytes.len() as u64 - 1,
+            format!("idle bits set past the {count} inputs"),
+        ));
+    }
+    Ok(Inputs {
+        shape: u64::from_le_bytes(*shape),
+        watermarks: wms.iter().map(|w| i64::from_le_bytes(*w)).collect(),
+        idle: (0..n).map(|i| bits[i / 8] & (1 << (i % 8)) != 0).collect(),
+    })
+}
+
+/// The inputs instance `subtask` of `operator` restores from a manifest's `extra` map
+/// (`origin` names the manifest in errors): its own entry's when that entry has `count`
+/// inputs of this `shape`; `None` when the checkpoint recorded none for it (nothing idle
+/// and no input ahead of the instance's watermark, or an instance added by rescaling) or
+/// recorded other inputs (an upstream operator rescaled): every input then starts active,
+/// with no watermark. A damaged value is an error naming the manifest and the key.
+pub fn restored_inputs(
     extra: &std::collections::BTreeMap<String, String>,
     operator: &str,
     subtask: u32,
-    inputs: usize,
+    count: usize,
+    shape: u64,
     origin: &std::path::Path,
-) -> Result<Vec<bool>> {
-    let mut idle = vec![false; inputs];
-    let key = idle_key(operator, subtask);
-    let Some(v) = extra.get(&key) else { return Ok(idle) };
-    let at = origin.join(&key);
-    let bytes = super::manifest::hex_decode(v)
-        .ok_or_else(|| Error::corrupt(&at, 0, "idle inputs value is not hex"))?;
-    let Some((count, bits)) = bytes.split_first_chunk::<4>() else {
-        return Err(Error::corrupt(
-            &at,
-            0,
-            format!("idle inputs need a 4-byte count, not {} bytes", bytes.len()),
-        ));
-    };
-    let count = u32::from_le_bytes(*count);
-    let n = usize::try_from(count).unwrap_or(usize::MAX);
-    if n == 0 {
-        return Err(Error::corrupt(&at, 0, "an idle-inputs entry counts no inputs"));
-    }
-    if bits.len() != n.div_ceil(8) {
-        return Err(Error::corrupt(
-            &at,
-            4,
-            format!("{count} idle-input bits take {} bytes, not {}", n.div_ceil(8), bits.len()),
-        ));
-    }
-    if n % 8 != 0 && bits[bits.len() - 1] >> (n % 8) != 0 {
-        return Err(Error::corrupt(
-            &at,
-            4 + bits.len() as u64 - 1,
-            format!("bits set past the {count} inputs"),
-        ));
-    }
-    if n == inputs {
-        for (i, b) in idle.iter_mut().enumerate() {
-            *b = bits[i / 8] & (1 << (i % 8)) != 0;
-        }
-    }
-    Ok(idle)
+) -> Result<Option<Inputs>> {
+    let key = inputs_key(operator, subtask);
+    let Some(v) = extra.get(&key) else { return Ok(None) };
+    let inputs = decode_hex_inputs(v, &origin.join(&key))?;
+    Ok((inputs.watermarks.len() == count && inputs.shape == shape).then_some(inputs))
 }
 
-/// Checks every idle-inputs entry of a manifest's `extra` map as [`restored_idle`] reads
-/// it: a damaged one is found before a job's first attempt, not by every attempt's tasks.
-pub fn check_idle_entries(
+fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
+    let bytes =
+        super::manifest::hex_decode(v).ok_or_else(|| Error::corrupt(at, 0, "inputs value is not hex"))?;
+    decode_inputs(&bytes, at)
+}
+
+/// Checks every `inputs/` entry of a manifest's `extra` map: its key must end in a subtask
+/// in canonical decimal and its value decode. A damaged one is found before a job's first
+/// attempt, not by every attempt's tasks.
+pub fn check_inputs_entries(
     extra: &std::collections::BTreeMap<String, String>,
     origin: &std::path::Path,
 ) -> Result<()> {
-    for k in extra.keys() {
-        let Some((op, sub)) = k.strip_prefix(IDLE_EXTRA_PREFIX).and_then(|r| r.rsplit_once('/')) else {
-            continue;
-        };
-        let Some(sub) = super::sink_state::parse_decimal_u32(sub) else { continue };
-        restored_idle(extra, op, sub, 0, origin)?;
+    for (k, v) in extra.range(INPUTS_EXTRA_PREFIX.to_string()..) {
+        let Some(rest) = k.strip_prefix(INPUTS_EXTRA_PREFIX) else { break };
+        let at = origin.join(k);
+        let sub = rest.rsplit_once('/').filter(|(op, _)| !op.is_empty()).map(|(_, sub)| sub);
+        if sub.and_then(super::sink_state::parse_decimal_u32).is_none() {
+            return Err(Error::corrupt(&at, 0, "an inputs key is inputs/<operator>/<subtask in decimal>"));
+        }
+        decode_hex_inputs(v, &at)?;
     }
     Ok(())
 }
@@ -207,39 +258,70 @@ mod tests {
     }
 
     #[test]
-    fn idle_inputs_round_trip_and_damage_is_refused() {
+    fn inputs_round_trip_and_damage_is_refused() {
         let origin = std::path::Path::new("m");
         let hex = |b: &[u8]| super::super::manifest::hex_encode(b);
-        assert_eq!(encode_idle(&[false, false]), None, "nothing idle, nothing recorded");
-        // format-spec/executor-state.md's example: inputs 1 and 9 of 10 idle.
-        let mut ten = [false; 10];
-        ten[1] = true;
-        ten[9] = true;
-        let enc = encode_idle(&ten).unwrap();
-        assert_eq!(hex(&enc), "0a0000000202");
+        // format-spec/executor-state.md's example: 2 inputs of shape 0x0102030405060708,
+        // the first at 149, the second at 799 and idle.
+        let two =
+            Inputs { shape: 0x0102_0304_0506_0708, watermarks: vec![149, 799], idle: vec![false, true] };
+        let enc = encode_inputs(&two).unwrap();
+        assert_eq!(
+            hex(&enc),
+            "0200000008070605040302019500000000000000".to_owned() + "1f03000000000000" + "02"
+        );
+        assert_eq!(decode_inputs(&enc, origin).unwrap(), two);
+        let spec = include_str!("../../format-spec/executor-state.md");
+        assert!(spec.contains(&format!("`\"inputs/u/0\": \"{}\"`", hex(&enc))), "the spec's example");
+        let mut ten = Inputs { shape: 9, watermarks: vec![i64::MIN; 10], idle: vec![false; 10] };
+        ten.idle[1] = true;
+        ten.idle[9] = true;
+        assert_eq!(decode_inputs(&encode_inputs(&ten).unwrap(), origin).unwrap(), ten);
+        assert_eq!(encode_inputs(&Inputs { shape: 0, watermarks: vec![], idle: vec![] }), None);
         let mut extra = std::collections::BTreeMap::new();
-        extra.insert(idle_key("w", 0), hex(&enc));
-        extra.insert(idle_key("src", 1), hex(&encode_idle(&[true]).unwrap()));
-        assert_eq!(restored_idle(&extra, "w", 0, 10, origin).unwrap(), ten);
-        assert_eq!(restored_idle(&extra, "src", 1, 1, origin).unwrap(), [true]);
-        assert_eq!(restored_idle(&extra, "w", 1, 10, origin).unwrap(), [false; 10], "no entry: active");
-        assert_eq!(restored_idle(&extra, "w", 0, 4, origin).unwrap(), [false; 4], "other count: active");
+        extra.insert(inputs_key("w", 0), hex(&enc));
+        let restored = |sub, count, shape, extra: &std::collections::BTreeMap<String, String>| {
+            restored_inputs(extra, "w", sub, count, shape, origin)
+        };
+        assert_eq!(restored(0, 2, two.shape, &extra).unwrap(), Some(two.clone()));
+        assert_eq!(restored(1, 2, two.shape, &extra).unwrap(), None, "no entry");
+        assert_eq!(restored(0, 3, two.shape, &extra).unwrap(), None, "other count");
+        assert_eq!(restored(0, 2, 7, &extra).unwrap(), None, "other shape");
+        check_inputs_entries(&extra, origin).unwrap();
+        let long = "02000000".to_owned() + &"00".repeat(8 + 16) + "0000";
+        let stray = "02000000".to_owned() + &"00".repeat(8 + 16) + "04";
         for (bad, what) in [
             ("zz", "not hex"),
-            ("0a00", "4-byte count"),
-            ("0a00000002", "take 2 bytes, not 1"),
-            ("0a000000020202", "not 3"),
-            ("0a0000000206", "past the 10 inputs"),
+            ("0200", "4-byte count"),
             ("00000000", "counts no inputs"),
+            ("ffffffff", "not 0"),
+            (long.as_str(), "not 26"),
+            (stray.as_str(), "past the 2 inputs"),
         ] {
-            extra.insert(idle_key("w", 0), bad.into());
-            let e = restored_idle(&extra, "w", 0, 10, origin).unwrap_err().to_string();
-            assert!(e.contains("idle/w/0") && e.contains(what), "{bad}: {e}");
-            let e = check_idle_entries(&extra, origin).unwrap_err().to_string();
-            assert!(e.contains("idle/w/0") && e.contains(what), "{bad}: {e}");
+            extra.insert(inputs_key("w", 0), bad.into());
+            let e = restored(0, 2, two.shape, &extra).unwrap_err().to_string();
+            assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
+            let e = check_inputs_entries(&extra, origin).unwrap_err().to_string();
+            assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
         }
-        extra.insert(idle_key("w", 0), hex(&enc));
-        check_idle_entries(&extra, origin).unwrap();
+        extra.insert(inputs_key("w", 0), hex(&enc));
+        for key in
+            ["inputs/w/01", "inputs/w/abc", "inputs/w/", "inputs/w", "inputs//0", "inputs/w/4294967296"]
+        {
+            let mut e = extra.clone();
+            e.insert(key.into(), hex(&enc));
+            let err = check_inputs_entries(&e, origin).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains("decimal"), "{key}: {err}");
+        }
+        // Keys of other prefixes are not looked at.
+        extra.insert("inputsx/w/0".into(), "zz".into());
+        extra.insert("input/w/0".into(), "zz".into());
+        check_inputs_entries(&extra, origin).unwrap();
+        // Shapes tell apart layouts of as many channels.
+        let a = channel_shape([(0, "m1", 0), (0, "m2", 0), (0, "m2", 1)]);
+        let b = channel_shape([(0, "m1", 0), (0, "m1", 1), (0, "m2", 0)]);
+        assert_ne!(a, b);
+        assert_eq!(a, channel_shape([(0, "m1", 0), (0, "m2", 0), (0, "m2", 1)]));
     }
 
     #[test]
