@@ -585,6 +585,149 @@ fn inputs_from_other_instances_are_not_restored_onto_the_channels() {
     assert_ne!(before.shape, after.shape, "layouts of as many channels from other instances");
 }
 
+/// An [`IterSource`] slowed to one record per 200 µs: it never waits for input (so its
+/// watermarks come every `emit_every` records, wherever checkpoints fall), and the job's
+/// checkpoints fall between its records. The pace only spreads the checkpoints; what is
+/// compared does not depend on it.
+struct Paced(IterSource<Ev>);
+
+impl floe::executor::Source<Ev> for Paced {
+    fn poll(&mut self) -> floe::Result<floe::executor::Poll<Ev>> {
+        std::thread::sleep(Duration::from_micros(200));
+        self.0.poll()
+    }
+    fn position(&self) -> Vec<u8> {
+        self.0.position()
+    }
+    fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
+        self.0.seek(p)
+    }
+    fn position_encoding(&self) -> floe::executor::PositionEncoding {
+        self.0.position_encoding()
+    }
+}
+
+/// 6000 records at i (every one with i % 64 == 20 at i - 40: late when watermarks come
+/// every 64 records from the start) through a map into windows of 10; with `fail_after`,
+/// the window task fails that many records after checkpoint 2 completed.
+fn run_cadence_job(fail_after: Option<u64>) -> (Vec<Windowed<u64, i64>>, Vec<Ev>, JobResult) {
+    let dir = tempfile::tempdir().unwrap();
+    let events: Arc<Vec<Ev>> =
+        Arc::new((0..6000).map(|i| (1, if i % 64 == 20 { i - 40 } else { i }, 1)).collect());
+    let job = Job::new();
+    let src = job.source_with_watermarks(
+        "src",
+        1,
+        move |_, _| Box::new(Paced(IterSource::new(Arc::clone(&events)))),
+        WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(64),
+    );
+    let out = src
+        .map("m", |e: Ev| e)
+        .parallelism(1)
+        .key_by(|e: &Ev| e.0)
+        .window(Windows::tumbling(10))
+        .aggregate_with_late("win", Sum);
+    let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
+    sink(&results, dir.path(), "results");
+    sink(&late, dir.path(), "late");
+    let mut config = JobConfig::new(storage(dir.path()));
+    config.channel_capacity = 16;
+    config.checkpoint_interval = Some(Duration::from_millis(7));
+    if let Some(records) = fail_after {
+        config.failures = vec![InjectedFailure {
+            operator: "win".into(),
+            subtask: 0,
+            at: FailAt::AfterCheckpoint { completed: 2, records },
+            panic: false,
+        }];
+    }
+    let r = job.execute(&config).unwrap();
+    (read(&dir.path().join("results")), read(&dir.path().join("late")), r)
+}
+
+#[test]
+fn a_restored_source_emits_its_watermarks_after_the_same_records() {
+    // Found by an outside attack (session 37): a restored source's clock started again,
+    // so with watermarks every 64 records they came after other records than before the
+    // failure (wherever the restored position fell modulo 64), and records late before
+    // the failure were counted into their windows (5 of 10 restarts differed). The clock
+    // is part of the checkpoint now. Each restart lands at its own position; several
+    // make it likely that one is not a multiple of 64 past the last watermark.
+    let (results, late, r) = run_cadence_job(None);
+    assert_eq!(r.restarts, 0);
+    assert_eq!(late.len(), 93, "every 64th record from 20 on is late: {late:?}");
+    for records in [300, 333, 377] {
+        let (results_f, late_f, rf) = run_cadence_job(Some(records));
+        assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
+        assert_eq!(late_f.len(), late.len(), "late records after a restart ({records})");
+        assert_eq!(late_f, late);
+        assert_eq!(results_f, results);
+    }
+}
+
+#[test]
+fn an_instance_added_by_rescaling_takes_the_inputs_its_siblings_recorded() {
+    // Found by an outside attack (session 37): `b` delivered 800 and fell silent (no
+    // idleness); resumed with 2 instances of the union `u` instead of 1, the new one had
+    // no inputs entry of its own, so its `b` channel started with no watermark and held
+    // it, and the windows after it, at the restored 149 for good. It takes its sibling's
+    // entry now (both hear the same from `a` and `b`).
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    let build = |parallelism: u32| {
+        let job = Job::new();
+        let strategy = || WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+        let (a1, b1) = (ta.clone(), tb.clone());
+        let a = job.source_with_watermarks("a", 1, move |s, p| Box::new(a1.source(s, p)), strategy());
+        let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(b1.source(s, p)), strategy());
+        let u = a.union("u", &[b]).parallelism(parallelism);
+        let out = u.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate_with_late("win", Sum);
+        let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
+        sink(&results, dir.path(), "results");
+        sink(&late, dir.path(), "late");
+        job
+    };
+    let keys = 1..=16u64;
+    let at = |id: u64, key: &str, hex: &str| {
+        storage.read_manifest(id).is_ok_and(|m| m.extra.get(key).is_some_and(|w| w == hex))
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    let rx = logged(&mut config);
+    let handle = build(1).start(config).unwrap();
+    tb.push(0, (1, 800, 1));
+    for k in keys.clone() {
+        ta.push(0, (k, 150, 1));
+    }
+    let at_149 =
+        |id| at(id, "watermark/u/0", "9500000000000000") && at(id, "watermark/win/0", "9500000000000000");
+    assert!(rx.iter().take(2000).any(at_149), "u never checkpointed at 149");
+    let (sp, _) = handle.stop_with_savepoint().unwrap();
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    config.restore_from = Some(sp.manifest.clone());
+    let rx = logged(&mut config);
+    let handle = build(2).start(config).unwrap();
+    for k in keys.clone() {
+        ta.push(0, (k, 900, 1));
+    }
+    // Both instances of u move to 799 (b's) on a's 899, so the windows do.
+    let at_799 = rx.iter().take(2000).any(|id| at(id, "watermark/win/0", "1f03000000000000"));
+    if at_799 {
+        for k in keys.clone() {
+            ta.push(0, (k, 300, 1000));
+        }
+    }
+    let late = dir.path().join("late");
+    let all_late = at_799 && until(&rx, 2000, || published_output(&late).unwrap().len() == 16);
+    ta.close();
+    tb.close();
+    handle.join().unwrap();
+    assert!(at_799, "the windows never reached 799 after the resume");
+    assert!(all_late, "{} of 16 records at 300 late", published_output(&late).unwrap().len());
+}
+
 /// Source partition 1 never gets a record; windows of 100 with `parallelism` instances,
 /// behind a map or reading the source.
 fn idle_rescale_job(topic: &Topic<Ev>, dir: &std::path::Path, parallelism: u32, with_map: bool) -> Job {

@@ -140,4 +140,11 @@ fn a_stream_of_another_job_is_refused_and_mistakes_are_reported_by_every_plan() 
         let err = c.execute(&cfg).unwrap_err();
         assert!(err.to_string().contains("two operators are called"), "{err}");
     }
+    // An empty name (found by an outside attack, session 37: a union named "" wrote the
+    // checkpoint entry inputs//0, and the job could not resume from its own savepoint).
+    let d = Job::new();
+    let src = d.source("s", 1, |_, _| Box::new(IterSource::new(Arc::new(Vec::<u64>::new()))));
+    let _ = src.map("", |x: u64| x);
+    let err = d.execute(&cfg).unwrap_err();
+    assert!(err.to_string().contains("needs a name"), "{err}");
 }

@@ -286,12 +286,23 @@ pub(crate) fn source_body<T: Data>(
             .is_some_and(|i| i.idle.first().copied().unwrap_or(false)),
             None => false,
         };
+        let mut clock = strategy.map(SourceClock::new);
+        if let (Some(r), Some(c)) = (restore, clock.as_mut())
+            && let Some(state) = crate::format::timers::restored_clock(
+                &r.manifest.extra,
+                &w.common.operator,
+                w.subtask,
+                &r.path,
+            )?
+        {
+            c.restore(state);
+        }
         let source = factory(w.subtask, w.parallelism);
         SourceTask {
             idle,
             out: outputs(w.out, w.max_parallelism)?,
             source,
-            clock: strategy.map(SourceClock::new),
+            clock,
             position,
             waker: w.waker,
             common: w.common,

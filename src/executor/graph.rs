@@ -164,6 +164,10 @@ impl Job {
         build: Build,
     ) -> usize {
         let mut g = self.g.borrow_mut();
+        // A name keys the operator's state, positions and entries in every checkpoint.
+        if name.is_empty() {
+            self.fault("an operator needs a name (\"\" was given)".to_string());
+        }
         if g.iter().any(|n| n.name == name) {
             self.fault(format!("two operators are called {name:?}"));
         }
@@ -240,7 +244,7 @@ impl Job {
         self.stream(node, 0)
     }
 
-    /// The graph, checked: names unique, parallelisms positive.
+    /// The graph, checked: names given and unique, parallelisms positive.
     pub fn plan(&self) -> Result<JobPlan> {
         if let Some(e) = self.error.borrow().as_ref() {
             return Err(Error::InvalidConfig(e.clone()));

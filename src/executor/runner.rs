@@ -912,7 +912,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     for n in &plan.nodes {
         crate::format::timers::restored_watermark(&m.extra, &n.name, 0, n.parallelism, path)?;
     }
-    crate::format::timers::check_inputs_entries(&m.extra, path)?;
+    crate::format::timers::check_time_entries(&m.extra, path)?;
     Ok(())
 }
 

@@ -776,6 +776,13 @@ impl<T: super::Data> SourceTask<T> {
         Some((inputs_key(&self.common.operator, self.common.subtask), encode_inputs(&inputs)?))
     }
 
+    /// The `clock/` entry of a source instance with event time: its clock at the barrier.
+    fn clock_entry(&self) -> Option<(String, Vec<u8>)> {
+        use crate::format::timers::{clock_key, encode_clock};
+        let c = self.clock.as_ref()?.state();
+        Some((clock_key(&self.common.operator, self.common.subtask), encode_clock(&c)))
+    }
+
     /// Handles a control message; false: exit.
     fn on_control(
         &mut self,
@@ -797,7 +804,7 @@ impl<T: super::Data> SourceTask<T> {
                     source_position: Some((key.to_string(), self.source.position_encoding(), position)),
                     handle: None,
                     channel_state: None,
-                    extra: self.idle_entry().into_iter().collect(),
+                    extra: self.idle_entry().into_iter().chain(self.clock_entry()).collect(),
                     stats: TaskCheckpointStats {
                         barrier_at: Some(triggered),
                         acked_at: Some(Instant::now()),

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::messages::{MAX_WATERMARK, Timestamp};
 use crate::error::{Error, Result};
-use crate::format::timers::{TIMER_STATE, decode_timer, encode_timer};
+use crate::format::timers::{ClockState, TIMER_STATE, decode_timer, encode_timer};
 use crate::state::{MapState, Store, ValueRef};
 
 /// How a source assigns event time: a timestamp per record, and watermarks that trail the
@@ -85,6 +85,19 @@ impl<T> SourceClock<T> {
 
     pub fn idle_timeout(&self) -> Option<Duration> {
         self.strategy.idle_timeout
+    }
+
+    /// What a checkpoint records of this clock.
+    pub fn state(&self) -> ClockState {
+        ClockState { max_seen: self.max_seen, emitted: self.emitted, since: self.since }
+    }
+
+    /// Continues from a checkpoint's clock: the watermarks after a restore come after the
+    /// same records, with the same values, as they would have without the failure.
+    pub fn restore(&mut self, c: ClockState) {
+        self.max_seen = c.max_seen;
+        self.emitted = c.emitted;
+        self.since = c.since;
     }
 
     /// A record was read: its timestamp, and a watermark to emit after it, if due.

@@ -184,10 +184,12 @@ pub fn decode_inputs(bytes: &[u8], at: &std::path::Path) -> Result<Inputs> {
 
 /// The inputs instance `subtask` of `operator` restores from a manifest's `extra` map
 /// (`origin` names the manifest in errors): its own entry's when that entry has `count`
-/// inputs of this `shape`; `None` when the checkpoint recorded none for it (nothing idle
-/// and no input ahead of the instance's watermark, or an instance added by rescaling) or
-/// recorded other inputs (an upstream operator rescaled): every input then starts active,
-/// with no watermark. A damaged value is an error naming the manifest and the key.
+/// inputs of this `shape`, else another instance's of the operator that has (an instance
+/// added by rescaling: every instance hears the same watermarks and idleness on a channel
+/// from one upstream instance, so any entry of this shape holds what this one would have
+/// heard); `None` when none has (nothing recorded: no input idle or ahead of the watermark;
+/// or the channels changed: an upstream operator rescaled), and every input then starts
+/// active, with no watermark. A damaged value is an error naming the manifest and the key.
 pub fn restored_inputs(
     extra: &std::collections::BTreeMap<String, String>,
     operator: &str,
@@ -196,10 +198,26 @@ pub fn restored_inputs(
     shape: u64,
     origin: &std::path::Path,
 ) -> Result<Option<Inputs>> {
-    let key = inputs_key(operator, subtask);
-    let Some(v) = extra.get(&key) else { return Ok(None) };
-    let inputs = decode_hex_inputs(v, &origin.join(&key))?;
-    Ok((inputs.watermarks.len() == count && inputs.shape == shape).then_some(inputs))
+    let fits = |i: &Inputs| i.watermarks.len() == count && i.shape == shape;
+    let own = inputs_key(operator, subtask);
+    if let Some(v) = extra.get(&own) {
+        let inputs = decode_hex_inputs(v, &origin.join(&own))?;
+        if fits(&inputs) {
+            return Ok(Some(inputs));
+        }
+    }
+    let prefix = format!("{INPUTS_EXTRA_PREFIX}{operator}/");
+    for (k, v) in extra.range(prefix.clone()..) {
+        let Some(sub) = k.strip_prefix(&prefix) else { break };
+        if *k == own || super::sink_state::parse_decimal_u32(sub).is_none() {
+            continue;
+        }
+        let inputs = decode_hex_inputs(v, &origin.join(k))?;
+        if fits(&inputs) {
+            return Ok(Some(inputs));
+        }
+    }
+    Ok(None)
 }
 
 fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
@@ -208,23 +226,97 @@ fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
     decode_inputs(&bytes, at)
 }
 
-/// Checks every `inputs/` entry of a manifest's `extra` map: its key must end in a subtask
-/// in canonical decimal and its value decode. A damaged one is found before a job's first
-/// attempt, not by every attempt's tasks.
-pub fn check_inputs_entries(
+/// Checks every `inputs/` and `clock/` entry of a manifest's `extra` map: its key must end
+/// in a subtask in canonical decimal after an operator name, and its value decode. A
+/// damaged one is found before a job's first attempt, not by every attempt's tasks.
+pub fn check_time_entries(
     extra: &std::collections::BTreeMap<String, String>,
     origin: &std::path::Path,
 ) -> Result<()> {
-    for (k, v) in extra.range(INPUTS_EXTRA_PREFIX.to_string()..) {
-        let Some(rest) = k.strip_prefix(INPUTS_EXTRA_PREFIX) else { break };
-        let at = origin.join(k);
-        let sub = rest.rsplit_once('/').filter(|(op, _)| !op.is_empty()).map(|(_, sub)| sub);
-        if sub.and_then(super::sink_state::parse_decimal_u32).is_none() {
-            return Err(Error::corrupt(&at, 0, "an inputs key is inputs/<operator>/<subtask in decimal>"));
+    for prefix in [INPUTS_EXTRA_PREFIX, CLOCK_EXTRA_PREFIX] {
+        for (k, v) in extra.range(prefix.to_string()..) {
+            let Some(rest) = k.strip_prefix(prefix) else { break };
+            let at = origin.join(k);
+            let sub = rest.rsplit_once('/').filter(|(op, _)| !op.is_empty()).map(|(_, sub)| sub);
+            if sub.and_then(super::sink_state::parse_decimal_u32).is_none() {
+                return Err(Error::corrupt(
+                    &at,
+                    0,
+                    format!("a key here is {prefix}<operator>/<subtask in decimal>"),
+                ));
+            }
+            if prefix == INPUTS_EXTRA_PREFIX {
+                decode_hex_inputs(v, &at)?;
+            } else {
+                let bytes = super::manifest::hex_decode(v)
+                    .ok_or_else(|| Error::corrupt(&at, 0, "clock value is not hex"))?;
+                decode_clock(&bytes, &at)?;
+            }
         }
-        decode_hex_inputs(v, &at)?;
     }
     Ok(())
+}
+
+/// Prefix of the `extra` keys holding a source instance's event-time clock.
+pub const CLOCK_EXTRA_PREFIX: &str = "clock/";
+
+/// The `extra` key of the clock of source instance `subtask` of `operator`:
+/// `clock/<operator>/<subtask>`.
+pub fn clock_key(operator: &str, subtask: u32) -> String {
+    format!("{CLOCK_EXTRA_PREFIX}{operator}/{subtask}")
+}
+
+/// A source instance's event-time clock at a barrier (format-spec/executor-state.md,
+/// "Source clocks").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockState {
+    /// The largest timestamp read (`i64::MIN`: none).
+    pub max_seen: i64,
+    /// The last watermark emitted (`i64::MIN`: none).
+    pub emitted: i64,
+    /// Records read since the last watermark was due.
+    pub since: u64,
+}
+
+/// The `extra` value of a clock: `max_seen` and `emitted` (`i64` LE), `since` (`u64` LE).
+pub fn encode_clock(c: &ClockState) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24);
+    out.extend_from_slice(&c.max_seen.to_le_bytes());
+    out.extend_from_slice(&c.emitted.to_le_bytes());
+    out.extend_from_slice(&c.since.to_le_bytes());
+    out
+}
+
+/// Decodes an [`encode_clock`] value (`at` names the manifest and key in errors).
+pub fn decode_clock(bytes: &[u8], at: &std::path::Path) -> Result<ClockState> {
+    let b: &[u8; 24] = bytes
+        .try_into()
+        .map_err(|_| Error::corrupt(at, 0, format!("a clock is 24 bytes, not {}", bytes.len())))?;
+    let (max_seen, rest) = b.split_first_chunk::<8>().ok_or_else(|| Error::corrupt(at, 0, "short clock"))?;
+    let (emitted, since) =
+        rest.split_first_chunk::<8>().ok_or_else(|| Error::corrupt(at, 8, "short clock"))?;
+    let since: [u8; 8] = since.try_into().map_err(|_| Error::corrupt(at, 16, "short clock"))?;
+    Ok(ClockState {
+        max_seen: i64::from_le_bytes(*max_seen),
+        emitted: i64::from_le_bytes(*emitted),
+        since: u64::from_le_bytes(since),
+    })
+}
+
+/// The clock source instance `subtask` of `operator` restores from a manifest's `extra`
+/// map (`origin` names the manifest in errors); `None` when the checkpoint has none.
+pub fn restored_clock(
+    extra: &std::collections::BTreeMap<String, String>,
+    operator: &str,
+    subtask: u32,
+    origin: &std::path::Path,
+) -> Result<Option<ClockState>> {
+    let key = clock_key(operator, subtask);
+    let Some(v) = extra.get(&key) else { return Ok(None) };
+    let at = origin.join(&key);
+    let bytes =
+        super::manifest::hex_decode(v).ok_or_else(|| Error::corrupt(&at, 0, "clock value is not hex"))?;
+    decode_clock(&bytes, &at).map(Some)
 }
 
 #[cfg(test)]
@@ -284,10 +376,24 @@ mod tests {
             restored_inputs(extra, "w", sub, count, shape, origin)
         };
         assert_eq!(restored(0, 2, two.shape, &extra).unwrap(), Some(two.clone()));
-        assert_eq!(restored(1, 2, two.shape, &extra).unwrap(), None, "no entry");
+        assert_eq!(
+            restored(1, 2, two.shape, &extra).unwrap(),
+            Some(two.clone()),
+            "a sibling's, of this shape"
+        );
         assert_eq!(restored(0, 3, two.shape, &extra).unwrap(), None, "other count");
         assert_eq!(restored(0, 2, 7, &extra).unwrap(), None, "other shape");
-        check_inputs_entries(&extra, origin).unwrap();
+        // Its own entry first; a sibling's when its own does not fit.
+        let mut mixed = extra.clone();
+        let other = Inputs { shape: two.shape, watermarks: vec![5, 6], idle: vec![true, false] };
+        mixed.insert(inputs_key("w", 1), hex(&encode_inputs(&other).unwrap()));
+        assert_eq!(restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(), Some(other.clone()));
+        mixed.insert(inputs_key("w", 1), hex(&encode_inputs(&Inputs { shape: 7, ..other }).unwrap()));
+        assert_eq!(restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(), Some(two.clone()));
+        // Other operators' entries are not siblings.
+        assert_eq!(restored_inputs(&extra, "x", 0, 2, two.shape, origin).unwrap(), None);
+        assert_eq!(restored_inputs(&extra, "", 0, 2, two.shape, origin).unwrap(), None);
+        check_time_entries(&extra, origin).unwrap();
         let long = "02000000".to_owned() + &"00".repeat(8 + 16) + "0000";
         let stray = "02000000".to_owned() + &"00".repeat(8 + 16) + "04";
         for (bad, what) in [
@@ -301,7 +407,7 @@ mod tests {
             extra.insert(inputs_key("w", 0), bad.into());
             let e = restored(0, 2, two.shape, &extra).unwrap_err().to_string();
             assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
-            let e = check_inputs_entries(&extra, origin).unwrap_err().to_string();
+            let e = check_time_entries(&extra, origin).unwrap_err().to_string();
             assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
         }
         extra.insert(inputs_key("w", 0), hex(&enc));
@@ -310,18 +416,46 @@ mod tests {
         {
             let mut e = extra.clone();
             e.insert(key.into(), hex(&enc));
-            let err = check_inputs_entries(&e, origin).unwrap_err().to_string();
+            let err = check_time_entries(&e, origin).unwrap_err().to_string();
             assert!(err.contains(key) && err.contains("decimal"), "{key}: {err}");
         }
         // Keys of other prefixes are not looked at.
         extra.insert("inputsx/w/0".into(), "zz".into());
         extra.insert("input/w/0".into(), "zz".into());
-        check_inputs_entries(&extra, origin).unwrap();
+        check_time_entries(&extra, origin).unwrap();
         // Shapes tell apart layouts of as many channels.
         let a = channel_shape([(0, "m1", 0), (0, "m2", 0), (0, "m2", 1)]);
         let b = channel_shape([(0, "m1", 0), (0, "m1", 1), (0, "m2", 0)]);
         assert_ne!(a, b);
         assert_eq!(a, channel_shape([(0, "m1", 0), (0, "m2", 0), (0, "m2", 1)]));
+    }
+
+    #[test]
+    fn clocks_round_trip_and_damage_is_refused() {
+        let origin = std::path::Path::new("m");
+        let hex = |b: &[u8]| super::super::manifest::hex_encode(b);
+        let c = ClockState { max_seen: 799, emitted: 798, since: 5 };
+        let enc = encode_clock(&c);
+        // format-spec/executor-state.md's example.
+        assert_eq!(hex(&enc), "1f030000000000001e030000000000000500000000000000");
+        let spec = include_str!("../../format-spec/executor-state.md");
+        assert!(spec.contains(&format!("`\"clock/a/0\": \"{}\"`", hex(&enc))), "the spec's example");
+        let mut extra = std::collections::BTreeMap::new();
+        extra.insert(clock_key("a", 0), hex(&enc));
+        assert_eq!(restored_clock(&extra, "a", 0, origin).unwrap(), Some(c));
+        assert_eq!(restored_clock(&extra, "a", 1, origin).unwrap(), None);
+        check_time_entries(&extra, origin).unwrap();
+        for (bad, what) in [("zz", "not hex"), ("00", "24 bytes, not 1"), (&*"00".repeat(25), "not 25")] {
+            extra.insert(clock_key("a", 0), bad.into());
+            let e = restored_clock(&extra, "a", 0, origin).unwrap_err().to_string();
+            assert!(e.contains("clock/a/0") && e.contains(what), "{bad}: {e}");
+            let e = check_time_entries(&extra, origin).unwrap_err().to_string();
+            assert!(e.contains("clock/a/0") && e.contains(what), "{bad}: {e}");
+        }
+        extra.insert(clock_key("a", 0), hex(&enc));
+        extra.insert("clock/a/01".into(), hex(&enc));
+        let e = check_time_entries(&extra, origin).unwrap_err().to_string();
+        assert!(e.contains("clock/a/01") && e.contains("decimal"), "{e}");
     }
 
     #[test]
