@@ -356,6 +356,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_restored_clock_emits_after_the_same_records() {
+        let strategy = || WatermarkStrategy::bounded_out_of_orderness(3, |t: &i64| *t).emit_every(64);
+        let ts = |i: i64| if i % 64 == 20 { i - 40 } else { i };
+        let run = |clock: &mut SourceClock<i64>, from: i64| -> Vec<(i64, Timestamp)> {
+            (from..400).filter_map(|i| clock.on_record(&ts(i)).1.map(|w| (i, w))).collect()
+        };
+        let mut first = SourceClock::new(strategy());
+        for cut in [0, 1, 63, 64, 100, 150] {
+            let mut a = SourceClock::new(strategy());
+            let before: Vec<_> = (0..cut).filter_map(|i| a.on_record(&ts(i)).1.map(|w| (i, w))).collect();
+            let mut restored = SourceClock::new(strategy());
+            restored.restore(a.state());
+            let mut all = before;
+            all.extend(run(&mut restored, cut));
+            let mut reference = SourceClock::new(strategy());
+            assert_eq!(all, run(&mut reference, 0), "cut at {cut}");
+            // A clock started again emits after other records (unless the cut is on one).
+            if cut % 64 != 0 {
+                let mut fresh = SourceClock::new(strategy());
+                let mut again: Vec<_> =
+                    (0..cut).filter_map(|i| first.on_record(&ts(i)).1.map(|w| (i, w))).collect();
+                again.extend(run(&mut fresh, cut));
+                assert_ne!(again, run(&mut SourceClock::new(strategy()), 0), "cut at {cut}");
+                first = SourceClock::new(strategy());
+            }
+        }
+    }
+
+    #[test]
     fn channels_restored_as_at_the_barrier() {
         // Channel 1 was idle at the barrier: channel 0 alone moves the task's watermark on.
         let mut w = InputWatermarks::with_floor(2, 100).with_inputs(vec![100, i64::MIN], vec![false, true]);
