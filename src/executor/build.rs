@@ -181,6 +181,7 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         restored_watermark,
         restored_inputs,
         shape: w.shape,
+        restored: w.restore.is_some(),
         common: w.common,
     })
 }
@@ -300,6 +301,7 @@ pub(crate) fn source_body<T: Data>(
         let source = factory(w.subtask, w.parallelism);
         SourceTask {
             idle,
+            restored: restore.is_some(),
             out: outputs(w.out, w.max_parallelism)?,
             source,
             clock,

@@ -115,6 +115,8 @@ pub(crate) struct OperatorTask<L: Logic> {
     pub restored_inputs: Option<crate::format::timers::Inputs>,
     /// The shape of the input channels (`format::timers::channel_shape`).
     pub shape: u64,
+    /// Whether the task was restored from a checkpoint.
+    pub restored: bool,
 }
 
 struct Loop<L: Logic> {
@@ -177,12 +179,8 @@ impl<L: Logic> OperatorTask<L> {
 
 impl<L: Logic> Loop<L> {
     fn run(&mut self) -> Result<()> {
-        // Every input restored idle: the task is idle, and says so again before anything
-        // else, for instances downstream that restored without this channel's flag (added
-        // by rescaling); those that have it hear nothing new.
-        if self.wms.all_idle() {
-            self.t.out.idle(true)?;
-            self.t.side.idle(true)?;
+        if self.t.restored {
+            self.announce_restored()?;
         }
         // In-flight records of the checkpoint restored from (unaligned) come first.
         for (r, ts) in std::mem::take(&mut self.t.replay1) {
@@ -382,6 +380,22 @@ impl<L: Logic> Loop<L> {
                 let o = self.aligner.on_barrier(ch, b, None);
                 self.on_outcome(o)?;
             }
+        }
+        Ok(())
+    }
+
+    /// A restored task says again what it had said downstream by its barrier, before
+    /// anything else: that it is idle (every input restored idle), or its watermark. Where
+    /// the downstream channel restored it (aligned checkpoints) nothing changes; it reaches
+    /// instances added by rescaling, which restored nothing, and, in unaligned checkpoints,
+    /// instances whose barrier overtook it (so it was not part of what they restored).
+    fn announce_restored(&mut self) -> Result<()> {
+        if self.wms.all_idle() {
+            self.t.out.idle(true)?;
+            self.t.side.idle(true)?;
+        } else if self.wms.current() > i64::MIN {
+            self.t.out.watermark(self.wms.current())?;
+            self.t.side.watermark(self.wms.current())?;
         }
         Ok(())
     }
@@ -647,6 +661,8 @@ pub(crate) struct SourceTask<T> {
     /// Whether this instance has told its outputs it is idle (restored as it was at the
     /// checkpoint's barrier).
     pub idle: bool,
+    /// Whether the instance was restored from a checkpoint.
+    pub restored: bool,
 }
 
 #[derive(PartialEq, Eq)]
@@ -663,10 +679,15 @@ impl<T: super::Data> SourceTask<T> {
         if let Some(p) = self.position.take() {
             self.source.seek(&p)?;
         }
-        // Restored idle: said again before anything else, for instances downstream that
-        // restored without this channel's flag (added by rescaling).
-        if self.idle {
-            self.out.idle(true)?;
+        // A restored source says again what it had said by its barrier, before anything
+        // else: that it is idle, or its last watermark (see `Loop::announce_restored`).
+        if self.restored {
+            let emitted = self.clock.as_ref().map_or(i64::MIN, |c| c.state().emitted);
+            if self.idle {
+                self.out.idle(true)?;
+            } else if emitted > i64::MIN {
+                self.out.watermark(emitted)?;
+            }
         }
         let key = format!("{}/{}", self.common.operator, self.common.subtask);
         let mut events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);

@@ -104,7 +104,7 @@ impl<T> SourceClock<T> {
     pub fn on_record(&mut self, r: &T) -> (Timestamp, Option<Timestamp>) {
         let ts = (self.strategy.timestamp)(r);
         self.max_seen = self.max_seen.max(ts);
-        self.since += 1;
+        self.since = self.since.saturating_add(1);
         let wm = if self.since >= self.strategy.every { self.flush() } else { None };
         (ts, wm)
     }
@@ -382,6 +382,18 @@ mod tests {
                 first = SourceClock::new(strategy());
             }
         }
+    }
+
+    #[test]
+    fn a_hostile_restored_clock_does_not_overflow() {
+        // Found by an outside attack (session 37): since = u64::MAX from a hand-edited
+        // manifest overflowed at the next record, a panic in every attempt.
+        let mut c =
+            SourceClock::new(WatermarkStrategy::bounded_out_of_orderness(3, |t: &i64| *t).emit_every(64));
+        c.restore(ClockState { max_seen: i64::MAX, emitted: i64::MIN, since: u64::MAX });
+        assert_eq!(c.on_record(&1), (1, Some(i64::MAX - 4)));
+        c.restore(ClockState { max_seen: i64::MIN, emitted: i64::MAX, since: u64::MAX });
+        assert_eq!(c.on_record(&i64::MIN), (i64::MIN, None));
     }
 
     #[test]
