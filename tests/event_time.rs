@@ -55,6 +55,14 @@ fn read<T: serde::de::DeserializeOwned + Ord>(dir: &std::path::Path) -> Vec<T> {
 }
 
 /// One source in order, a watermark after every record, windows of 100.
+/// The `inputs/` entry `key` of a manifest's `extra` map, decoded.
+fn inputs_entry(extra: &BTreeMap<String, String>, key: &str) -> Option<floe::format::timers::Inputs> {
+    let hex = extra.get(key)?;
+    let bytes: Vec<u8> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    Some(decode_inputs(&bytes, std::path::Path::new(key)).unwrap())
+}
+
 fn windowed(events: Vec<Ev>, windows: Windows, lateness: i64, dir: &std::path::Path) {
     let job = Job::new();
     let events = Arc::new(events);
@@ -451,12 +459,7 @@ fn an_input_idle_at_the_checkpoint_is_idle_after_the_restore() {
     // The checkpoint restored says so (format-spec/executor-state.md, "Inputs at the barrier"): the
     // window task's channel 1 (of 2) and source instance 1 (its one input, its reading).
     let extra = storage(dir.path()).read_manifest(restored).unwrap().extra;
-    let inputs = |key: &str| {
-        let hex = extra.get(key).unwrap_or_else(|| panic!("no {key} in {extra:?}"));
-        let bytes: Vec<u8> =
-            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
-        decode_inputs(&bytes, std::path::Path::new(key)).unwrap()
-    };
+    let inputs = |key: &str| inputs_entry(&extra, key).unwrap_or_else(|| panic!("no {key} in {extra:?}"));
     assert!(inputs("inputs/win/0").idle[1], "{extra:?}");
     assert_eq!(inputs("inputs/events/1").idle, [true], "{extra:?}");
     assert_eq!(late_f, late, "late output after the restart");
@@ -552,13 +555,7 @@ fn inputs_from_other_instances_are_not_restored_onto_the_channels() {
         sink(&out, dir.path(), "results");
         job
     };
-    let inputs_of = |id: u64| {
-        let m = storage.read_manifest(id).ok()?;
-        let hex = m.extra.get("inputs/u/0")?.clone();
-        let bytes: Vec<u8> =
-            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
-        Some(decode_inputs(&bytes, std::path::Path::new("inputs/u/0")).unwrap())
-    };
+    let inputs_of = |id: u64| inputs_entry(&storage.read_manifest(id).ok()?.extra, "inputs/u/0");
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.checkpoint_interval = Some(Duration::from_millis(10));
     let rx = logged(&mut config);
