@@ -385,17 +385,18 @@ impl<L: Logic> Loop<L> {
     }
 
     /// A restored task says again what it had said downstream by its barrier, before
-    /// anything else: that it is idle (every input restored idle), or its watermark. Where
+    /// anything else: its watermark, then that it is idle (every input restored idle). Where
     /// the downstream channel restored it (aligned checkpoints) nothing changes; it reaches
     /// instances added by rescaling, which restored nothing, and, in unaligned checkpoints,
     /// instances whose barrier overtook it (so it was not part of what they restored).
     fn announce_restored(&mut self) -> Result<()> {
+        if self.wms.current() > i64::MIN {
+            self.t.out.watermark(self.wms.current())?;
+            self.t.side.watermark(self.wms.current())?;
+        }
         if self.wms.all_idle() {
             self.t.out.idle(true)?;
             self.t.side.idle(true)?;
-        } else if self.wms.current() > i64::MIN {
-            self.t.out.watermark(self.wms.current())?;
-            self.t.side.watermark(self.wms.current())?;
         }
         Ok(())
     }
@@ -680,13 +681,14 @@ impl<T: super::Data> SourceTask<T> {
             self.source.seek(&p)?;
         }
         // A restored source says again what it had said by its barrier, before anything
-        // else: that it is idle, or its last watermark (see `Loop::announce_restored`).
+        // else: its last watermark, then that it is idle (see `Loop::announce_restored`).
         if self.restored {
             let emitted = self.clock.as_ref().map_or(i64::MIN, |c| c.state().emitted);
+            if emitted > i64::MIN {
+                self.out.watermark(emitted)?;
+            }
             if self.idle {
                 self.out.idle(true)?;
-            } else if emitted > i64::MIN {
-                self.out.watermark(emitted)?;
             }
         }
         let key = format!("{}/{}", self.common.operator, self.common.subtask);

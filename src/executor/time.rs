@@ -194,6 +194,11 @@ impl InputWatermarks {
     }
 
     pub fn watermark(&mut self, ch: usize, wm: Timestamp) -> WatermarkChange {
+        // A watermark that tells an idle channel nothing new (one a restored upstream
+        // instance says again) leaves it idle.
+        if self.idle.get(ch) == Some(&true) && self.wm.get(ch).is_some_and(|&w| wm <= w) {
+            return WatermarkChange::default();
+        }
         if let Some(w) = self.wm.get_mut(ch) {
             *w = (*w).max(wm);
         }
@@ -415,6 +420,13 @@ mod tests {
         assert!(all.all_idle());
         assert_eq!(all.status(0, false), WatermarkChange { advanced: None, idle: Some(false) });
         assert_eq!(all.status(0, true), WatermarkChange { advanced: Some(799), idle: Some(true) });
+        // A watermark said again on an idle channel (a restored upstream instance's)
+        // leaves it idle; a newer one makes it active.
+        let mut again = InputWatermarks::with_floor(2, 149).with_inputs(vec![149, 799], vec![false, true]);
+        assert_eq!(again.watermark(1, 799), WatermarkChange::default());
+        assert_eq!(again.idle(), [false, true]);
+        assert_eq!(again.watermark(1, 800), WatermarkChange::default());
+        assert_eq!(again.idle(), [false, false]);
         // Flags for another number of channels are ignored.
         let other = InputWatermarks::new(3).with_inputs(vec![5], vec![true]);
         assert_eq!((other.idle(), other.channel_watermarks()), (&[false; 3][..], &[i64::MIN; 3][..]));
