@@ -385,7 +385,8 @@ impl<L: Logic> Loop<L> {
     }
 
     /// A restored task says again what it had said downstream by its barrier, before
-    /// anything else: its watermark, then that it is idle (every input restored idle). Where
+    /// anything else: its watermark, then whether it is idle (every input restored idle)
+    /// or active. Where
     /// the downstream channel restored it (aligned checkpoints) nothing changes; it reaches
     /// instances added by rescaling, which restored nothing, and, in unaligned checkpoints,
     /// instances whose barrier overtook it (so it was not part of what they restored).
@@ -394,10 +395,9 @@ impl<L: Logic> Loop<L> {
             self.t.out.watermark(self.wms.current())?;
             self.t.side.watermark(self.wms.current())?;
         }
-        if self.wms.all_idle() {
-            self.t.out.idle(true)?;
-            self.t.side.idle(true)?;
-        }
+        let idle = self.wms.all_idle();
+        self.t.out.idle(idle)?;
+        self.t.side.idle(idle)?;
         Ok(())
     }
 
@@ -681,15 +681,14 @@ impl<T: super::Data> SourceTask<T> {
             self.source.seek(&p)?;
         }
         // A restored source says again what it had said by its barrier, before anything
-        // else: its last watermark, then that it is idle (see `Loop::announce_restored`).
+        // else: its last watermark, then whether it is idle or active (see
+        // `Loop::announce_restored`).
         if self.restored {
             let emitted = self.clock.as_ref().map_or(i64::MIN, |c| c.state().emitted);
             if emitted > i64::MIN {
                 self.out.watermark(emitted)?;
             }
-            if self.idle {
-                self.out.idle(true)?;
-            }
+            self.out.idle(self.idle)?;
         }
         let key = format!("{}/{}", self.common.operator, self.common.subtask);
         let mut events = Events::new(&self.common.failures, &self.common.operator, self.common.subtask);
