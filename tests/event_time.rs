@@ -6,14 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{
     AggregateFunction, CheckpointPaced, CheckpointStats, Context, FailAt, FileSink, FileSinkConfig,
-    InjectedFailure, IterSource, Job, JobConfig, JobResult, KeyedProcessFunction, Stream, Timer, Topic,
-    WatermarkStrategy, Windowed, Windows, published_output,
+    InjectedFailure, IterSource, Job, JobConfig, JobResult, KeyedCoProcessFunction, KeyedProcessFunction,
+    Stream, Timer, Topic, WatermarkStrategy, Windowed, Windows, published_output,
 };
 use floe::format::timers::decode_inputs;
 
@@ -801,6 +802,168 @@ fn a_restored_idle_source_says_its_watermark_before_it_is_idle() {
     let (late_f, rf) = run_idle_after_watermark_job(true);
     assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
     assert_eq!(late_f, late);
+}
+
+/// Flags the test thread reads: [`Stalling`] sleeps in the marker (M), the source read X,
+/// the probe's timer fired. Only `an_active_channel_restored_idle_hears_it_is_active`
+/// uses them.
+static STALLED: AtomicBool = AtomicBool::new(false);
+static READ_X: AtomicBool = AtomicBool::new(false);
+static PROBE_FIRED: AtomicBool = AtomicBool::new(false);
+static FAIL_ON_F: AtomicBool = AtomicBool::new(false);
+
+/// Joins `a` and `b`, and stalls 300 ms on `b`'s marker (value -1).
+struct Stalling;
+
+impl KeyedCoProcessFunction<u64, Ev, Ev, Ev> for Stalling {
+    fn process1(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+        ctx.emit(r);
+        Ok(())
+    }
+    fn process2(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+        if r.2 == -1 {
+            STALLED.store(true, SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        ctx.emit(r);
+        Ok(())
+    }
+}
+
+/// Fails on `b`'s record F (value -3) in failing runs; an event-time timer at 9990 on
+/// `b`'s record at 10000 (value -2) tells the test the watermark passed it.
+struct Probe;
+
+impl KeyedProcessFunction<u64, Ev, Ev> for Probe {
+    fn process(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+        if r.2 == -2 {
+            ctx.register_event_time_timer(9990)?;
+        }
+        if r.2 == -3 && FAIL_ON_F.swap(false, SeqCst) {
+            return Err(floe::Error::InvalidConfig("the probe fails on F".into()));
+        }
+        Ok(())
+    }
+    fn on_timer(&mut self, _: Timer, _: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+        PROBE_FIRED.store(true, SeqCst);
+        Ok(())
+    }
+}
+
+/// A [`Topic`] source that flags when it read X (value 100).
+struct FlagX(floe::executor::TopicSource<Ev>);
+
+impl floe::executor::Source<Ev> for FlagX {
+    fn open(&mut self, w: floe::executor::SourceWaker) -> floe::Result<()> {
+        self.0.open(w)
+    }
+    fn poll(&mut self) -> floe::Result<floe::executor::Poll<Ev>> {
+        let r = self.0.poll()?;
+        if matches!(&r, floe::executor::Poll::Ready(e) if e.2 == 100) {
+            READ_X.store(true, SeqCst);
+        }
+        Ok(r)
+    }
+    fn position(&self) -> Vec<u8> {
+        self.0.position()
+    }
+    fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
+        self.0.seek(p)
+    }
+    fn position_encoding(&self) -> floe::executor::PositionEncoding {
+        self.0.position_encoding()
+    }
+}
+
+/// Waits (bounded) for `flag`.
+fn wait_for(flag: &AtomicBool, what: &str) {
+    for _ in 0..20_000 {
+        if flag.load(SeqCst) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("{what} never happened");
+}
+
+/// Sources `a` (idle after 1 s) and `b` into a keyed two-input operator `j`, then windows
+/// of 10 (late records to the side) and the probe, unaligned, checkpoints on demand. `a`
+/// goes idle (a checkpoint shows `j` heard it); `b`'s marker stalls `j`; `a` reads X (at 50,
+/// below its watermark: it says only "active" and X, queued at `j`); a checkpoint's barrier
+/// overtakes them at `j`, so `j` restores `a`'s channel idle. With `fail`, the probe fails
+/// after that checkpoint (the restart restores it). Then `b` jumps to 10000 and `a` reads
+/// Y (at 120), after the restored position: not late, since `a` is active at 98.
+fn run_reactivated_job(fail: bool) -> (Vec<Ev>, JobResult) {
+    for f in [&STALLED, &READ_X, &PROBE_FIRED] {
+        f.store(false, SeqCst);
+    }
+    FAIL_ON_F.store(fail, SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    let job = Job::new();
+    let (a1, b1) = (ta.clone(), tb.clone());
+    let strategy = || WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+    let a = job.source_with_watermarks(
+        "a",
+        1,
+        move |s, p| Box::new(FlagX(a1.source(s, p))),
+        strategy().with_idleness(Duration::from_secs(1)),
+    );
+    let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(b1.source(s, p)), strategy());
+    let j = a.key_by(|e: &Ev| e.0).connect(&b.key_by(|e: &Ev| e.0)).process("j", || Stalling).parallelism(1);
+    let out = j.key_by(|e: &Ev| e.0).window(Windows::tumbling(10)).aggregate_with_late("win", Sum);
+    let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
+    sink(&results, dir.path(), "results");
+    sink(&late, dir.path(), "late");
+    let _ = j.key_by(|e: &Ev| e.0).process("probe", || Probe).parallelism(1);
+    let storage = storage(dir.path());
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.mode = floe::executor::Mode::Unaligned;
+    config.checkpoint_interval = None;
+    for i in 0..100 {
+        ta.push(0, (1, i, i));
+        tb.push(0, (1, i, i));
+    }
+    let handle = job.start(config).unwrap();
+    let a_idle_at_j = |id: u64| {
+        storage
+            .read_manifest(id)
+            .is_ok_and(|m| inputs_entry(&m.extra, "inputs/j/0").is_some_and(|i| i.idle[0]))
+    };
+    assert!((0..20_000).any(|_| handle.checkpoint().is_ok_and(a_idle_at_j)), "j never heard a go idle");
+    tb.push(0, (1, 0, -1));
+    wait_for(&STALLED, "the stall");
+    ta.push(0, (1, 50, 100));
+    wait_for(&READ_X, "a reading X");
+    let c = handle.checkpoint().unwrap();
+    tb.push(0, (1, 0, -3));
+    // A checkpoint after c (after the restart, when failing), then b far ahead.
+    assert!((0..20_000).any(|_| handle.checkpoint().is_ok_and(|id| id > c)), "no checkpoint after {c}");
+    tb.push(0, (1, 10_000, -2));
+    for _ in 0..4 {
+        if PROBE_FIRED.load(SeqCst) {
+            break;
+        }
+        let _ = handle.checkpoint();
+    }
+    ta.push(0, (1, 120, 101));
+    ta.close();
+    tb.close();
+    let r = handle.join().unwrap();
+    (read(&dir.path().join("late")), r)
+}
+
+#[test]
+fn an_active_channel_restored_idle_hears_it_is_active() {
+    // Found by an outside attack (session 37): in unaligned mode `j` restored `a`'s
+    // channel idle (its barrier overtook "active"); the restored `a` said only its
+    // unchanged watermark, which leaves an idle channel idle, so `b`'s 9999 moved `j`
+    // on and Y was late. A restored instance says "active" too now.
+    let (late, r) = run_reactivated_job(false);
+    assert_eq!(r.restarts, 0);
+    let (late_f, rf) = run_reactivated_job(true);
+    assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
+    assert_eq!(late_f, late, "late records (Y at 120 is not late)");
 }
 
 #[test]
