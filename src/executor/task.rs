@@ -386,10 +386,10 @@ impl<L: Logic> Loop<L> {
 
     /// A restored task says again what it had said downstream by its barrier, before
     /// anything else: its watermark, then whether it is idle (every input restored idle)
-    /// or active. Where
-    /// the downstream channel restored it (aligned checkpoints) nothing changes; it reaches
-    /// instances added by rescaling, which restored nothing, and, in unaligned checkpoints,
-    /// instances whose barrier overtook it (so it was not part of what they restored).
+    /// or active. Where the downstream channel restored it (aligned checkpoints) nothing
+    /// changes; it reaches instances added by rescaling, which restored nothing, and, in
+    /// unaligned checkpoints, instances whose barrier overtook it (so it was not part of
+    /// what they restored).
     fn announce_restored(&mut self) -> Result<()> {
         if self.wms.current() > i64::MIN {
             self.t.out.watermark(self.wms.current())?;
@@ -788,7 +788,7 @@ impl<T: super::Data> SourceTask<T> {
     }
 
     /// The `inputs/` entry of an idle source instance: its one input, its reading, idle
-    /// (no watermark: its clock starts again on a restore).
+    /// (no watermark here: the clock has its own entry, [`SourceTask::clock_entry`]).
     fn idle_entry(&self) -> Option<(String, Vec<u8>)> {
         use crate::format::timers::{Inputs, encode_inputs, inputs_key};
         if !self.idle {

@@ -248,9 +248,7 @@ pub fn check_time_entries(
             if prefix == INPUTS_EXTRA_PREFIX {
                 decode_hex_inputs(v, &at)?;
             } else {
-                let bytes = super::manifest::hex_decode(v)
-                    .ok_or_else(|| Error::corrupt(&at, 0, "clock value is not hex"))?;
-                decode_clock(&bytes, &at)?;
+                decode_hex_clock(v, &at)?;
             }
         }
     }
@@ -292,14 +290,16 @@ pub fn decode_clock(bytes: &[u8], at: &std::path::Path) -> Result<ClockState> {
     let b: &[u8; 24] = bytes
         .try_into()
         .map_err(|_| Error::corrupt(at, 0, format!("a clock is 24 bytes, not {}", bytes.len())))?;
-    let (max_seen, rest) = b.split_first_chunk::<8>().ok_or_else(|| Error::corrupt(at, 0, "short clock"))?;
-    let (emitted, since) =
-        rest.split_first_chunk::<8>().ok_or_else(|| Error::corrupt(at, 8, "short clock"))?;
-    let since: [u8; 8] = since.try_into().map_err(|_| Error::corrupt(at, 16, "short clock"))?;
+    // Fixed ranges of a 24-byte array.
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[8 * i..8 * i + 8]);
+        w
+    };
     Ok(ClockState {
-        max_seen: i64::from_le_bytes(*max_seen),
-        emitted: i64::from_le_bytes(*emitted),
-        since: u64::from_le_bytes(since),
+        max_seen: i64::from_le_bytes(word(0)),
+        emitted: i64::from_le_bytes(word(1)),
+        since: u64::from_le_bytes(word(2)),
     })
 }
 
@@ -313,10 +313,13 @@ pub fn restored_clock(
 ) -> Result<Option<ClockState>> {
     let key = clock_key(operator, subtask);
     let Some(v) = extra.get(&key) else { return Ok(None) };
-    let at = origin.join(&key);
+    decode_hex_clock(v, &origin.join(&key)).map(Some)
+}
+
+fn decode_hex_clock(v: &str, at: &std::path::Path) -> Result<ClockState> {
     let bytes =
-        super::manifest::hex_decode(v).ok_or_else(|| Error::corrupt(&at, 0, "clock value is not hex"))?;
-    decode_clock(&bytes, &at).map(Some)
+        super::manifest::hex_decode(v).ok_or_else(|| Error::corrupt(at, 0, "clock value is not hex"))?;
+    decode_clock(&bytes, at)
 }
 
 #[cfg(test)]
