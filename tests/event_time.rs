@@ -48,6 +48,31 @@ fn sink<T: floe::executor::Data>(s: &Stream<T>, dir: &std::path::Path, name: &st
     s.sink(name, FileSink::factory(cfg)).parallelism(1);
 }
 
+/// Tumbling windows of `size` over `s` by key, summing (operator "win", `parallelism`
+/// instances or the job's default), results and late records to the sinks "results" and
+/// "late" in `dir`.
+fn sum_windows(s: &Stream<Ev>, size: i64, parallelism: Option<u32>, dir: &std::path::Path) {
+    let out = s.key_by(|e: &Ev| e.0).window(Windows::tumbling(size)).aggregate_with_late("win", Sum);
+    let results = match parallelism {
+        Some(p) => out.results.parallelism(p),
+        None => out.results,
+    };
+    sink(&results, dir, "results");
+    sink(&out.late, dir, "late");
+}
+
+/// Storage that keeps every checkpoint, so a test can read the one a restart restored.
+fn keep_all_storage(dir: &std::path::Path) -> Arc<CheckpointStorage> {
+    let keep_all = StorageConfig { num_retained: 100_000, ..StorageConfig::default() };
+    CheckpointStorage::open(dir.join("ckpt"), keep_all).unwrap()
+}
+
+/// The records of the cadence jobs: 6000 at i, every one with i % 64 == 20 at i - 40
+/// (late when watermarks come every 64 records from the start).
+fn cadence_events() -> Arc<Vec<Ev>> {
+    Arc::new((0..6000).map(|i| (1, if i % 64 == 20 { i - 40 } else { i }, 1)).collect())
+}
+
 fn read<T: serde::de::DeserializeOwned + Ord>(dir: &std::path::Path) -> Vec<T> {
     let mut v: Vec<T> =
         published_output(dir).unwrap().iter().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -413,12 +438,9 @@ fn run_idle_partition_job(fail: bool) -> (Vec<Windowed<u64, i64>>, Vec<Ev>, JobR
         move |s, p| Box::new(t.source(s, p)),
         WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1).with_idleness(Duration::from_secs(1)),
     );
-    let out = src.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate_with_late("win", Sum);
-    sink(&out.results, dir.path(), "results");
-    sink(&out.late, dir.path(), "late");
+    sum_windows(&src, 100, None, dir.path());
     // Every checkpoint kept, so the test can read the one restored.
-    let keep_all = StorageConfig { num_retained: 100_000, ..StorageConfig::default() };
-    let mut config = JobConfig::new(CheckpointStorage::open(dir.path().join("ckpt"), keep_all).unwrap());
+    let mut config = JobConfig::new(keep_all_storage(dir.path()));
     config.checkpoint_interval = Some(Duration::from_millis(10));
     if fail {
         config.failures =
@@ -481,9 +503,7 @@ fn run_silent_input_job(fail: bool) -> (Vec<Windowed<u64, i64>>, Vec<Ev>, JobRes
     let a = job.source_with_watermarks("a", 1, move |s, p| Box::new(a1.source(s, p)), strategy());
     let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(b1.source(s, p)), strategy());
     let u = a.union("u", &[b]).parallelism(1);
-    let out = u.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate_with_late("win", Sum);
-    sink(&out.results, dir.path(), "results");
-    sink(&out.late, dir.path(), "late");
+    sum_windows(&u, 100, None, dir.path());
     let storage = storage(dir.path());
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.checkpoint_interval = Some(Duration::from_millis(10));
@@ -610,8 +630,7 @@ impl floe::executor::Source<Ev> for Paced {
 /// the window task fails that many records after checkpoint 2 completed.
 fn run_cadence_job(fail_after: Option<u64>) -> (Vec<Windowed<u64, i64>>, Vec<Ev>, JobResult) {
     let dir = tempfile::tempdir().unwrap();
-    let events: Arc<Vec<Ev>> =
-        Arc::new((0..6000).map(|i| (1, if i % 64 == 20 { i - 40 } else { i }, 1)).collect());
+    let events = cadence_events();
     let job = Job::new();
     let src = job.source_with_watermarks(
         "src",
@@ -619,15 +638,7 @@ fn run_cadence_job(fail_after: Option<u64>) -> (Vec<Windowed<u64, i64>>, Vec<Ev>
         move |_, _| Box::new(Paced(IterSource::new(Arc::clone(&events)))),
         WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(64),
     );
-    let out = src
-        .map("m", |e: Ev| e)
-        .parallelism(1)
-        .key_by(|e: &Ev| e.0)
-        .window(Windows::tumbling(10))
-        .aggregate_with_late("win", Sum);
-    let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
-    sink(&results, dir.path(), "results");
-    sink(&late, dir.path(), "late");
+    sum_windows(&src.map("m", |e: Ev| e).parallelism(1), 10, Some(1), dir.path());
     let mut config = JobConfig::new(storage(dir.path()));
     config.channel_capacity = 16;
     config.checkpoint_interval = Some(Duration::from_millis(7));
@@ -668,8 +679,7 @@ fn a_restored_source_emits_its_watermarks_after_the_same_records() {
 /// watermarks among them). Also returns the position the restart restored the source at.
 fn run_unaligned_cadence_job(fail: bool) -> (Vec<Ev>, JobResult, Option<u64>) {
     let dir = tempfile::tempdir().unwrap();
-    let events: Arc<Vec<Ev>> =
-        Arc::new((0..6000).map(|i| (1, if i % 64 == 20 { i - 40 } else { i }, 1)).collect());
+    let events = cadence_events();
     let job = Job::new();
     let src = job.source_with_watermarks(
         "src",
@@ -681,17 +691,8 @@ fn run_unaligned_cadence_job(fail: bool) -> (Vec<Ev>, JobResult, Option<u64>) {
         std::thread::sleep(Duration::from_micros(200));
         e
     };
-    let out = src
-        .map("m", slow)
-        .parallelism(1)
-        .key_by(|e: &Ev| e.0)
-        .window(Windows::tumbling(10))
-        .aggregate_with_late("win", Sum);
-    let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
-    sink(&results, dir.path(), "results");
-    sink(&late, dir.path(), "late");
-    let keep_all = StorageConfig { num_retained: 100_000, ..StorageConfig::default() };
-    let storage = CheckpointStorage::open(dir.path().join("ckpt"), keep_all).unwrap();
+    sum_windows(&src.map("m", slow).parallelism(1), 10, Some(1), dir.path());
+    let storage = keep_all_storage(dir.path());
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.mode = floe::executor::Mode::Unaligned;
     config.checkpoint_interval = Some(Duration::from_millis(7));
@@ -759,15 +760,7 @@ fn run_idle_after_watermark_job(fail: bool) -> (Vec<Ev>, JobResult) {
         std::thread::sleep(Duration::from_millis(2));
         e
     };
-    let out = src
-        .map("m", slow)
-        .parallelism(1)
-        .key_by(|e: &Ev| e.0)
-        .window(Windows::tumbling(10))
-        .aggregate_with_late("win", Sum);
-    let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
-    sink(&results, dir.path(), "results");
-    sink(&late, dir.path(), "late");
+    sum_windows(&src.map("m", slow).parallelism(1), 10, Some(1), dir.path());
     let mut config = JobConfig::new(storage(dir.path()));
     config.mode = floe::executor::Mode::Unaligned;
     config.checkpoint_interval = Some(Duration::from_millis(50));
@@ -911,10 +904,7 @@ fn run_reactivated_job(fail: bool) -> (Vec<Ev>, JobResult) {
     );
     let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(b1.source(s, p)), strategy());
     let j = a.key_by(|e: &Ev| e.0).connect(&b.key_by(|e: &Ev| e.0)).process("j", || Stalling).parallelism(1);
-    let out = j.key_by(|e: &Ev| e.0).window(Windows::tumbling(10)).aggregate_with_late("win", Sum);
-    let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
-    sink(&results, dir.path(), "results");
-    sink(&late, dir.path(), "late");
+    sum_windows(&j, 10, Some(1), dir.path());
     let _ = j.key_by(|e: &Ev| e.0).process("probe", || Probe).parallelism(1);
     let storage = storage(dir.path());
     let mut config = JobConfig::new(Arc::clone(&storage));
@@ -983,10 +973,7 @@ fn an_instance_added_by_rescaling_takes_the_inputs_its_siblings_recorded() {
         let a = job.source_with_watermarks("a", 1, move |s, p| Box::new(a1.source(s, p)), strategy());
         let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(b1.source(s, p)), strategy());
         let u = a.union("u", &[b]).parallelism(parallelism);
-        let out = u.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).aggregate_with_late("win", Sum);
-        let (results, late) = (out.results.parallelism(1), out.late.parallelism(1));
-        sink(&results, dir.path(), "results");
-        sink(&late, dir.path(), "late");
+        sum_windows(&u, 100, Some(1), dir.path());
         job
     };
     let keys = 1..=16u64;
