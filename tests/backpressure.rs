@@ -4,11 +4,12 @@
 //! stream into the checkpoint's channel-state file instead of being held. The peak is
 //! printed. Alone in its file so that the process's peak memory is this job's.
 //!
-//! Driven by events: the checkpoint is triggered once the slow operator's input channel is
-//! full (the source has sent a channel's capacity more than the operator has processed).
+//! Driven by events: the slow operator holds its first record until its input channel is
+//! full (the source has sent a channel's capacity more than the operator has processed),
+//! then the checkpoint is triggered.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
@@ -75,8 +76,15 @@ fn an_unaligned_checkpoint_with_more_than_64_mib_in_flight_completes_in_bounded_
     let e = Arc::clone(&emitted);
     let src = job.source("payloads", 1, move |_, _| Box::new(Payloads { next: 0, emitted: Arc::clone(&e) }));
     let p = Arc::clone(&processed);
-    // The slow operator: 200 us per record, so its input channel fills and stays full.
+    let released = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&released);
+    // The slow operator: holds its first record until the test saw its input channel
+    // full (so the channel fills however slowly the source makes records), then takes
+    // 200 us per record, so the channel stays nearly full when the barrier comes.
     let _ = src.filter("slow", move |r: &(u64, Vec<u8>)| {
+        while !gate.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         std::thread::sleep(Duration::from_micros(200));
         p.store(r.0 + 1, Ordering::SeqCst);
         false
@@ -90,8 +98,13 @@ fn an_unaligned_checkpoint_with_more_than_64_mib_in_flight_completes_in_bounded_
     let handle = job.start(config).unwrap();
     // The event: the channel holds a full capacity of records (the source is blocked).
     while emitted.load(Ordering::SeqCst) < processed.load(Ordering::SeqCst) + CAPACITY as u64 {
+        // A job that ended (failed) will not fill the channel: report it, do not wait.
+        if handle.is_finished() {
+            panic!("the job ended before its channel filled: {:?}", handle.join().map(|r| r.failures));
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
+    released.store(true, Ordering::SeqCst);
     let id = handle.checkpoint().unwrap();
     let stats = handle.checkpoints().into_iter().find(|c| c.id == id).unwrap();
     let result = handle.join().unwrap();
