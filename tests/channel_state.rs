@@ -113,11 +113,19 @@ fn try_checkpoint(
     Ok(m)
 }
 
+/// A record's bytes (these tests write records only).
+fn record(e: floe::format::ChannelEntry<'_>) -> &[u8] {
+    match e {
+        floe::format::ChannelEntry::Record(b) => b,
+        other => panic!("not a record: {other:?}"),
+    }
+}
+
 /// Every in-flight record of `OP` in `m`, in the order the reader gives them.
 fn read_all(dir: &Path, m: &Manifest) -> floe::Result<Vec<Rec>> {
     let mut out = Vec::new();
-    read_channel_state(dir, m, OP, |sub, input, channel, bytes| {
-        out.push((sub, input, channel, bytes.to_vec()));
+    read_channel_state(dir, m, OP, |sub, input, channel, e| {
+        out.push((sub, input, channel, record(e).to_vec()));
         Ok(())
     })?;
     Ok(out)
@@ -206,7 +214,7 @@ fn big_round_trip() {
     assert_eq!(handle.records, BIG_RECORDS);
     let manifest_len = std::fs::metadata(storage.manifest_path(1)).unwrap().len();
     assert!(manifest_len < 16 << 10, "the manifest holds {manifest_len} bytes: the records went into it");
-    assert_eq!(m.format_version, floe::format::CHANNEL_STATE_VERSION);
+    assert_eq!(m.format_version, floe::format::CHANNEL_KINDS_VERSION);
     // Recovery's selection reads the whole file for its CRC-32; verify reads every block.
     assert_eq!(storage.select_checkpoint(&|_| true).unwrap().unwrap().manifest.checkpoint_id, 1);
     let report = floe::inspect::verify(&root, None).unwrap();
@@ -214,7 +222,8 @@ fn big_round_trip() {
     assert!(report.records_checked >= BIG_RECORDS);
     let mut n = 0u64;
     let mut want = vec![0u8; BIG_LEN];
-    read_channel_state(&root, &m, OP, |sub, input, channel, bytes| {
+    read_channel_state(&root, &m, OP, |sub, input, channel, e| {
+        let bytes = record(e);
         big_record(n, &mut want);
         assert_eq!((sub, input, channel), (0, (n % 3) as u32, (n % 7) as u32), "record {n}");
         assert!(bytes == want.as_slice(), "record {n}: bytes differ");
@@ -651,8 +660,8 @@ fn adaptive_compresses_in_flight_records_that_shrink() {
                 let m = checkpoint(&storage, &mut cp, &mut store, id, recs).unwrap();
                 let mut read = Vec::new();
                 storage
-                    .read_channel_state(&m, OP, |sub, input, channel, bytes| {
-                        read.push((sub, input, channel, bytes.to_vec()));
+                    .read_channel_state(&m, OP, |sub, input, channel, e| {
+                        read.push((sub, input, channel, record(e).to_vec()));
                         Ok(())
                     })
                     .unwrap();

@@ -719,9 +719,7 @@ fn records_after_the_restored_position_are_judged_as_before_in_unaligned_mode() 
     // records and the watermarks among them; the restored source, its clock continued,
     // did not emit its last watermark again, so records read after its restored position
     // were judged against the window's older one until the next was due (10 of 10 runs
-    // differed). Restored instances now say their watermark again first. Records in
-    // flight at the barrier are still replayed without the watermarks among them (README
-    // "Lateness across a restart"), so only records read after the position are compared.
+    // differed). Restored instances now say their watermark again first.
     let (late, r, _) = run_unaligned_cadence_job(false);
     assert_eq!(r.restarts, 0);
     assert_eq!(late.len(), 93);
@@ -732,6 +730,11 @@ fn records_after_the_restored_position_are_judged_as_before_in_unaligned_mode() 
     let after = |l: &[Ev]| l.iter().filter(|e| e.1 + 40 >= position).copied().collect::<Vec<_>>();
     assert!(!after(&late).is_empty(), "late records after position {position}");
     assert_eq!(after(&late_f), after(&late), "late records read after position {position}");
+    // Found by the same attack: records in flight at the barrier (read before the restored
+    // position, queued at the map) were replayed without the watermarks among them, so
+    // judged against the watermark at the barrier, not the one before them on their
+    // channel. The in-flight log now holds the watermarks in order with the records.
+    assert_eq!(late_f, late, "every late record, those in flight at the barrier included");
 }
 
 /// 300 records at 0..300 read at once by a source that emits a watermark every 300

@@ -104,6 +104,7 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
         ("channel-header", (format::CHANNEL_HEADER_LEN, Some(&format::CHANNEL_MAGIC[..]))),
         ("channel-block-header", (format::CHANNEL_BLOCK_HEADER_LEN, None)),
         ("channel-record", (format::CHANNEL_RECORD_HEADER_LEN, None)),
+        ("channel-record-v3", (format::CHANNEL_RECORD_HEADER_LEN_V3, None)),
         ("channel-footer", (format::CHANNEL_FOOTER_LEN, Some(&format::CHANNEL_FOOTER_MAGIC[..]))),
     ]);
     let mut seen = BTreeSet::new();
@@ -137,7 +138,7 @@ fn fixed_size_tables_match_the_code_and_are_contiguous() {
                 let v = if name.ends_with("-v1") {
                     1
                 } else if name.starts_with("channel") {
-                    format::CHANNEL_STATE_VERSION
+                    format::CHANNEL_KINDS_VERSION
                 } else {
                     format::FORMAT_VERSION
                 };
@@ -174,6 +175,8 @@ fn constants_tables_match_the_code() {
         ("CHANNEL_HEADER_LEN", format::CHANNEL_HEADER_LEN as u64),
         ("CHANNEL_BLOCK_HEADER_LEN", format::CHANNEL_BLOCK_HEADER_LEN as u64),
         ("CHANNEL_RECORD_HEADER_LEN", format::CHANNEL_RECORD_HEADER_LEN as u64),
+        ("CHANNEL_RECORD_HEADER_LEN_V3", format::CHANNEL_RECORD_HEADER_LEN_V3 as u64),
+        ("CHANNEL_KINDS_VERSION", u64::from(format::CHANNEL_KINDS_VERSION)),
         ("CHANNEL_FOOTER_LEN", format::CHANNEL_FOOTER_LEN as u64),
     ]);
     let mut spec = BTreeMap::new();
@@ -209,6 +212,15 @@ fn code_tables_match_the_code() {
     assert!(comp[0].1.starts_with("none"));
     assert_eq!(comp[1].0, u64::from(compression::LZ4_BLOCK));
     assert!(comp[1].1.starts_with("LZ4 block"));
+
+    let channel_kinds: Vec<(u64, String)> =
+        one("channel-kinds")[1..].iter().map(|r| (int(&r[0]), r[1].clone())).collect();
+    let want_kinds = [
+        (format::channel_kind::RECORD, "record"),
+        (format::channel_kind::WATERMARK, "watermark"),
+        (format::channel_kind::IDLE, "idle"),
+    ];
+    assert_eq!(channel_kinds, want_kinds.map(|(c, n)| (u64::from(c), n.to_string())).to_vec());
 
     let kinds: BTreeMap<u64, String> =
         one("state-kinds")[1..].iter().map(|r| (int(&r[0]), r[1].clone())).collect();
@@ -329,7 +341,7 @@ fn hex_map(m: &BTreeMap<String, String>) -> Json {
 
 #[test]
 fn good_vectors_decode_to_their_expected_state() {
-    for name in ["full", "chain", "v1-full", "v1-chain", "channel-state", "split-run"] {
+    for name in ["full", "chain", "v1-full", "v1-chain", "channel-state", "channel-kinds", "split-run"] {
         let (_tmp, root, expected) = vector(name);
         // Each data file has the vector's format version (v1-*: written before version 2).
         let want_version = u32::try_from(expected["version"].as_u64().unwrap()).unwrap();
@@ -711,7 +723,7 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
     }
     let mut h = Rd(&mb, 8);
     let version = h.u32().unwrap();
-    if !(1..=4).contains(&version) {
+    if !(1..=5).contains(&version) {
         return Err(err("unsupported_version", manifest_rel));
     }
     let (body_len, body_crc, reserved) = (h.u32().unwrap(), h.u32().unwrap(), h.u32().unwrap());
@@ -720,16 +732,16 @@ fn spec_read(root: &Path, manifest_rel: &str, operator: &str) -> Result<Json, Sp
         return Err(bad(manifest_rel));
     }
     let m: Json = serde_json::from_slice(body).map_err(|_| bad(manifest_rel))?;
-    if ![json!(1), json!(2), json!(3), json!(4)].contains(&m["format_version"]) {
+    if ![json!(1), json!(2), json!(3), json!(4), json!(5)].contains(&m["format_version"]) {
         return Err(err("unsupported_version", manifest_rel));
     }
     if m["format_version"] != json!(version) {
         return Err(bad(manifest_rel));
     }
-    // Rule 10: a file entry's `format_version` is 4, in a version-4 manifest.
+    // Rule 10: a file entry's `format_version` is 4, in a manifest of version 4 or more.
     for f in m["files"].as_array().unwrap() {
         if let Some(v) = f.get("format_version")
-            && (v != &json!(4) || m["format_version"] != json!(4))
+            && (v != &json!(4) || version < 4)
         {
             return Err(bad(manifest_rel));
         }
@@ -1074,7 +1086,7 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             b[1] ^= 1;
             b
         }),
-        ("version not 1, 2, 3 or 4 (0 included)", manifest_bytes(0, &good[24..])),
+        ("version not 1, 2, 3, 4 or 5 (0 included)", manifest_bytes(0, &good[24..])),
         ("reserved bytes not zero", {
             let mut b = good.clone();
             b[21] = 1;
@@ -1091,7 +1103,7 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
             b
         }),
         ("body is not a manifest object", manifest_bytes(2, b"[]")),
-        ("format_version not 1, 2, 3 or 4", with(&|j| j["format_version"] = json!(0))),
+        ("format_version not 1, 2, 3, 4 or 5", with(&|j| j["format_version"] = json!(0))),
         ("format_version differs from the header's version", with(&|j| j["format_version"] = json!(3))),
         ("max_parallelism out of range", with(&|j| j["max_parallelism"] = json!(0))),
         ("unsafe or repeated path", with(&|j| j["files"][0]["path"] = json!("../x"))),
@@ -1158,10 +1170,10 @@ fn every_manifest_error_of_the_spec_has_its_kind_and_offset() {
     std::fs::write(&path, manifest_bytes(4, &serde_json::to_vec(&j).unwrap())).unwrap();
     let err = floe::checkpoint::read_manifest_file(&path).unwrap_err();
     assert_eq!(kind_and_offset(&err), ("corrupt", Some(24)), "{err}");
-    std::fs::write(&path, manifest_bytes(5, &good[24..])).unwrap();
+    std::fs::write(&path, manifest_bytes(6, &good[24..])).unwrap();
     assert!(matches!(
         floe::checkpoint::read_manifest_file(&path),
-        Err(Error::UnsupportedVersion { found: 5, .. })
+        Err(Error::UnsupportedVersion { found: 6, .. })
     ));
 }
 
@@ -1284,10 +1296,19 @@ fn every_chain_error_of_the_spec_has_its_kind_and_offset() {
 
 /// An independent reader of channel-state files, written from channel-state.md alone: the
 /// records `(input, channel, bytes)` in file order, or `None` when the file is not valid.
-fn spec_read_channel(b: &[u8]) -> Option<Vec<(u32, u32, Vec<u8>)>> {
-    if b.len() < 72 || b[0..8] != *b"\x89\x46\x4C\x4F\x45\x43\x48\x53" || le32(b, 8) != 3 {
+/// An in-flight record as the spec reader gives it: input, channel, kind name, bytes.
+type SpecChannelRecord = (u32, u32, &'static str, Vec<u8>);
+
+fn spec_read_channel(b: &[u8]) -> Option<Vec<SpecChannelRecord>> {
+    if b.len() < 72 || b[0..8] != *b"\x89\x46\x4C\x4F\x45\x43\x48\x53" {
         return None;
     }
+    let version = le32(b, 8);
+    let fixed = match version {
+        3 => 12,
+        5 => 16,
+        _ => return None,
+    };
     if crc32fast::hash(&b[0..36]) != le32(b, 36) || b[32..36] != [0; 4] {
         return None;
     }
@@ -1311,7 +1332,7 @@ fn spec_read_channel(b: &[u8]) -> Option<Vec<(u32, u32, Vec<u8>)>> {
         }
         let (stored, raw, n, code, crc) =
             (le32(h, 0) as usize, le32(h, 4) as usize, le32(h, 8) as usize, h[12], le32(h, 16));
-        if stored > f - at - 24 || raw > 64 << 20 || n == 0 || n > raw / 12 {
+        if stored > f - at - 24 || raw > 64 << 20 || n == 0 || n > raw / fixed {
             return None;
         }
         match code {
@@ -1334,7 +1355,23 @@ fn spec_read_channel(b: &[u8]) -> Option<Vec<(u32, u32, Vec<u8>)>> {
         let mut k = 0;
         while !r.done() {
             let (input, channel) = (r.u32()?, r.u32()?);
-            out.push((input, channel, r.field()?.to_vec()));
+            if fixed == 12 {
+                out.push((input, channel, "record", r.field()?.to_vec()));
+            } else {
+                let len = r.u32()? as usize;
+                let kind = r.take(4)?;
+                if kind[1..] != [0; 3] {
+                    return None;
+                }
+                let bytes = r.take(len)?.to_vec();
+                let kind = match (kind[0], bytes.as_slice()) {
+                    (0, _) => "record",
+                    (1, b) if b.len() == 8 => "watermark",
+                    (2, [0 | 1]) => "idle",
+                    _ => return None,
+                };
+                out.push((input, channel, kind, bytes));
+            }
             k += 1;
         }
         if k != n {
@@ -1373,7 +1410,8 @@ fn the_channel_state_vector_decodes_to_its_expected_records() {
         floe::checkpoint::read_manifest_file(&root.join("chk-00000000000000000001.manifest")).unwrap();
     assert_eq!(manifest.format_version, format::CHANNEL_STATE_VERSION);
     let mut got = Vec::new();
-    floe::checkpoint::read_channel_state(&root, &manifest, "word count", |sub, input, channel, bytes| {
+    floe::checkpoint::read_channel_state(&root, &manifest, "word count", |sub, input, channel, e| {
+        let format::ChannelEntry::Record(bytes) = e else { panic!("{e:?} in a version-3 file") };
         got.push((sub, input, channel, hex(bytes)));
         Ok(())
     })
@@ -1389,13 +1427,73 @@ fn the_channel_state_vector_decodes_to_its_expected_records() {
             assert_eq!(bytes.len(), 72, "subtask 1 had nothing in flight: no block");
         }
         let s: u32 = sub.parse().unwrap();
-        independent.extend(records.into_iter().map(|(i, c, b)| (s, i, c, hex(&b))));
+        independent.extend(records.into_iter().map(|(i, c, k, b)| {
+            assert_eq!(k, "record");
+            (s, i, c, hex(&b))
+        }));
     }
     assert_eq!(independent, want, "the spec reader's decode");
     assert!(LZ4_BLOCKS.load(Ordering::SeqCst) > lz4_before, "no LZ4 block in the channel-state vector");
     let storage = CheckpointStorage::open_existing(&root, StorageConfig::default()).unwrap();
     let sel = storage.select_checkpoint(&|_| true).unwrap().unwrap();
     assert_eq!((sel.manifest.checkpoint_id, sel.skipped.len()), (1, 0));
+}
+
+/// Goal: the `channel-kinds` vector (version 5: records among watermarks and changes of
+/// idleness) decodes, with floe and with the spec-only reader, to its expected.json, every
+/// kind present, in order; its manifest is version 5 and its data files version 2;
+/// recovery picks it and `floe verify` finds nothing wrong.
+#[test]
+fn the_channel_kinds_vector_decodes_to_its_expected_records() {
+    let (_tmp, root, expected) = vector("channel-kinds");
+    let cs = &expected["checkpoints"][0]["channel_state"];
+    let mut want = Vec::new();
+    for sub in ["0", "1"] {
+        for r in cs["records"][sub].as_array().unwrap() {
+            let n = |i: usize| u32::try_from(r[i].as_u64().unwrap()).unwrap();
+            want.push((
+                n(0),
+                n(1),
+                n(2),
+                r[3].as_str().unwrap().to_string(),
+                r[4].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    for kind in ["record", "watermark", "idle"] {
+        assert!(want.iter().any(|r| r.3 == kind), "no {kind} in the vector");
+    }
+    let manifest =
+        floe::checkpoint::read_manifest_file(&root.join("chk-00000000000000000001.manifest")).unwrap();
+    assert_eq!(manifest.format_version, format::CHANNEL_KINDS_VERSION);
+    let mut got = Vec::new();
+    floe::checkpoint::read_channel_state(&root, &manifest, "word count", |sub, input, channel, e| {
+        let (kind, bytes) = match e {
+            format::ChannelEntry::Record(b) => ("record", b.to_vec()),
+            format::ChannelEntry::Watermark(w) => ("watermark", w.to_le_bytes().to_vec()),
+            format::ChannelEntry::Idle(i) => ("idle", vec![u8::from(i)]),
+        };
+        got.push((sub, input, channel, kind.to_string(), hex(&bytes)));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(got, want, "floe's decode");
+    let lz4_before = LZ4_BLOCKS.load(Ordering::SeqCst);
+    let mut independent = Vec::new();
+    for sub in ["0", "1"] {
+        let bytes = std::fs::read(root.join(cs["files"][sub].as_str().unwrap())).unwrap();
+        assert_eq!(le32(&bytes, 8), 5, "a version-5 file");
+        let records = spec_read_channel(&bytes).expect("the spec reader reads it");
+        let s: u32 = sub.parse().unwrap();
+        independent.extend(records.into_iter().map(|(i, c, k, b)| (s, i, c, k.to_string(), hex(&b))));
+    }
+    assert_eq!(independent, want, "the spec reader's decode");
+    assert!(LZ4_BLOCKS.load(Ordering::SeqCst) > lz4_before, "no LZ4 block in the channel-kinds vector");
+    let storage = CheckpointStorage::open_existing(&root, StorageConfig::default()).unwrap();
+    let sel = storage.select_checkpoint(&|_| true).unwrap().unwrap();
+    assert_eq!((sel.manifest.checkpoint_id, sel.skipped.len()), (1, 0));
+    let report = floe::inspect::verify(&root, None).unwrap();
+    assert!(report.ok, "{:?}", report.problems);
 }
 
 /// Goal: the `corrupt-channel-state` vector fails reading its in-flight records with the
@@ -1457,7 +1555,7 @@ fn every_channel_state_error_of_the_spec_has_its_kind_and_offset() {
     let cases: Vec<(&str, Case)> = vec![
         ("shorter than 72 bytes", Box::new(|b, _| (b.truncate(71), true).1)),
         ("bad magic", Box::new(|b, _| (b[1] ^= 1, true).1)),
-        ("version not 3", Box::new(|b, _| (b[8..12].copy_from_slice(&2u32.to_le_bytes()), true).1)),
+        ("version neither 3 nor 5", Box::new(|b, _| (b[8..12].copy_from_slice(&4u32.to_le_bytes()), true).1)),
         ("header checksum mismatch", Box::new(|b, _| (b[20] ^= 1, true).1)),
         ("reserved bytes 32..36 not zero", Box::new(move |b, _| (b[33] = 1, fix_header(b), true).2)),
         ("bad footer magic", Box::new(move |b, _| (b[f + 25] ^= 1, true).1)),

@@ -22,7 +22,9 @@ use super::publish::Destination;
 use super::storage::{CheckpointStorage, ensure_dir};
 use crate::error::{Error, Result};
 use crate::format::channel::{ChannelPlace, channel_problems};
-use crate::format::{ChannelFile, ChannelFileWriter, ChannelHeader, ChannelStateRef, FileRef, Manifest};
+use crate::format::{
+    ChannelEntry, ChannelFile, ChannelFileWriter, ChannelHeader, ChannelStateRef, FileRef, Manifest,
+};
 
 /// One operator instance's channel-state file of one checkpoint, written and durable: what
 /// the commit takes ([`CheckpointStorage::commit_with_channel_state`]).
@@ -151,7 +153,7 @@ impl CheckpointStorage {
         &self,
         manifest: &Manifest,
         operator: &str,
-        f: impl FnMut(u32, u32, u32, &[u8]) -> Result<()>,
+        f: impl FnMut(u32, u32, u32, ChannelEntry<'_>) -> Result<()>,
     ) -> Result<()> {
         read_channel_state_with(self.io(), &self.root, manifest, operator, f)
     }
@@ -164,8 +166,14 @@ impl ChannelStateWriter {
     /// [`crate::format::channel::MAX_CHANNEL_RECORD_LEN`] is [`Error::TooLarge`] and
     /// changes nothing; an I/O failure fails this and every later call.
     pub fn append(&mut self, input: u32, channel: u32, record: &[u8]) -> Result<()> {
+        self.append_entry(input, channel, ChannelEntry::Record(record))
+    }
+
+    /// Appends one entry of any kind: a record (as [`ChannelStateWriter::append`]), or a
+    /// watermark or a change of idleness the channel delivered among its records.
+    pub fn append_entry(&mut self, input: u32, channel: u32, entry: ChannelEntry<'_>) -> Result<()> {
         let w = self.live()?;
-        let result = w.append(input, channel, record);
+        let result = w.append_entry(input, channel, entry);
         let buffered = w.buffered_high_water();
         self.high_water = self.high_water.max(buffered);
         match result {
@@ -289,7 +297,8 @@ impl Drop for ChannelStateWriter {
 
 /// Reads every in-flight record of `operator` (all its old subtasks) from the checkpoint
 /// `manifest` (whose paths are relative to `dir`), in manifest order and file order,
-/// calling `f(old_subtask, input, channel, bytes)`. Each file is checked as it is read: its
+/// calling `f(old_subtask, input, channel, entry)` (a record's bytes, or a watermark or a
+/// change of idleness the channel delivered among them). Each file is checked as it is read: its
 /// size as listed, its header's owner and writer against the manifest, every block's
 /// header and stored bytes against their CRC-32s before use, the footer's totals, and at
 /// the end its whole-file CRC-32. A problem is [`Error::Corrupt`] naming the file and the
@@ -299,7 +308,7 @@ pub fn read_channel_state(
     dir: &Path,
     manifest: &Manifest,
     operator: &str,
-    f: impl FnMut(u32, u32, u32, &[u8]) -> Result<()>,
+    f: impl FnMut(u32, u32, u32, ChannelEntry<'_>) -> Result<()>,
 ) -> Result<()> {
     let (dir, io) = super::object::resolve(dir)?;
     read_channel_state_with(&*io, &dir, manifest, operator, f)
@@ -311,12 +320,12 @@ pub(crate) fn read_channel_state_with(
     dir: &Path,
     manifest: &Manifest,
     operator: &str,
-    mut f: impl FnMut(u32, u32, u32, &[u8]) -> Result<()>,
+    mut f: impl FnMut(u32, u32, u32, ChannelEntry<'_>) -> Result<()>,
 ) -> Result<()> {
     for c in manifest.channel_state_of(operator) {
         let (mut file, fref, path) = open_channel_file(io, dir, manifest, c)?;
         let subtask = c.subtask;
-        let scan = file.for_each_record(&mut |input, channel, bytes| f(subtask, input, channel, bytes))?;
+        let scan = file.for_each_record(&mut |input, channel, entry| f(subtask, input, channel, entry))?;
         if scan.crc32 != fref.crc32 {
             return Err(crc_mismatch(&path, scan.crc32, fref.crc32));
         }

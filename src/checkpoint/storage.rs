@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
 use crate::format::positions::PositionEncoding;
 use crate::format::{
-    CHANNEL_STATE_VERSION, DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind,
+    CHANNEL_KINDS_VERSION, DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind,
     OperatorState,
 };
 use crate::state::Snapshot;
@@ -805,14 +805,15 @@ impl CheckpointStorage {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Ok(Manifest {
-            // The oldest version that describes the checkpoint: 4 when it lists a version-4
-            // data file (a run of keys of one hash across blocks), 3 with channel state (a
-            // version-2 reader would ignore it and restore without the in-flight records),
-            // else 2, readable by version-2 readers.
+            // The oldest version that describes the checkpoint: 5 with channel state (its
+            // files are version 5, whose records have kinds; a version-2 reader would ignore
+            // it and restore without the in-flight records), 4 when it lists a version-4
+            // data file (a run of keys of one hash across blocks), else 2, readable by
+            // version-2 readers.
             format_version: files
                 .iter()
                 .filter_map(|f| f.format_version)
-                .chain((!channel_state.is_empty()).then_some(CHANNEL_STATE_VERSION))
+                .chain((!channel_state.is_empty()).then_some(CHANNEL_KINDS_VERSION))
                 .fold(FORMAT_VERSION, u32::max),
             checkpoint_id,
             kind,

@@ -21,10 +21,12 @@
 //! - **At-least-once**: like aligned, but nothing is blocked: records that overtook the
 //!   barrier are in the snapshot and replayed after a recovery (duplicates, no loss).
 //! - **Unaligned**: barrier n arrives on the priority path with `upto`, the number of
-//!   records the sender had sent on that channel before it. At the first one the snapshot
+//!   elements (records, watermarks, changes of idleness) the sender had sent on that
+//!   channel before it. At the first one the snapshot
 //!   is taken and n forwarded on the priority path at once. A record processed after the
 //!   snapshot is *captured* (written as in-flight channel state, and still processed) when
-//!   it precedes n on its channel: its channel's barrier has not come yet, or its
+//!   it precedes n on its channel (so are watermarks and changes of idleness, in order
+//!   among the records, so that a restore replays them where they were): its channel's barrier has not come yet, or its
 //!   sequence number is `<= upto`. The capture is done when n came on every channel and
 //!   every channel's records up to its `upto` were processed. Savepoints and the final
 //!   checkpoint are aligned even in unaligned mode (`Barrier::aligned`).
@@ -89,11 +91,22 @@ impl Aligner {
 
     /// A record of channel `ch` is about to be processed: whether to capture it.
     pub fn on_record(&mut self, ch: usize) -> bool {
+        self.next(ch, true)
+    }
+
+    /// A watermark or a change of idleness of channel `ch` is about to be processed:
+    /// whether to capture it (it counts in the channel's sequence as a record does, and in
+    /// no statistics).
+    pub fn on_marker(&mut self, ch: usize) -> bool {
+        self.next(ch, false)
+    }
+
+    fn next(&mut self, ch: usize, record: bool) -> bool {
         self.processed[ch] += 1;
         let n = self.processed[ch];
         match &mut self.active {
             Some(a) if a.unaligned && a.snapshotted && a.upto[ch].is_none_or(|u| n <= u) => {
-                a.captured += 1;
+                a.captured += u64::from(record);
                 true
             }
             _ => false,
@@ -127,7 +140,7 @@ impl Aligner {
     }
 
     /// Barrier `b` arrived on channel `ch`: in band (`upto` None) or on the priority path
-    /// after `upto` records of that channel.
+    /// after `upto` elements of that channel.
     pub fn on_barrier(&mut self, ch: usize, b: Barrier, upto: Option<u64>) -> Outcome {
         let mut out = Outcome::default();
         if b.id <= self.done {
@@ -266,12 +279,15 @@ mod tests {
         // Records 3..=5 of channel 0 precede the barrier: captured; 6 follows it.
         assert!(a.on_record(0) && a.on_record(0) && a.on_record(0));
         assert!(!a.on_record(0));
-        // Channel 1: everything until its barrier is captured.
+        // Channel 1: everything until its barrier is captured, watermarks included (they
+        // count in the channel's sequence, not among the records).
         assert!(a.on_record(1));
+        assert!(a.on_marker(1));
         assert_eq!(a.check_capture(), None);
-        let o = a.on_barrier(1, b(1), Some(1));
+        let o = a.on_barrier(1, b(1), Some(2));
         assert_eq!(o.captured, Some((1, 4)));
         assert!(!a.on_record(1), "capture over");
+        assert!(!a.on_marker(1), "capture over");
     }
 
     #[test]

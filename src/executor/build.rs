@@ -11,12 +11,12 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::Data;
 use super::channel::{Inputs, Output, Outputs, Partitioner, Target};
-use super::inflight::{RecordForm, read_inflight};
+use super::inflight::{Inflight, Marker, RecordForm, read_inflight};
 use super::messages::{Control, Element, PriorityBarrier, Report, Timestamp};
 use super::operator::{Logic, SinkLogic};
 use super::sinks::{SinkDriver, SinkFactory, redistribute, sink_states_of};
 use super::source::Source;
-use super::task::{OperatorTask, SourceTask, TaskCommon};
+use super::task::{In, OperatorTask, Replayed, SourceTask, TaskCommon};
 use super::time::{SourceClock, WatermarkStrategy};
 use crate::checkpoint::{Checkpointer, restore_operator};
 use crate::error::{Error, Result};
@@ -109,14 +109,20 @@ fn outputs<T: Data>(v: Vec<ErasedOutput>, max_parallelism: u32) -> Result<Output
     Ok(Outputs { edges })
 }
 
-/// Decodes the in-flight records this instance owns (unaligned checkpoints).
-#[allow(clippy::type_complexity, reason = "two typed replay lists")]
+/// Decodes the in-flight elements this instance replays (unaligned checkpoints): the records
+/// it owns, and, when its channels are those its old namesake had (`own_channels`), the
+/// watermarks and changes of idleness its namesake's channels delivered among them. Order:
+/// records of other old instances first (rescaled; judged against the restored watermark,
+/// as no channel of this instance carried them), then its namesake's in the order that
+/// instance processed them.
 fn replay<L: Logic>(
     w: &Wiring,
     logic: &L,
-) -> Result<(Vec<(L::In1, Option<Timestamp>)>, Vec<(L::In2, Option<Timestamp>)>)> {
-    let (mut r1, mut r2) = (Vec::new(), Vec::new());
-    let Some(r) = &w.restore else { return Ok((r1, r2)) };
+    channel_input: &[u8],
+    own_channels: bool,
+) -> Result<Vec<Replayed<L::In1, L::In2>>> {
+    let (mut foreign, mut own) = (Vec::new(), Vec::new());
+    let Some(r) = &w.restore else { return Ok(own) };
     let op = &w.common.operator;
     let codec = |e| Error::Codec { state: format!("in-flight record of {op}"), source: e };
     fn decode<T: Data>(form: RecordForm, bytes: &[u8]) -> postcard::Result<(Option<Timestamp>, T)> {
@@ -125,26 +131,51 @@ fn replay<L: Logic>(
             RecordForm::Bare => postcard::from_bytes(bytes).map(|r| (None, r)),
         }
     }
-    read_inflight(&r.dir, &r.manifest, op, |old, input, form, bytes| {
+    read_inflight(&r.dir, &r.manifest, op, |old, input, e| {
         let by_old = old % w.parallelism == w.subtask;
-        if input == 0 {
-            let (ts, rec) = decode::<L::In1>(form, bytes).map_err(codec)?;
-            if logic.owns1(&rec)?.unwrap_or(by_old) {
-                r1.push((rec, ts));
+        let to = if old == w.subtask { &mut own } else { &mut foreign };
+        match e {
+            Inflight::Record(form, bytes) if input == 0 => {
+                let (ts, rec) = decode::<L::In1>(form, bytes).map_err(codec)?;
+                if logic.owns1(&rec)?.unwrap_or(by_old) {
+                    to.push(Replayed::Record(In::A(rec), ts));
+                }
             }
-        } else {
-            let (ts, rec) = decode::<L::In2>(form, bytes).map_err(codec)?;
-            if logic.owns2(&rec)?.unwrap_or(by_old) {
-                r2.push((rec, ts));
+            Inflight::Record(form, bytes) => {
+                let (ts, rec) = decode::<L::In2>(form, bytes).map_err(codec)?;
+                if logic.owns2(&rec)?.unwrap_or(by_old) {
+                    to.push(Replayed::Record(In::B(rec), ts));
+                }
+            }
+            Inflight::Marker(..) if old != w.subtask || !own_channels => {}
+            Inflight::Marker(ch, m) => {
+                let fits = usize::try_from(ch)
+                    .ok()
+                    .filter(|&c| channel_input.get(c).is_some_and(|&i| u32::from(i) == input));
+                let Some(ch) = fits else {
+                    return Err(Error::corrupt(
+                        &r.path,
+                        0,
+                        format!(
+                            "in-flight {m:?} of {op}[{old}] on channel {ch} of input {input}: the instance has \
+                             no such channel ({} channels)",
+                            channel_input.len()
+                        ),
+                    ));
+                };
+                own.push(match m {
+                    Marker::Watermark(wm) => Replayed::Watermark(ch, wm),
+                    Marker::Idle(idle) => Replayed::Idle(ch, idle),
+                });
             }
         }
         Ok(())
     })?;
-    Ok((r1, r2))
+    foreign.append(&mut own);
+    Ok(foreign)
 }
 
 fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
-    let (replay1, replay2) = replay(&w, &logic)?;
     let restored_watermark = match &w.restore {
         Some(r) => crate::format::timers::restored_watermark(
             &r.manifest.extra,
@@ -168,7 +199,10 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         )?,
         None => None,
     };
-    let channel_input = std::iter::repeat_n(0u8, n1).chain(std::iter::repeat_n(1u8, w.in2.len())).collect();
+    let channel_input: Vec<u8> =
+        std::iter::repeat_n(0u8, n1).chain(std::iter::repeat_n(1u8, w.in2.len())).collect();
+    let own_channels = restored_inputs.as_ref().is_some_and(|(_, own)| *own);
+    let replay = replay(&w, &logic, &channel_input, own_channels)?;
     Ok(OperatorTask {
         logic,
         in1: inputs(w.in1)?,
@@ -176,10 +210,9 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
         out: outputs(w.out, w.max_parallelism)?,
         side: outputs(w.side, w.max_parallelism)?,
         channel_input,
-        replay1,
-        replay2,
+        replay,
         restored_watermark,
-        restored_inputs,
+        restored_inputs: restored_inputs.map(|(i, _)| i),
         shape: w.shape,
         restored: w.restore.is_some(),
         common: w.common,
@@ -284,7 +317,7 @@ pub(crate) fn source_body<T: Data>(
                 0,
                 &r.path,
             )?
-            .is_some_and(|i| i.idle.first().copied().unwrap_or(false)),
+            .is_some_and(|(i, _)| i.idle.first().copied().unwrap_or(false)),
             None => false,
         };
         let mut clock = strategy.map(SourceClock::new);

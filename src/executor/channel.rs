@@ -58,7 +58,8 @@ pub(crate) struct Target<T> {
     pub priority: Sender<PriorityBarrier>,
     /// The channel's index at the receiver.
     pub channel: usize,
-    /// Records sent on the channel so far (an unaligned barrier carries the count).
+    /// Records, watermarks and changes of idleness sent on the channel so far (an
+    /// unaligned barrier carries the count, so the receiver knows which of them precede it).
     pub sent: u64,
     /// Records gathered for the next batch (not counted in `sent` until sent).
     pub buf: Vec<(T, Option<Timestamp>)>,
@@ -131,6 +132,7 @@ impl<T: Clone> Output<T> {
         for t in &mut self.targets {
             t.flush()?;
             t.tx.send(make()).map_err(|_| closed())?;
+            t.sent += 1;
         }
         Ok(())
     }

@@ -1,7 +1,10 @@
 //! In-flight records of an unaligned checkpoint: what one task captures for one
 //! checkpoint, streamed to the checkpoint's channel-state file (format-spec/
 //! channel-state.md) so memory stays bounded whatever their size, and reading them back
-//! on restore. Each record is stored as postcard of `(timestamp, record)`.
+//! on restore. Each record is stored as postcard of `(timestamp, record)`; the watermarks
+//! and changes of idleness the channels delivered among them are stored in order with them
+//! (channel-state files of version 5), so that a restore replays each record against the
+//! watermark it met before the failure.
 //!
 //! Checkpoints written before channel-state files kept in-flight records in the manifest's
 //! `extra` map (`inflight/<operator>/<subtask>`); those still read.
@@ -11,8 +14,8 @@ use std::sync::Arc;
 
 use crate::checkpoint::{ChannelStateHandle, ChannelStateWriter, CheckpointStorage, read_channel_state};
 use crate::error::{Error, Result};
-use crate::format::Manifest;
 use crate::format::manifest::hex_decode;
+use crate::format::{ChannelEntry, Manifest};
 
 /// A task's in-flight log for one checkpoint.
 pub(crate) struct InflightWriter {
@@ -37,6 +40,16 @@ impl InflightWriter {
         self.w.append(input, channel, record)
     }
 
+    /// A watermark (`Some`) or a change of idleness the channel delivered among the
+    /// records.
+    pub fn append_marker(&mut self, input: u32, channel: u32, marker: Marker) -> Result<()> {
+        let entry = match marker {
+            Marker::Watermark(w) => ChannelEntry::Watermark(w),
+            Marker::Idle(i) => ChannelEntry::Idle(i),
+        };
+        self.w.append_entry(input, channel, entry)
+    }
+
     pub fn finish(self) -> Result<InflightHandle> {
         Ok(InflightHandle { handle: self.w.finish()?, bytes: self.bytes })
     }
@@ -51,17 +64,38 @@ pub(crate) enum RecordForm {
     Bare,
 }
 
-/// Calls `f(old_subtask, input, form, bytes)` for every in-flight record of `operator`:
-/// from its channel-state files, then from `extra` entries of older checkpoints.
+/// What a channel delivered among its records, in order with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Marker {
+    Watermark(crate::executor::Timestamp),
+    Idle(bool),
+}
+
+/// One element of the in-flight log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inflight<'a> {
+    Record(RecordForm, &'a [u8]),
+    /// A watermark or change of idleness on the task's channel (its index).
+    Marker(u32, Marker),
+}
+
+/// Calls `f(old_subtask, input, element)` for every in-flight element of `operator`, in
+/// order: from its channel-state files, then from `extra` entries of older checkpoints
+/// (records only).
 pub(crate) fn read_inflight(
     dir: &Path,
     m: &Manifest,
     operator: &str,
-    mut f: impl FnMut(u32, u32, RecordForm, &[u8]) -> Result<()>,
+    mut f: impl FnMut(u32, u32, Inflight<'_>) -> Result<()>,
 ) -> Result<()> {
     if m.channel_state.iter().any(|c| c.operator == operator) {
-        read_channel_state(dir, m, operator, |sub, input, _channel, rec| {
-            f(sub, input, RecordForm::Timestamped, rec)
+        read_channel_state(dir, m, operator, |sub, input, channel, entry| {
+            let e = match entry {
+                ChannelEntry::Record(rec) => Inflight::Record(RecordForm::Timestamped, rec),
+                ChannelEntry::Watermark(w) => Inflight::Marker(channel, Marker::Watermark(w)),
+                ChannelEntry::Idle(i) => Inflight::Marker(channel, Marker::Idle(i)),
+            };
+            f(sub, input, e)
         })?;
     }
     for (k, v) in &m.extra {
@@ -75,7 +109,7 @@ pub(crate) fn read_inflight(
         match postcard::from_bytes::<Vec<(u32, u32, Vec<u8>)>>(&bytes) {
             Ok(log) => {
                 for (input, _channel, rec) in log {
-                    f(sub, input, RecordForm::Timestamped, &rec)?;
+                    f(sub, input, Inflight::Record(RecordForm::Timestamped, &rec))?;
                 }
             }
             Err(e) => {
@@ -83,7 +117,7 @@ pub(crate) fn read_inflight(
                 let log: Vec<(u32, Vec<u8>)> = postcard::from_bytes(&bytes)
                     .map_err(|_| Error::Codec { state: format!("in-flight {k}"), source: e })?;
                 for (input, rec) in log {
-                    f(sub, input, RecordForm::Bare, &rec)?;
+                    f(sub, input, Inflight::Record(RecordForm::Bare, &rec))?;
                 }
             }
         }
@@ -114,7 +148,8 @@ mod tests {
         let old = postcard::to_allocvec(&vec![(0u32, postcard::to_allocvec(&9u64).unwrap())]).unwrap();
         let m = manifest(&[("inflight/op/0", new), ("inflight/op/1", old), ("inflight/other/0", vec![1])]);
         let mut seen = Vec::new();
-        read_inflight(Path::new("."), &m, "op", |sub, input, form, b| {
+        read_inflight(Path::new("."), &m, "op", |sub, input, e| {
+            let Inflight::Record(form, b) = e else { panic!("{e:?}") };
             seen.push((sub, input, form, b.to_vec()));
             Ok(())
         })
@@ -126,7 +161,7 @@ mod tests {
         assert_eq!(postcard::from_bytes::<u64>(&seen[1].3).unwrap(), 9);
         // Neither form: an error naming the entry.
         let m = manifest(&[("inflight/op/0", vec![0xff, 0xff, 0xff])]);
-        let e = read_inflight(Path::new("."), &m, "op", |_, _, _, _| Ok(())).unwrap_err();
+        let e = read_inflight(Path::new("."), &m, "op", |_, _, _| Ok(())).unwrap_err();
         assert!(e.to_string().contains("inflight/op/0"), "{e}");
     }
 }

@@ -73,8 +73,8 @@ pub(crate) enum Element<T> {
 }
 
 /// An unaligned barrier on the priority path, overtaking the records queued in the
-/// channel: the channel at the receiver, the barrier, and how many records the sender had
-/// sent on that channel before it.
+/// channel: the channel at the receiver, the barrier, and how many elements (records,
+/// watermarks, changes of idleness) the sender had sent on that channel before it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PriorityBarrier {
     pub channel: usize,

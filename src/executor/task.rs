@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use super::align::{Aligner, Outcome};
 use super::channel::{Inputs, Outputs};
 use super::faults::{Events, Failures};
-use super::inflight::{InflightHandle, InflightWriter};
+use super::inflight::{InflightHandle, InflightWriter, Marker};
 use super::messages::{
     Ack, Barrier, BarrierKind, Control, Element, MAX_WATERMARK, PriorityBarrier, Report, TaskCheckpointStats,
     Timestamp,
@@ -81,6 +81,14 @@ pub(crate) enum In<A, B> {
     B(B),
 }
 
+/// An in-flight element of the checkpoint restored from (unaligned), replayed before any
+/// new input: a record, or a watermark or change of idleness on one of the task's channels.
+pub(crate) enum Replayed<A, B> {
+    Record(In<A, B>, Option<Timestamp>),
+    Watermark(usize, Timestamp),
+    Idle(usize, bool),
+}
+
 /// A checkpoint this task has acknowledged in part.
 struct PendingAck {
     write: bool,
@@ -105,8 +113,8 @@ pub(crate) struct OperatorTask<L: Logic> {
     pub side: Outputs<L::Side>,
     /// The input (0 or 1) of each channel.
     pub channel_input: Vec<u8>,
-    pub replay1: Vec<(L::In1, Option<Timestamp>)>,
-    pub replay2: Vec<(L::In2, Option<Timestamp>)>,
+    /// In-flight elements of the checkpoint restored from, in the order to replay them.
+    pub replay: Vec<Replayed<L::In1, L::In2>>,
     /// The watermark restored from the checkpoint (`None`: a fresh start, or a checkpoint
     /// that recorded none).
     pub restored_watermark: Option<Timestamp>,
@@ -182,13 +190,21 @@ impl<L: Logic> Loop<L> {
         if self.t.restored {
             self.announce_restored()?;
         }
-        // In-flight records of the checkpoint restored from (unaligned) come first.
-        for (r, ts) in std::mem::take(&mut self.t.replay1) {
-            self.t.logic.record1(r, ts, &mut self.col)?;
-            self.flush()?;
-        }
-        for (r, ts) in std::mem::take(&mut self.t.replay2) {
-            self.t.logic.record2(r, ts, &mut self.col)?;
+        // In-flight elements of the checkpoint restored from (unaligned) come first, each
+        // record after the watermarks its channel delivered before it.
+        for e in std::mem::take(&mut self.t.replay) {
+            match e {
+                Replayed::Record(In::A(r), ts) => self.t.logic.record1(r, ts, &mut self.col)?,
+                Replayed::Record(In::B(r), ts) => self.t.logic.record2(r, ts, &mut self.col)?,
+                Replayed::Watermark(ch, w) => {
+                    let c = self.wms.watermark(ch, w);
+                    self.on_watermark_change(c)?;
+                }
+                Replayed::Idle(ch, idle) => {
+                    let c = self.wms.status(ch, idle);
+                    self.on_watermark_change(c)?;
+                }
+            }
             self.flush()?;
         }
         let n1 = self.t.in1.channels.len();
@@ -354,8 +370,24 @@ impl<L: Logic> Loop<L> {
         if self.events.any() {
             self.events.record(&self.t.common.failures)?;
         }
+        self.check_capture()
+    }
+
+    fn check_capture(&mut self) -> Result<()> {
         if let Some((id, n)) = self.aligner.check_capture() {
             self.capture_done(id, n)?;
+        }
+        Ok(())
+    }
+
+    /// A watermark or change of idleness of channel `ch` is about to be processed: like a
+    /// record, it is captured when it precedes an unaligned barrier on its channel.
+    fn on_marker(&mut self, ch: usize, m: Marker) -> Result<()> {
+        self.take_priority()?;
+        if self.aligner.on_marker(ch)
+            && let Some((_, w)) = &mut self.capture
+        {
+            w.append_marker(u32::from(self.t.channel_input[ch]), ch as u32, m)?;
         }
         Ok(())
     }
@@ -369,12 +401,16 @@ impl<L: Logic> Loop<L> {
                 }
             }
             Element::Watermark(w) => {
+                self.on_marker(ch, Marker::Watermark(w))?;
                 let c = self.wms.watermark(ch, w);
                 self.on_watermark_change(c)?;
+                self.check_capture()?;
             }
             Element::Idle(idle) => {
+                self.on_marker(ch, Marker::Idle(idle))?;
                 let c = self.wms.status(ch, idle);
                 self.on_watermark_change(c)?;
+                self.check_capture()?;
             }
             Element::Barrier(b) => {
                 let o = self.aligner.on_barrier(ch, b, None);
@@ -540,9 +576,11 @@ impl<L: Logic> Loop<L> {
         extra.push((crate::format::timers::watermark_key(op, sub), wm));
         // And each channel's watermark and idleness, where they say more than the task's
         // watermark (some channel idle or ahead of it): a restore starts the channels so,
-        // so that they hold the watermark back no more than before the failure.
+        // so that they hold the watermark back no more than before the failure. Always at
+        // an unaligned barrier: the entry tells a restore that its channels are those the
+        // in-flight watermarks and changes of idleness were captured on.
         let (wms, idle) = (self.wms.channel_watermarks(), self.wms.idle());
-        if idle.contains(&true) || wms.iter().any(|&w| w > self.wms.current()) {
+        if overtake || idle.contains(&true) || wms.iter().any(|&w| w > self.wms.current()) {
             let inputs = crate::format::timers::Inputs {
                 shape: self.t.shape,
                 watermarks: wms.to_vec(),

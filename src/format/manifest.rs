@@ -139,7 +139,8 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacted_from: Option<u64>,
     /// In-flight records per operator instance (unaligned checkpoints; absent: none). A
-    /// manifest that lists any has format version 3 (`CHANNEL_STATE_VERSION`).
+    /// manifest that lists any has format version 3 (`CHANNEL_STATE_VERSION`) or more;
+    /// floe writes 5 (`CHANNEL_KINDS_VERSION`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channel_state: Vec<ChannelStateRef>,
     /// How each source position is encoded (`"u64"`; absent, or a source not listed:

@@ -11,7 +11,7 @@ pub mod sink_state;
 pub mod time;
 pub mod timers;
 
-pub use channel::{ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
+pub use channel::{ChannelEntry, ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
 pub use datafile::{
     BlockInfo, CompressChoice, DataFile, DataFileWriter, DataHeader, Effort, EncodedBlock, FileKind,
     FileOwner, FileState, FileSummary, RangeSource, RangedParts, encode_block, lz4_into, lz4_len,
@@ -38,8 +38,12 @@ pub const CHANNEL_STATE_VERSION: u32 = 3;
 /// that list such a file (format-spec, changelog 4). Every other data file stays version
 /// 2 and every other manifest 2 or 3, readable by older readers.
 pub const SPLIT_RUN_VERSION: u32 = 4;
+/// Version of the channel-state files written by this build, whose in-flight records have
+/// a kind (a record, a watermark, a change of idleness; format-spec, changelog 5), and of
+/// manifests that list them. Version-3 files (records only) still read.
+pub const CHANNEL_KINDS_VERSION: u32 = 5;
 /// Newest manifest version this build reads.
-pub const NEWEST_MANIFEST_VERSION: u32 = SPLIT_RUN_VERSION;
+pub const NEWEST_MANIFEST_VERSION: u32 = CHANNEL_KINDS_VERSION;
 /// Newest data-file version this build reads (3 was never a data-file version).
 pub const NEWEST_DATA_VERSION: u32 = SPLIT_RUN_VERSION;
 /// Oldest format version this build reads (data files and manifests).
@@ -72,8 +76,11 @@ pub const CHANNEL_HEADER_LEN: usize = 40;
 pub const CHANNEL_BLOCK_HEADER_LEN: usize = 24;
 /// Size of a channel-state file footer.
 pub const CHANNEL_FOOTER_LEN: usize = 32;
-/// Size of the fixed part of an in-flight record (input, channel, length).
-pub const CHANNEL_RECORD_HEADER_LEN: usize = 12;
+/// Size of the fixed part of an in-flight record (input, channel, length, kind, reserved).
+pub const CHANNEL_RECORD_HEADER_LEN: usize = 16;
+/// Size of the fixed part of an in-flight record of a version-3 channel-state file (input,
+/// channel, length).
+pub const CHANNEL_RECORD_HEADER_LEN_V3: usize = 12;
 /// Largest uncompressed block a reader accepts (a block holds at least one record, so this
 /// also bounds a record).
 pub const MAX_BLOCK_LEN: u32 = 64 << 20;
@@ -158,4 +165,14 @@ pub mod compression {
     pub const NONE: u8 = 0;
     /// LZ4 block format (no frame, no size prefix).
     pub const LZ4_BLOCK: u8 = 1;
+}
+
+/// Kinds of the in-flight records of a channel-state file (version 5).
+pub mod channel_kind {
+    /// A record: the executor's bytes.
+    pub const RECORD: u8 = 0;
+    /// A watermark: 8 bytes, `i64` LE.
+    pub const WATERMARK: u8 = 1;
+    /// A change of idleness: 1 byte, 1 idle, 0 active.
+    pub const IDLE: u8 = 2;
 }

@@ -189,7 +189,9 @@ pub fn decode_inputs(bytes: &[u8], at: &std::path::Path) -> Result<Inputs> {
 /// from one upstream instance, so any entry of this shape holds what this one would have
 /// heard); `None` when none has (nothing recorded: no input idle or ahead of the watermark;
 /// or the channels changed: an upstream operator rescaled), and every input then starts
-/// active, with no watermark. A damaged value is an error naming the manifest and the key.
+/// active, with no watermark. The flag says whether the inputs are the instance's own (its
+/// channels are those its old namesake had, one for one). A damaged value is an error
+/// naming the manifest and the key.
 pub fn restored_inputs(
     extra: &std::collections::BTreeMap<String, String>,
     operator: &str,
@@ -197,13 +199,13 @@ pub fn restored_inputs(
     count: usize,
     shape: u64,
     origin: &std::path::Path,
-) -> Result<Option<Inputs>> {
+) -> Result<Option<(Inputs, bool)>> {
     let fits = |i: &Inputs| i.watermarks.len() == count && i.shape == shape;
     let own = inputs_key(operator, subtask);
     if let Some(v) = extra.get(&own) {
         let inputs = decode_hex_inputs(v, &origin.join(&own))?;
         if fits(&inputs) {
-            return Ok(Some(inputs));
+            return Ok(Some((inputs, true)));
         }
     }
     let prefix = format!("{INPUTS_EXTRA_PREFIX}{operator}/");
@@ -214,7 +216,7 @@ pub fn restored_inputs(
         }
         let inputs = decode_hex_inputs(v, &origin.join(k))?;
         if fits(&inputs) {
-            return Ok(Some(inputs));
+            return Ok(Some((inputs, false)));
         }
     }
     Ok(None)
@@ -378,10 +380,10 @@ mod tests {
         let restored = |sub, count, shape, extra: &std::collections::BTreeMap<String, String>| {
             restored_inputs(extra, "w", sub, count, shape, origin)
         };
-        assert_eq!(restored(0, 2, two.shape, &extra).unwrap(), Some(two.clone()));
+        assert_eq!(restored(0, 2, two.shape, &extra).unwrap(), Some((two.clone(), true)));
         assert_eq!(
             restored(1, 2, two.shape, &extra).unwrap(),
-            Some(two.clone()),
+            Some((two.clone(), false)),
             "a sibling's, of this shape"
         );
         assert_eq!(restored(0, 3, two.shape, &extra).unwrap(), None, "other count");
@@ -390,9 +392,15 @@ mod tests {
         let mut mixed = extra.clone();
         let other = Inputs { shape: two.shape, watermarks: vec![5, 6], idle: vec![true, false] };
         mixed.insert(inputs_key("w", 1), hex(&encode_inputs(&other).unwrap()));
-        assert_eq!(restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(), Some(other.clone()));
+        assert_eq!(
+            restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(),
+            Some((other.clone(), true))
+        );
         mixed.insert(inputs_key("w", 1), hex(&encode_inputs(&Inputs { shape: 7, ..other }).unwrap()));
-        assert_eq!(restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(), Some(two.clone()));
+        assert_eq!(
+            restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(),
+            Some((two.clone(), false))
+        );
         // Other operators' entries are not siblings.
         assert_eq!(restored_inputs(&extra, "x", 0, 2, two.shape, origin).unwrap(), None);
         assert_eq!(restored_inputs(&extra, "", 0, 2, two.shape, origin).unwrap(), None);
