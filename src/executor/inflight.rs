@@ -40,8 +40,8 @@ impl InflightWriter {
         self.w.append(input, channel, record)
     }
 
-    /// A watermark (`Some`) or a change of idleness the channel delivered among the
-    /// records.
+    /// A watermark or a change of idleness the channel delivered among the records, in
+    /// order with them.
     pub fn append_marker(&mut self, input: u32, channel: u32, marker: Marker) -> Result<()> {
         let entry = match marker {
             Marker::Watermark(w) => ChannelEntry::Watermark(w),
