@@ -1128,3 +1128,143 @@ fn processing_time_timers_fire_without_input() {
     assert!(fired, "the processing-time timer never fired");
     assert_eq!(published_output(&dir.path().join("out")).unwrap(), [r#"[7,"fired"]"#]);
 }
+
+/// Flags of `an_idleness_change_in_flight_is_replayed_in_order` only.
+static HELD: AtomicBool = AtomicBool::new(false);
+static RELEASED: AtomicBool = AtomicBool::new(false);
+static ARMED: AtomicBool = AtomicBool::new(false);
+static SNAPPED: AtomicBool = AtomicBool::new(false);
+
+/// Joins `a` and `b`; on `b`'s marker (value -1) holds until the test releases it.
+struct Held;
+
+impl KeyedCoProcessFunction<u64, Ev, Ev, Ev> for Held {
+    fn process1(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+        ctx.emit(r);
+        Ok(())
+    }
+    fn process2(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+        if r.2 == -1 {
+            HELD.store(true, SeqCst);
+            wait_for(&RELEASED, "the release");
+        }
+        ctx.emit(r);
+        Ok(())
+    }
+}
+
+/// A [`Topic`] source that flags when it is asked for its position (it takes part in a
+/// checkpoint: its barrier follows) once the test armed it.
+struct Snapped(floe::executor::TopicSource<Ev>);
+
+impl floe::executor::Source<Ev> for Snapped {
+    fn open(&mut self, w: floe::executor::SourceWaker) -> floe::Result<()> {
+        self.0.open(w)
+    }
+    fn poll(&mut self) -> floe::Result<floe::executor::Poll<Ev>> {
+        self.0.poll()
+    }
+    fn position(&self) -> Vec<u8> {
+        if ARMED.load(SeqCst) {
+            SNAPPED.store(true, SeqCst);
+        }
+        self.0.position()
+    }
+    fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
+        self.0.seek(p)
+    }
+    fn position_encoding(&self) -> floe::executor::PositionEncoding {
+        self.0.position_encoding()
+    }
+}
+
+/// Sources `a` (idle after 20 ms) and `b` into a keyed two-input operator `j` (held on
+/// `b`'s marker), then windows of 100 with late records to the side, unaligned. While `j`
+/// is held: `a` delivers 0 and goes idle; `b` delivers 1, 2, 3, 500 and 300; checkpoint 1's
+/// barrier comes (`b` was asked for its position), and then `j` is released, so all of that
+/// is in flight at `j`, where `a`'s idleness comes before `b`'s 300: with `a` idle, `j` is
+/// at 499 by then, and 300 is late. With `fail`, `j` fails at its first record after
+/// checkpoint 1 completed, and the restart replays the in-flight records. Returns the late
+/// records, the result, and whether checkpoint 1 held `a`'s idleness in flight at `j` (else
+/// `a` went idle after its barrier, on a slow host, and the run tells nothing).
+fn run_idle_in_flight_job(fail: bool) -> (Vec<Ev>, JobResult, bool) {
+    for f in [&HELD, &RELEASED, &ARMED, &SNAPPED] {
+        f.store(false, SeqCst);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    let job = Job::new();
+    let (a1, b1) = (ta.clone(), tb.clone());
+    let strategy = || WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+    let a = job.source_with_watermarks(
+        "a",
+        1,
+        move |s, p| Box::new(a1.source(s, p)),
+        strategy().with_idleness(Duration::from_millis(20)),
+    );
+    let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(Snapped(b1.source(s, p))), strategy());
+    let j = a.key_by(|e: &Ev| e.0).connect(&b.key_by(|e: &Ev| e.0)).process("j", || Held).parallelism(1);
+    sum_windows(&j, 100, Some(1), dir.path());
+    let storage = storage(dir.path());
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.mode = floe::executor::Mode::Unaligned;
+    config.checkpoint_interval = None;
+    if fail {
+        config.failures = vec![InjectedFailure {
+            operator: "j".into(),
+            subtask: 0,
+            at: FailAt::AfterCheckpoint { completed: 1, records: 1 },
+            panic: false,
+        }];
+    }
+    let handle = job.start(config).unwrap();
+    tb.push(0, (1, 0, -1));
+    wait_for(&HELD, "j held");
+    ta.push(0, (1, 0, 0));
+    for ts in [1, 2, 3, 500] {
+        tb.push(0, (1, ts, 1));
+    }
+    tb.push(0, (1, 300, 1000));
+    // Room for `a`'s idleness timeout (whether it passed is read from the checkpoint).
+    std::thread::sleep(Duration::from_millis(100));
+    ARMED.store(true, SeqCst);
+    let c = std::thread::scope(|s| {
+        let t = s.spawn(|| handle.checkpoint());
+        wait_for(&SNAPPED, "b's barrier");
+        std::thread::sleep(Duration::from_millis(20));
+        RELEASED.store(true, SeqCst);
+        t.join().unwrap().unwrap()
+    });
+    let m = storage.read_manifest(c).unwrap();
+    let mut idle_in_flight = false;
+    floe::checkpoint::read_channel_state(&dir.path().join("ckpt"), &m, "j", |_, input, _, e| {
+        idle_in_flight |= input == 0 && e == floe::format::ChannelEntry::Idle(true);
+        Ok(())
+    })
+    .unwrap();
+    tb.push(0, (1, 1000, -3));
+    ta.close();
+    tb.close();
+    let r = handle.join().unwrap();
+    (read(&dir.path().join("late")), r, idle_in_flight)
+}
+
+#[test]
+fn an_idleness_change_in_flight_is_replayed_in_order() {
+    // Unaligned checkpoints store the changes of idleness in flight among the records
+    // (format 5): replayed without `a`'s, `j` would restore `a`'s channel active at -1,
+    // replay `b`'s 499 without moving, and 300 would not be late.
+    for attempt in 0..3 {
+        let (late, r, exercised) = run_idle_in_flight_job(false);
+        assert_eq!(r.restarts, 0);
+        let (late_f, rf, exercised_f) = run_idle_in_flight_job(true);
+        assert_eq!(rf.restarts, 1, "{:?}", rf.failures);
+        if exercised && exercised_f {
+            assert_eq!(late, [(1, 300, 1000)], "without a failure");
+            assert_eq!(late_f, late, "after the restart");
+            return;
+        }
+        eprintln!("attempt {attempt}: a's idleness was not in flight at j's barrier; again");
+    }
+    panic!("a's idleness was never in flight at j's barrier");
+}
