@@ -1496,6 +1496,110 @@ fn the_channel_kinds_vector_decodes_to_its_expected_records() {
     assert!(report.ok, "{:?}", report.problems);
 }
 
+/// A version-5 record as channel-state.md "Records" lays it out: input, channel, kind
+/// code, the middle reserved byte, bytes.
+type V5Record = (u32, u32, u8, u8, Vec<u8>);
+
+/// The bytes of version-5 records.
+fn spec_encode_v5(records: &[V5Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (input, channel, kind, reserved, bytes) in records {
+        out.extend_from_slice(&input.to_le_bytes());
+        out.extend_from_slice(&channel.to_le_bytes());
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[*kind, 0, *reserved, 0]);
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// Goal: channel-state.md "Validity" step 9 for version 5, with floe and with the spec
+/// reader alike. The `channel-kinds` vector's file of subtask 0, written again as one stored
+/// block of its records, reads the same with both; each hostile record put among them (an
+/// unknown kind, a watermark not of 8 bytes, an idleness neither 0 nor 1 or not of 1 byte,
+/// a reserved byte not zero) makes both refuse it, floe with corruption at the block.
+#[test]
+fn hostile_record_kinds_are_refused_by_floe_and_the_spec_reader() {
+    let (_tmp, root, expected) = vector("channel-kinds");
+    let rel = expected["checkpoints"][0]["channel_state"]["files"]["0"].as_str().unwrap().to_string();
+    let path = root.join(&rel);
+    let good = std::fs::read(&path).unwrap();
+    let manifest =
+        floe::checkpoint::read_manifest_file(&root.join("chk-00000000000000000001.manifest")).unwrap();
+    let code = |k: &str| match k {
+        "record" => 0u8,
+        "watermark" => 1,
+        _ => 2,
+    };
+    let records: Vec<(u32, u32, u8, u8, Vec<u8>)> =
+        spec_read_channel(&good).unwrap().into_iter().map(|(i, c, k, b)| (i, c, code(k), 0, b)).collect();
+    // One stored block of `records`, the header kept, a footer that counts them.
+    let file_of = |records: &[V5Record]| {
+        let body = spec_encode_v5(records);
+        let mut b = good[..40].to_vec();
+        let mut h = Vec::new();
+        h.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        h.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        h.extend_from_slice(&(records.len() as u32).to_le_bytes());
+        h.extend_from_slice(&[0; 4]);
+        h.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        h.extend_from_slice(&crc32fast::hash(&h).to_le_bytes());
+        b.extend_from_slice(&h);
+        b.extend_from_slice(&body);
+        let mut footer = Vec::new();
+        footer.extend_from_slice(&1u64.to_le_bytes());
+        footer.extend_from_slice(&(records.len() as u64).to_le_bytes());
+        footer.extend_from_slice(&crc32fast::hash(&footer).to_le_bytes());
+        footer.extend_from_slice(&[0; 4]);
+        footer.extend_from_slice(b"FLOECHS\n");
+        b.extend_from_slice(&footer);
+        b
+    };
+    // floe's reading of `b` as subtask 0's file, the manifest fixed up to it.
+    let floe_read = |b: &[u8], n: usize| {
+        std::fs::write(&path, b).unwrap();
+        let mut m = manifest.clone();
+        let fref = m.files.iter_mut().find(|x| x.path == rel).unwrap();
+        fref.size = b.len() as u64;
+        fref.crc32 = crc32fast::hash(b);
+        m.channel_state[0].records = n as u64;
+        let mut kinds = Vec::new();
+        floe::checkpoint::read_channel_state(&root, &m, "word count", |sub, _, _, e| {
+            if sub == 0 {
+                kinds.push(match e {
+                    format::ChannelEntry::Record(_) => 0u8,
+                    format::ChannelEntry::Watermark(_) => 1,
+                    format::ChannelEntry::Idle(_) => 2,
+                });
+            }
+            Ok(())
+        })
+        .map(|()| kinds)
+    };
+    let again = file_of(&records);
+    let want: Vec<u8> = records.iter().map(|r| r.2).collect();
+    assert_eq!(floe_read(&again, records.len()).unwrap(), want, "the control reads with floe");
+    assert_eq!(spec_read_channel(&again).map(|r| r.len()), Some(records.len()), "and with the spec reader");
+    let hostile: Vec<(&str, V5Record)> = vec![
+        ("unknown kind", (0, 0, 3, 0, vec![])),
+        ("watermark of 7 bytes", (0, 0, 1, 0, vec![0; 7])),
+        ("watermark of 9 bytes", (0, 0, 1, 0, vec![0; 9])),
+        ("idleness 2", (0, 0, 2, 0, vec![2])),
+        ("idleness of 0 bytes", (0, 0, 2, 0, vec![])),
+        ("reserved byte set", (0, 0, 0, 1, b"x".to_vec())),
+    ];
+    for (why, bad) in hostile {
+        let mut r = records.clone();
+        r.insert(1, bad);
+        let b = file_of(&r);
+        assert_eq!(spec_read_channel(&b), None, "{why}: the spec reader accepts it");
+        match floe_read(&b, r.len()) {
+            Err(Error::Corrupt { path: p, offset: 40, .. }) => assert_eq!(p, path, "{why}"),
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+}
+
 /// Goal: the `corrupt-channel-state` vector fails reading its in-flight records with the
 /// stated error (file, offset), with floe and with the spec-only reader, while its state
 /// still restores; recovery finds no usable checkpoint and names the file.
@@ -1523,13 +1627,20 @@ fn the_corrupt_channel_state_vector_fails_with_the_expected_error() {
     assert!(err.to_string().contains(rel), "{err}");
 }
 
-/// Goal: channel-state.md, both errors tables. Each failure, made in the `channel-state`
-/// vector's file of subtask 0 (checksums fixed where the failure is not a checksum, the
-/// manifest's size and CRC-32 fixed where the failure is not theirs), gives floe's error of
-/// the table's kind at the table's offset when the records are read; every row has a case.
+/// Goal: channel-state.md, both errors tables. Each failure, made in the file of subtask 0
+/// of the `channel-state` vector (version 3) and of the `channel-kinds` vector (version 5)
+/// (checksums fixed where the failure is not a checksum, the manifest's size and CRC-32
+/// fixed where the failure is not theirs), gives floe's error of the table's kind at the
+/// table's offset when the records are read; every row has a case.
 #[test]
 fn every_channel_state_error_of_the_spec_has_its_kind_and_offset() {
-    let (_tmp, root, expected) = vector("channel-state");
+    for name in ["channel-state", "channel-kinds"] {
+        channel_state_errors_in(name);
+    }
+}
+
+fn channel_state_errors_in(name: &str) {
+    let (_tmp, root, expected) = vector(name);
     let rel = expected["checkpoints"][0]["channel_state"]["files"]["0"].as_str().unwrap().to_string();
     let path = root.join(&rel);
     let manifest_path = root.join("chk-00000000000000000001.manifest");
@@ -1635,9 +1746,9 @@ fn every_channel_state_error_of_the_spec_has_its_kind_and_offset() {
             "the smaller of the two sizes" => Some(good.len() as u64),
             n => Some(n.parse::<u64>().unwrap_or_else(|_| panic!("offset {n:?} unknown to the test"))),
         };
-        assert_eq!(kind_and_offset(&err), (kind.as_str(), want_offset), "{failure}: {err}");
+        assert_eq!(kind_and_offset(&err), (kind.as_str(), want_offset), "{name}, {failure}: {err}");
         if let Error::Corrupt { path: p, .. } | Error::UnsupportedVersion { path: p, .. } = &err {
-            assert_eq!(p, &path, "{failure}");
+            assert_eq!(p, &path, "{name}, {failure}");
         }
         std::fs::write(&path, &good).unwrap();
     }
