@@ -1268,3 +1268,100 @@ fn an_idleness_change_in_flight_is_replayed_in_order() {
     }
     panic!("a's idleness was never in flight at j's barrier");
 }
+
+/// Source `events` with 2 instances over partitions 0 and 1 (idle after 1 s), windows of
+/// 100 by key. `feed` pushes key 2 at 10 to partition 0 every millisecond until it is
+/// told to stop, so instance 0 never goes idle.
+fn feeding(topic: &Topic<Ev>) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (s, t) = (Arc::clone(&stop), topic.clone());
+    let h = std::thread::spawn(move || {
+        while !s.load(SeqCst) {
+            t.push(0, (2, 10, 1));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    (stop, h)
+}
+
+fn partitions_job(topic: &Topic<Ev>, dir: &std::path::Path) -> Job {
+    let job = Job::new();
+    let t = topic.clone();
+    let src = job.source_with_watermarks(
+        "events",
+        2,
+        move |s, p| Box::new(t.source(s, p)),
+        WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1).with_idleness(Duration::from_secs(1)),
+    );
+    sum_windows(&src, 100, Some(1), dir);
+    job
+}
+
+/// Stops with a savepoint once source instance 1 is idle (its one record at 10000) while
+/// instance 0 reads on, then resumes and pushes key 1 at 300 and 500 to partition 0. Gives
+/// whether the savepoint had instance 1 idle and no entry for instance 0 (else the case was
+/// not made), and key 1's late records and windows.
+fn resumed_beside_an_idle_sibling() -> (bool, Vec<Ev>, Vec<(i64, i64)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let topic: Topic<Ev> = Topic::new(2);
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    let rx = logged(&mut config);
+    let handle = partitions_job(&topic, dir.path()).start(config).unwrap();
+    topic.push(1, (1, 10_000, 1));
+    let (stop, feeder) = feeding(&topic);
+    let idle_1 = |id: u64| {
+        storage
+            .read_manifest(id)
+            .is_ok_and(|m| inputs_entry(&m.extra, "inputs/events/1").is_some_and(|i| i.idle[0]))
+    };
+    assert!(rx.iter().take(2000).any(idle_1), "source instance 1 never went idle");
+    let (sp, _) = handle.stop_with_savepoint().unwrap();
+    stop.store(true, SeqCst);
+    feeder.join().unwrap();
+    let extra = floe::checkpoint::read_manifest_file(&sp.manifest).unwrap().extra;
+    let made = inputs_entry(&extra, "inputs/events/1").is_some_and(|i| i.idle[0])
+        && !extra.contains_key("inputs/events/0");
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_millis(10));
+    config.restore_from = Some(sp.manifest.clone());
+    let rx = logged(&mut config);
+    let handle = partitions_job(&topic, dir.path()).start(config).unwrap();
+    let (stop, feeder) = feeding(&topic);
+    topic.push(0, (1, 300, 1));
+    topic.push(0, (1, 500, 1));
+    let key_1 = |e: &Ev| e.0 == 1;
+    let decided = until(&rx, 2000, || {
+        windows_at(dir.path(), 300) > 0 || read::<Ev>(&dir.path().join("late")).iter().any(key_1)
+    });
+    stop.store(true, SeqCst);
+    feeder.join().unwrap();
+    topic.close();
+    handle.join().unwrap();
+    assert!(decided, "neither a window at 300 nor a late record of key 1");
+    let late: Vec<Ev> = read::<Ev>(&dir.path().join("late")).into_iter().filter(key_1).collect();
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    let windows = results.iter().filter(|w| w.key == 1).map(|w| (w.window.start, w.value)).collect();
+    (made, late, windows)
+}
+
+#[test]
+fn an_active_source_does_not_take_an_idle_siblings_flag() {
+    // Found by an outsider's attack (session 38): a source instance records an `inputs/`
+    // entry only when idle, and at a restore one without an entry took its idle sibling's
+    // (a rule meant for instances added by rescaling). Instance 0 came back idle, so with
+    // both channels idle the window task jumped to instance 1's watermark (9999) and the
+    // record at 300 was late, as were all later ones.
+    for attempt in 1..=3 {
+        let (made, late, windows) = resumed_beside_an_idle_sibling();
+        if !made {
+            eprintln!("attempt {attempt}: the savepoint did not have instance 1 alone idle; again");
+            continue;
+        }
+        assert_eq!(late, [], "no record of key 1 is late");
+        assert_eq!(windows, [(300, 1), (500, 1), (10_000, 1)]);
+        return;
+    }
+    panic!("three savepoints without instance 1 alone idle");
+}

@@ -196,6 +196,7 @@ fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
             channels,
             w.shape,
             &r.path,
+            true,
         )?,
         None => None,
     };
@@ -316,6 +317,7 @@ pub(crate) fn source_body<T: Data>(
                 1,
                 0,
                 &r.path,
+                false,
             )?
             .is_some_and(|(i, _)| i.idle.first().copied().unwrap_or(false)),
             None => false,

@@ -184,14 +184,20 @@ pub fn decode_inputs(bytes: &[u8], at: &std::path::Path) -> Result<Inputs> {
 
 /// The inputs instance `subtask` of `operator` restores from a manifest's `extra` map
 /// (`origin` names the manifest in errors): its own entry's when that entry has `count`
-/// inputs of this `shape`, else another instance's of the operator that has (an instance
-/// added by rescaling: every instance hears the same watermarks and idleness on a channel
-/// from one upstream instance, so any entry of this shape holds what this one would have
-/// heard); `None` when none has (nothing recorded: no input idle or ahead of the watermark;
-/// or the channels changed: an upstream operator rescaled), and every input then starts
-/// active, with no watermark. The flag says whether the inputs are the instance's own (its
-/// channels are those its old namesake had, one for one). A damaged value is an error
-/// naming the manifest and the key.
+/// inputs of this `shape`. An instance without an entry of its own that fits takes another
+/// instance's of the operator that fits only when it is new: the operator is `rescalable`
+/// and the instance did not exist in the checkpoint (it has no watermark entry there: an
+/// instance added by rescaling).
+/// Every instance hears the same watermarks and idleness on a channel from one upstream
+/// instance, so any entry of this shape holds what the new one would have heard. An
+/// instance that existed and recorded nothing had nothing to record (no input idle or
+/// ahead of the watermark): a sibling's entry is not its own (two source instances read
+/// different partitions; a sibling idle at the barrier would make it idle). `None`: every
+/// input starts active, with no watermark (nothing recorded, or the channels changed: an
+/// upstream operator rescaled). Sources are not `rescalable` (their parallelism cannot
+/// change). The flag says whether the inputs are the instance's own (its channels are
+/// those its old namesake had, one for one). A damaged value is an error naming the
+/// manifest and the key.
 pub fn restored_inputs(
     extra: &std::collections::BTreeMap<String, String>,
     operator: &str,
@@ -199,6 +205,7 @@ pub fn restored_inputs(
     count: usize,
     shape: u64,
     origin: &std::path::Path,
+    rescalable: bool,
 ) -> Result<Option<(Inputs, bool)>> {
     let fits = |i: &Inputs| i.watermarks.len() == count && i.shape == shape;
     let own = inputs_key(operator, subtask);
@@ -207,6 +214,9 @@ pub fn restored_inputs(
         if fits(&inputs) {
             return Ok(Some((inputs, true)));
         }
+    }
+    if !rescalable || extra.contains_key(&watermark_key(operator, subtask)) {
+        return Ok(None);
     }
     let prefix = format!("{INPUTS_EXTRA_PREFIX}{operator}/");
     for (k, v) in extra.range(prefix.clone()..) {
@@ -378,7 +388,7 @@ mod tests {
         let mut extra = std::collections::BTreeMap::new();
         extra.insert(inputs_key("w", 0), hex(&enc));
         let restored = |sub, count, shape, extra: &std::collections::BTreeMap<String, String>| {
-            restored_inputs(extra, "w", sub, count, shape, origin)
+            restored_inputs(extra, "w", sub, count, shape, origin, true)
         };
         assert_eq!(restored(0, 2, two.shape, &extra).unwrap(), Some((two.clone(), true)));
         assert_eq!(
@@ -386,6 +396,12 @@ mod tests {
             Some((two.clone(), false)),
             "a sibling's, of this shape"
         );
+        // Not for an instance that existed (it recorded its watermark, and nothing here
+        // since it had nothing to record), nor for a source's.
+        let mut existed = extra.clone();
+        existed.insert(watermark_key("w", 1), hex(&7i64.to_le_bytes()));
+        assert_eq!(restored(1, 2, two.shape, &existed).unwrap(), None, "an instance that existed");
+        assert_eq!(restored_inputs(&extra, "w", 1, 2, two.shape, origin, false).unwrap(), None, "a source");
         assert_eq!(restored(0, 3, two.shape, &extra).unwrap(), None, "other count");
         assert_eq!(restored(0, 2, 7, &extra).unwrap(), None, "other shape");
         // Its own entry first; a sibling's when its own does not fit.
@@ -393,17 +409,17 @@ mod tests {
         let other = Inputs { shape: two.shape, watermarks: vec![5, 6], idle: vec![true, false] };
         mixed.insert(inputs_key("w", 1), hex(&encode_inputs(&other).unwrap()));
         assert_eq!(
-            restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(),
+            restored_inputs(&mixed, "w", 1, 2, two.shape, origin, true).unwrap(),
             Some((other.clone(), true))
         );
         mixed.insert(inputs_key("w", 1), hex(&encode_inputs(&Inputs { shape: 7, ..other }).unwrap()));
         assert_eq!(
-            restored_inputs(&mixed, "w", 1, 2, two.shape, origin).unwrap(),
+            restored_inputs(&mixed, "w", 1, 2, two.shape, origin, true).unwrap(),
             Some((two.clone(), false))
         );
         // Other operators' entries are not siblings.
-        assert_eq!(restored_inputs(&extra, "x", 0, 2, two.shape, origin).unwrap(), None);
-        assert_eq!(restored_inputs(&extra, "", 0, 2, two.shape, origin).unwrap(), None);
+        assert_eq!(restored_inputs(&extra, "x", 0, 2, two.shape, origin, true).unwrap(), None);
+        assert_eq!(restored_inputs(&extra, "", 0, 2, two.shape, origin, true).unwrap(), None);
         check_time_entries(&extra, origin).unwrap();
         let long = "02000000".to_owned() + &"00".repeat(8 + 16) + "0000";
         let stray = "02000000".to_owned() + &"00".repeat(8 + 16) + "04";
