@@ -1188,11 +1188,12 @@ impl floe::executor::Source<Ev> for Snapped {
 /// records, the result, and whether checkpoint 1 held `a`'s idleness in flight at `j` (else
 /// `a` went idle after its barrier, on a slow host, and the run tells nothing).
 fn run_idle_in_flight_job(fail: bool) -> (Vec<Ev>, JobResult, bool) {
-    for f in [&HELD, &RELEASED, &ARMED, &SNAPPED] {
-        f.store(false, SeqCst);
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    let (late, r, exercised, _, _) = idle_in_flight_run(fail);
+    (late, r, exercised)
+}
+
+/// `a` and `b` into `j` (held on `b`'s marker record), windows after it.
+fn idle_in_flight_graph(ta: &Topic<Ev>, tb: &Topic<Ev>, dir: &std::path::Path) -> Job {
     let job = Job::new();
     let (a1, b1) = (ta.clone(), tb.clone());
     let strategy = || WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
@@ -1204,7 +1205,18 @@ fn run_idle_in_flight_job(fail: bool) -> (Vec<Ev>, JobResult, bool) {
     );
     let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(Snapped(b1.source(s, p))), strategy());
     let j = a.key_by(|e: &Ev| e.0).connect(&b.key_by(|e: &Ev| e.0)).process("j", || Held).parallelism(1);
-    sum_windows(&j, 100, Some(1), dir.path());
+    sum_windows(&j, 100, Some(1), dir);
+    job
+}
+
+/// As [`run_idle_in_flight_job`], also giving the directory and checkpoint 1's id.
+fn idle_in_flight_run(fail: bool) -> (Vec<Ev>, JobResult, bool, tempfile::TempDir, u64) {
+    for f in [&HELD, &RELEASED, &ARMED, &SNAPPED] {
+        f.store(false, SeqCst);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    let job = idle_in_flight_graph(&ta, &tb, dir.path());
     let storage = storage(dir.path());
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.mode = floe::executor::Mode::Unaligned;
@@ -1246,7 +1258,7 @@ fn run_idle_in_flight_job(fail: bool) -> (Vec<Ev>, JobResult, bool) {
     ta.close();
     tb.close();
     let r = handle.join().unwrap();
-    (read(&dir.path().join("late")), r, idle_in_flight)
+    (read(&dir.path().join("late")), r, idle_in_flight, dir, c)
 }
 
 #[test]
@@ -1364,4 +1376,79 @@ fn an_active_source_does_not_take_an_idle_siblings_flag() {
         return;
     }
     panic!("three savepoints without instance 1 alone idle");
+}
+
+/// One in-flight element of a channel-state file, owned: input, channel, kind, bytes.
+type Entry = (u32, u32, u8, Vec<u8>);
+
+/// The bytes of a channel-state file of `j`'s subtask 0 for checkpoint `c` holding `entries`.
+fn chan_file(c: u64, path: &std::path::Path, entries: &[Entry]) -> Vec<u8> {
+    let header = floe::format::ChannelHeader::new(c, "j", 0);
+    let mut w = floe::format::ChannelFileWriter::new(Vec::new(), path, header, 1 << 16, false).unwrap();
+    for (input, channel, kind, b) in entries {
+        let e = match kind {
+            0 => floe::format::ChannelEntry::Record(b),
+            1 => floe::format::ChannelEntry::Watermark(i64::from_le_bytes(b[..8].try_into().unwrap())),
+            _ => floe::format::ChannelEntry::Idle(b[0] == 1),
+        };
+        w.append_entry(*input, *channel, e).unwrap();
+    }
+    w.finish().unwrap().1
+}
+
+#[test]
+fn in_flight_records_on_no_such_input_or_channel_are_refused() {
+    // Found by an outsider's attack (session 38): an in-flight record on an input the
+    // operator does not have was dropped at the restore, one on a channel it does not have
+    // replayed, and bytes after a record ignored; each is now an error naming the file.
+    let (_, r, _, dir, c) = idle_in_flight_run(false);
+    assert_eq!(r.restarts, 0);
+    let root = dir.path().join("ckpt");
+    let manifest_path = storage(dir.path()).manifest_path(c);
+    let good = floe::checkpoint::read_manifest_file(&manifest_path).unwrap();
+    let cs = good.channel_state.iter().find(|c| c.operator == "j").expect("j's in-flight records").clone();
+    let chan = root.join(&cs.path);
+    let original = std::fs::read(&chan).unwrap();
+    let mut entries: Vec<Entry> = Vec::new();
+    floe::checkpoint::read_channel_state(&root, &good, "j", |_, input, channel, e| {
+        entries.push(match e {
+            floe::format::ChannelEntry::Record(b) => (input, channel, 0, b.to_vec()),
+            floe::format::ChannelEntry::Watermark(w) => (input, channel, 1, w.to_le_bytes().to_vec()),
+            floe::format::ChannelEntry::Idle(i) => (input, channel, 2, vec![u8::from(i)]),
+        });
+        Ok(())
+    })
+    .unwrap();
+    let first = entries.iter().position(|e| e.2 == 0).expect("a record in flight");
+    type Damage = Box<dyn Fn(&mut Entry)>;
+    let cases: Vec<(&str, Damage, &str)> = vec![
+        ("no such input", Box::new(|e| e.0 = 5), "input 5: the operator has 2 input(s)"),
+        ("no such channel", Box::new(|e| e.1 = 99), "channel 99: the instance has no such channel"),
+        ("bytes after the record", Box::new(|e| e.3.push(0)), "1 bytes after the record"),
+    ];
+    for (what, damage, says) in cases {
+        let mut bad = entries.clone();
+        damage(&mut bad[first]);
+        let bytes = chan_file(c, &chan, &bad);
+        std::fs::write(&chan, &bytes).unwrap();
+        let mut m = good.clone();
+        let f = m.files.iter_mut().find(|f| f.path == cs.path).unwrap();
+        f.size = bytes.len() as u64;
+        f.crc32 = crc32fast::hash(&bytes);
+        std::fs::write(&manifest_path, m.encode().unwrap()).unwrap();
+        let report = floe::inspect::verify(&root, None).unwrap();
+        assert!(report.ok, "{what}: the file itself is well formed: {:?}", report.problems);
+        let again = tempfile::tempdir().unwrap();
+        let mut cfg = JobConfig::new(storage(again.path()));
+        cfg.restore_from = Some(manifest_path.clone());
+        cfg.restart = floe::executor::RestartStrategy { max_attempts: 0, delay: Duration::ZERO };
+        let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+        ta.close();
+        tb.close();
+        let err = idle_in_flight_graph(&ta, &tb, again.path()).execute(&cfg).expect_err(what);
+        let msg = err.to_string();
+        assert!(msg.contains(says) && msg.contains(&cs.path), "{what}: {msg}");
+        std::fs::write(&chan, &original).unwrap();
+        std::fs::write(&manifest_path, good.encode().unwrap()).unwrap();
+    }
 }

@@ -124,49 +124,92 @@ fn replay<L: Logic>(
     let (mut foreign, mut own) = (Vec::new(), Vec::new());
     let Some(r) = &w.restore else { return Ok(own) };
     let op = &w.common.operator;
-    let codec = |e| Error::Codec { state: format!("in-flight record of {op}"), source: e };
-    fn decode<T: Data>(form: RecordForm, bytes: &[u8]) -> postcard::Result<(Option<Timestamp>, T)> {
-        match form {
-            RecordForm::Timestamped => postcard::from_bytes(bytes),
-            RecordForm::Bare => postcard::from_bytes(bytes).map(|r| (None, r)),
-        }
+    /// The record, or what is left over after it (its bytes must be exactly one record).
+    #[allow(clippy::type_complexity, reason = "a decode error, or bytes left over")]
+    fn decode<T: Data>(
+        form: RecordForm,
+        bytes: &[u8],
+    ) -> postcard::Result<std::result::Result<(Option<Timestamp>, T), String>> {
+        let (r, rest) = match form {
+            RecordForm::Timestamped => postcard::take_from_bytes(bytes)?,
+            RecordForm::Bare => postcard::take_from_bytes(bytes).map(|(r, rest)| ((None, r), rest))?,
+        };
+        Ok(if rest.is_empty() {
+            Ok(r)
+        } else {
+            Err(format!("{} bytes after the record's {}", rest.len(), bytes.len() - rest.len()))
+        })
     }
+    // The file an old instance's in-flight log is in (the manifest for logs of older
+    // checkpoints, kept in `extra`), for errors.
+    let file_of = |old: u32| {
+        r.manifest
+            .channel_state
+            .iter()
+            .find(|c| c.operator == *op && c.subtask == old)
+            .map_or_else(|| r.path.clone(), |c| r.dir.join(&c.path))
+    };
+    let inputs = if w.in2.is_empty() { 1 } else { 2 };
+    let mut counts: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
     read_inflight(&r.dir, &r.manifest, op, |old, input, e| {
+        let n = counts.entry(old).or_default();
+        *n += 1;
+        let n = *n;
+        let bad = |what: String| {
+            Error::corrupt(
+                file_of(old),
+                0,
+                format!("in-flight element {n} of {op}[{old}], input {input}: {what}"),
+            )
+        };
+        if input >= inputs {
+            return Err(bad(format!("the operator has {inputs} input(s)")));
+        }
+        // Its channel, where the instance's channels are those its namesake had.
+        let channel = |ch: u32| -> Result<Option<usize>> {
+            if old != w.subtask || !own_channels {
+                return Ok(None);
+            }
+            let fits = usize::try_from(ch)
+                .ok()
+                .filter(|&c| channel_input.get(c).is_some_and(|&i| u32::from(i) == input));
+            fits.map(Some).ok_or_else(|| {
+                bad(format!(
+                    "channel {ch}: the instance has no such channel of this input ({} channels)",
+                    channel_input.len()
+                ))
+            })
+        };
         let by_old = old % w.parallelism == w.subtask;
         let to = if old == w.subtask { &mut own } else { &mut foreign };
         match e {
-            Inflight::Record(form, bytes) if input == 0 => {
-                let (ts, rec) = decode::<L::In1>(form, bytes).map_err(codec)?;
-                if logic.owns1(&rec)?.unwrap_or(by_old) {
-                    to.push(Replayed::Record(In::A(rec), ts));
+            Inflight::Record(form, ch, bytes) => {
+                if let Some(ch) = ch {
+                    channel(ch)?;
                 }
-            }
-            Inflight::Record(form, bytes) => {
-                let (ts, rec) = decode::<L::In2>(form, bytes).map_err(codec)?;
-                if logic.owns2(&rec)?.unwrap_or(by_old) {
-                    to.push(Replayed::Record(In::B(rec), ts));
-                }
-            }
-            Inflight::Marker(..) if old != w.subtask || !own_channels => {}
-            Inflight::Marker(ch, m) => {
-                let fits = usize::try_from(ch)
-                    .ok()
-                    .filter(|&c| channel_input.get(c).is_some_and(|&i| u32::from(i) == input));
-                let Some(ch) = fits else {
-                    return Err(Error::corrupt(
-                        &r.path,
-                        0,
-                        format!(
-                            "in-flight {m:?} of {op}[{old}] on channel {ch} of input {input}: the instance has \
-                             no such channel ({} channels)",
-                            channel_input.len()
-                        ),
-                    ));
+                let codec = |e| Error::Codec {
+                    state: format!("in-flight record {n} of {op}[{old}] in {}", file_of(old).display()),
+                    source: e,
                 };
-                own.push(match m {
-                    Marker::Watermark(wm) => Replayed::Watermark(ch, wm),
-                    Marker::Idle(idle) => Replayed::Idle(ch, idle),
-                });
+                if input == 0 {
+                    let (ts, rec) = decode::<L::In1>(form, bytes).map_err(codec)?.map_err(bad)?;
+                    if logic.owns1(&rec)?.unwrap_or(by_old) {
+                        to.push(Replayed::Record(In::A(rec), ts));
+                    }
+                } else {
+                    let (ts, rec) = decode::<L::In2>(form, bytes).map_err(codec)?.map_err(bad)?;
+                    if logic.owns2(&rec)?.unwrap_or(by_old) {
+                        to.push(Replayed::Record(In::B(rec), ts));
+                    }
+                }
+            }
+            Inflight::Marker(ch, m) => {
+                if let Some(ch) = channel(ch)? {
+                    own.push(match m {
+                        Marker::Watermark(wm) => Replayed::Watermark(ch, wm),
+                        Marker::Idle(idle) => Replayed::Idle(ch, idle),
+                    });
+                }
             }
         }
         Ok(())

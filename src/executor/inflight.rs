@@ -74,7 +74,9 @@ pub(crate) enum Marker {
 /// One element of the in-flight log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Inflight<'a> {
-    Record(RecordForm, &'a [u8]),
+    /// A record, with the task's channel it came on (channel-state files; `None` for the
+    /// logs of older checkpoints kept in `extra`).
+    Record(RecordForm, Option<u32>, &'a [u8]),
     /// A watermark or change of idleness on the task's channel (its index).
     Marker(u32, Marker),
 }
@@ -91,7 +93,7 @@ pub(crate) fn read_inflight(
     if m.channel_state.iter().any(|c| c.operator == operator) {
         read_channel_state(dir, m, operator, |sub, input, channel, entry| {
             let e = match entry {
-                ChannelEntry::Record(rec) => Inflight::Record(RecordForm::Timestamped, rec),
+                ChannelEntry::Record(rec) => Inflight::Record(RecordForm::Timestamped, Some(channel), rec),
                 ChannelEntry::Watermark(w) => Inflight::Marker(channel, Marker::Watermark(w)),
                 ChannelEntry::Idle(i) => Inflight::Marker(channel, Marker::Idle(i)),
             };
@@ -108,8 +110,10 @@ pub(crate) fn read_inflight(
         let bytes = hex_decode(v).ok_or_else(|| Error::InvalidRecord(format!("in-flight {k} is not hex")))?;
         match postcard::from_bytes::<Vec<(u32, u32, Vec<u8>)>>(&bytes) {
             Ok(log) => {
+                // The channel numbers of this older log are not checked against the
+                // instance's channels (no inputs entry was written with them).
                 for (input, _channel, rec) in log {
-                    f(sub, input, Inflight::Record(RecordForm::Timestamped, &rec))?;
+                    f(sub, input, Inflight::Record(RecordForm::Timestamped, None, &rec))?;
                 }
             }
             Err(e) => {
@@ -117,7 +121,7 @@ pub(crate) fn read_inflight(
                 let log: Vec<(u32, Vec<u8>)> = postcard::from_bytes(&bytes)
                     .map_err(|_| Error::Codec { state: format!("in-flight {k}"), source: e })?;
                 for (input, rec) in log {
-                    f(sub, input, Inflight::Record(RecordForm::Bare, &rec))?;
+                    f(sub, input, Inflight::Record(RecordForm::Bare, None, &rec))?;
                 }
             }
         }
@@ -149,7 +153,7 @@ mod tests {
         let m = manifest(&[("inflight/op/0", new), ("inflight/op/1", old), ("inflight/other/0", vec![1])]);
         let mut seen = Vec::new();
         read_inflight(Path::new("."), &m, "op", |sub, input, e| {
-            let Inflight::Record(form, b) = e else { panic!("{e:?}") };
+            let Inflight::Record(form, _, b) = e else { panic!("{e:?}") };
             seen.push((sub, input, form, b.to_vec()));
             Ok(())
         })
