@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use floe::Error;
-use floe::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
+use floe::checkpoint::{CheckpointStorage, StorageConfig, Target, restore_from_path};
 use floe::format::{self, compression, tag};
 use floe::state::{KeyGroupRange, StateKind, Store, StoreConfig, ValueRef, key_group, key_hash};
 use serde_json::{Value as Json, json};
@@ -1597,6 +1597,32 @@ fn hostile_record_kinds_are_refused_by_floe_and_the_spec_reader() {
             Err(Error::Corrupt { path: p, offset: 40, .. }) => assert_eq!(p, path, "{why}"),
             other => panic!("{why}: {other:?}"),
         }
+    }
+}
+
+/// Goal: manifest.md's version rule across a compaction. Compacting the `channel-state`
+/// vector's checkpoint (version 3, channel-state files of version 3) names its files again
+/// in a manifest of version 3, which a version-3 reader reads, not 5; the in-flight records
+/// read the same. Compacting the `channel-kinds` vector's gives version 5.
+#[test]
+fn a_compaction_keeps_the_channel_state_files_version() {
+    for (name, want) in [("channel-state", 3), ("channel-kinds", 5)] {
+        let (_tmp, root, _) = vector(name);
+        let before =
+            floe::checkpoint::read_manifest_file(&root.join("chk-00000000000000000001.manifest")).unwrap();
+        let storage = CheckpointStorage::open(&root, StorageConfig::default()).unwrap();
+        let m = storage.compact(1, Target::Checkpoint, &mut |_, _| {}).unwrap();
+        assert_eq!((before.format_version, m.format_version), (want, want), "{name}");
+        let records = |m: &format::Manifest| {
+            let mut v = Vec::new();
+            floe::checkpoint::read_channel_state(&root, m, "word count", |sub, input, ch, e| {
+                v.push((sub, input, ch, format!("{e:?}")));
+                Ok(())
+            })
+            .unwrap();
+            v
+        };
+        assert_eq!(records(&m), records(&before), "{name}");
     }
 }
 

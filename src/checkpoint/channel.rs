@@ -38,6 +38,9 @@ pub struct ChannelStateHandle {
     pub file: FileRef,
     /// Records in it.
     pub records: u64,
+    /// Its format version (channel-state.md): 5 for the files floe writes, 3 for those of
+    /// an older checkpoint that a compaction names again. The manifest's version follows.
+    pub version: u32,
 }
 
 impl ChannelStateHandle {
@@ -275,6 +278,7 @@ impl ChannelStateWriter {
                 format_version: None,
             },
             records: scan.records,
+            version: crate::format::CHANNEL_KINDS_VERSION,
         })
     }
 }

@@ -50,7 +50,13 @@ impl CheckpointStorage {
             )));
         }
         // The in-flight records stay as they are: the new checkpoint names the source's
-        // channel-state files (retention keeps them while any manifest names them).
+        // channel-state files (retention keeps them while any manifest names them), and
+        // their version: a manifest older than version 5 lists files of version 3 only.
+        let version = if source.format_version >= crate::format::CHANNEL_KINDS_VERSION {
+            crate::format::CHANNEL_KINDS_VERSION
+        } else {
+            crate::format::CHANNEL_STATE_VERSION
+        };
         let channel_state = source
             .channel_state
             .iter()
@@ -67,6 +73,7 @@ impl CheckpointStorage {
                     subtask: c.subtask,
                     file,
                     records: c.records,
+                    version,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -20,10 +20,7 @@ use super::writer::write_snapshot_file;
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
 use crate::format::positions::PositionEncoding;
-use crate::format::{
-    CHANNEL_KINDS_VERSION, DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind,
-    OperatorState,
-};
+use crate::format::{DataHeader, FORMAT_VERSION, FileKind, FileRef, Manifest, ManifestKind, OperatorState};
 use crate::state::Snapshot;
 
 /// The chain of files that a completed checkpoint holds for one operator instance: the
@@ -627,7 +624,8 @@ impl CheckpointStorage {
     /// operator instance's in-flight records (`channel_state`, written by
     /// [`CheckpointStorage::channel_state_writer`]). The files are listed in the manifest's
     /// `files` (retention keeps and deletes them with the checkpoint) and `channel_state`;
-    /// a manifest with channel state has format version 3. Refused
+    /// a manifest with channel state has the version of its files (5; a compaction of an
+    /// older checkpoint: 3), or 4 if a data file needs it. Refused
     /// ([`Error::InvalidConfig`], the id aborted) for a savepoint (savepoints are aligned),
     /// for two handles of one operator instance, or for a file that is not there with the
     /// size its handle says; a handle written for another checkpoint is
@@ -805,15 +803,15 @@ impl CheckpointStorage {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Ok(Manifest {
-            // The oldest version that describes the checkpoint: 5 with channel state (its
-            // files are version 5, whose records have kinds; a version-2 reader would ignore
-            // it and restore without the in-flight records), 4 when it lists a version-4
-            // data file (a run of keys of one hash across blocks), else 2, readable by
-            // version-2 readers.
+            // The oldest version that describes the checkpoint: with channel state, its
+            // files' (5, whose records have kinds; 3 for the files of an older checkpoint a
+            // compaction carries over; a version-2 reader would ignore them and restore
+            // without the in-flight records), 4 when it lists a version-4 data file (a run
+            // of keys of one hash across blocks), else 2, readable by version-2 readers.
             format_version: files
                 .iter()
                 .filter_map(|f| f.format_version)
-                .chain((!channel_state.is_empty()).then_some(CHANNEL_KINDS_VERSION))
+                .chain(channel_state.iter().map(|c| c.version))
                 .fold(FORMAT_VERSION, u32::max),
             checkpoint_id,
             kind,
