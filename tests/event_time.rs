@@ -1381,9 +1381,10 @@ fn an_active_source_does_not_take_an_idle_siblings_flag() {
 /// One in-flight element of a channel-state file, owned: input, channel, kind, bytes.
 type Entry = (u32, u32, u8, Vec<u8>);
 
-/// The bytes of a channel-state file of `j`'s subtask 0 for checkpoint `c` holding `entries`.
-fn chan_file(c: u64, path: &std::path::Path, entries: &[Entry]) -> Vec<u8> {
-    let header = floe::format::ChannelHeader::new(c, "j", 0);
+/// The bytes of a channel-state file of `operator[subtask]` for checkpoint `c` holding
+/// `entries`.
+fn chan_file(c: u64, operator: &str, subtask: u32, path: &std::path::Path, entries: &[Entry]) -> Vec<u8> {
+    let header = floe::format::ChannelHeader::new(c, operator, subtask);
     let mut w = floe::format::ChannelFileWriter::new(Vec::new(), path, header, 1 << 16, false).unwrap();
     for (input, channel, kind, b) in entries {
         let e = match kind {
@@ -1429,7 +1430,7 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
     for (what, damage, says) in cases {
         let mut bad = entries.clone();
         damage(&mut bad[first]);
-        let bytes = chan_file(c, &chan, &bad);
+        let bytes = chan_file(c, "j", 0, &chan, &bad);
         std::fs::write(&chan, &bytes).unwrap();
         let mut m = good.clone();
         let f = m.files.iter_mut().find(|f| f.path == cs.path).unwrap();
@@ -1451,4 +1452,55 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
         std::fs::write(&chan, &original).unwrap();
         std::fs::write(&manifest_path, good.encode().unwrap()).unwrap();
     }
+}
+
+#[test]
+fn in_flight_records_of_no_such_instance_are_refused() {
+    // Found by an outsider's attack (session 38): a channel_state entry for an instance the
+    // checkpoint did not have (`j[1]` beside the real `j[0]`) was replayed too, its records
+    // twice, and one for a source (no input channels) was dropped without a word.
+    let (_, r, _, dir, c) = idle_in_flight_run(false);
+    assert_eq!(r.restarts, 0);
+    let root = dir.path().join("ckpt");
+    let manifest_path = storage(dir.path()).manifest_path(c);
+    let good = floe::checkpoint::read_manifest_file(&manifest_path).unwrap();
+    let cs = good.channel_state.iter().find(|c| c.operator == "j").expect("j's in-flight records").clone();
+    let file = good.files.iter().find(|f| f.path == cs.path).unwrap().clone();
+    // One record of j's, owned by whichever instance replays it.
+    let mut record = None;
+    floe::checkpoint::read_channel_state(&root, &good, "j", |_, input, channel, e| {
+        if let (None, floe::format::ChannelEntry::Record(b)) = (&record, e) {
+            record = Some((input, channel, 0u8, b.to_vec()));
+        }
+        Ok(())
+    })
+    .unwrap();
+    let record = record.expect("a record in flight");
+    for (operator, subtask, says) in [("j", 1, "j[1]"), ("a", 0, "a source has no input channels")] {
+        let mut m = good.clone();
+        let path = format!("data/ghost-{operator}-{subtask}.chan");
+        let bytes = chan_file(c, operator, subtask, &root.join(&path), std::slice::from_ref(&record));
+        std::fs::write(root.join(&path), &bytes).unwrap();
+        let (size, crc32) = (bytes.len() as u64, crc32fast::hash(&bytes));
+        m.files.push(floe::format::FileRef { path: path.clone(), size, crc32, ..file.clone() });
+        m.channel_state.push(floe::format::ChannelStateRef {
+            operator: operator.into(),
+            subtask,
+            path: path.clone(),
+            records: 1,
+        });
+        std::fs::write(&manifest_path, m.encode().unwrap()).unwrap();
+        let again = tempfile::tempdir().unwrap();
+        let mut cfg = JobConfig::new(storage(again.path()));
+        cfg.restore_from = Some(manifest_path.clone());
+        let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+        ta.close();
+        tb.close();
+        let err = idle_in_flight_graph(&ta, &tb, again.path()).execute(&cfg).expect_err(says);
+        assert!(!matches!(err, floe::Error::JobFailed { .. }), "refused up front: {err}");
+        let msg = err.to_string();
+        assert!(msg.contains(says) && msg.contains(&path), "{says}: {msg}");
+        std::fs::remove_file(root.join(&path)).unwrap();
+    }
+    std::fs::write(&manifest_path, good.encode().unwrap()).unwrap();
 }

@@ -1626,6 +1626,28 @@ fn a_compaction_keeps_the_channel_state_files_version() {
     }
 }
 
+/// Goal: channel-state.md "In a checkpoint" check 3 in `floe verify` and in recovery: the
+/// `channel-kinds` vector's version-5 files listed by a manifest that says version 4 are
+/// reported at offset 8 of each file, and recovery skips the checkpoint.
+#[test]
+fn a_channel_state_file_newer_than_its_manifest_is_reported() {
+    let (_tmp, root, _) = vector("channel-kinds");
+    let path = root.join("chk-00000000000000000001.manifest");
+    let mut m = floe::checkpoint::read_manifest_file(&path).unwrap();
+    m.format_version = 4;
+    std::fs::write(&path, m.encode().unwrap()).unwrap();
+    let report = floe::inspect::verify(&root, None).unwrap();
+    assert!(!report.ok);
+    let text = format!("{:?}", report.problems);
+    assert!(text.contains("version 5 listed by a manifest of version 4"), "{text}");
+    let storage = CheckpointStorage::open_existing(&root, StorageConfig::default()).unwrap();
+    let e = storage.select_checkpoint(&|_| true).expect_err("its only checkpoint is refused");
+    assert!(
+        e.to_string().contains("at offset 8: channel state of version 5 listed by a manifest of version 4"),
+        "{e}"
+    );
+}
+
 /// Goal: the `corrupt-channel-state` vector fails reading its in-flight records with the
 /// stated error (file, offset), with floe and with the spec-only reader, while its state
 /// still restores; recovery finds no usable checkpoint and names the file.
@@ -1722,6 +1744,13 @@ fn channel_state_errors_in(name: &str) {
         ),
         ("file missing", Box::new(|b, _| (b.clear(), true).1)),
         ("size differs from `files[].size`", Box::new(|b, _| (b.push(0), false).1)),
+        (
+            "`version` above the manifest's `format_version`",
+            Box::new(|_, m| {
+                m.format_version = 2;
+                true
+            }),
+        ),
         ("`subtask` differs from the entry's", Box::new(move |b, _| (b[12] = 1, fix_header(b), true).2)),
         ("`checkpoint_id != created_by`", Box::new(move |b, _| (b[16] = 9, fix_header(b), true).2)),
         (

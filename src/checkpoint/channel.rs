@@ -352,8 +352,13 @@ fn open_channel_file<'m>(
     let path = dir.join(&c.path);
     let file = super::recovery::open_listed(io, &path, fref)?;
     let cf = ChannelFile::open(file, &path)?;
-    let place = ChannelPlace { operator: &c.operator, subtask: c.subtask, created_by: fref.created_by };
-    if let Some(p) = channel_problems(&cf.header(), &place).into_iter().next() {
+    let place = ChannelPlace {
+        operator: &c.operator,
+        subtask: c.subtask,
+        created_by: fref.created_by,
+        manifest_version: manifest.format_version,
+    };
+    if let Some(p) = channel_problems(&cf.header(), cf.version(), &place).into_iter().next() {
         return Err(Error::corrupt(&path, p.offset, p.what));
     }
     if cf.footer().records != c.records {

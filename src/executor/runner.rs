@@ -863,7 +863,8 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 /// every state the checkpoint holds (a renamed or removed operator would silently drop
 /// its state or its sink's transactions), and its sources the parallelism whose positions
 /// the checkpoint recorded (a position dropped would replay its input twice); its
-/// operators' watermark entries must decode (`path`, the manifest, names them). Operators
+/// operators' watermark entries must decode (`path`, the manifest, names them), and its
+/// in-flight records belong to instances that had input channels. Operators
 /// the checkpoint does not know start empty, as new operators do in Flink.
 fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path) -> Result<()> {
     let names: BTreeSet<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
@@ -906,6 +907,25 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
                 m.checkpoint_id,
                 n.parallelism
             )));
+        }
+    }
+    // In-flight records belong to instances with input channels that took part in the
+    // checkpoint: a source has none (its entry's records would be dropped), and an
+    // instance without a watermark entry where its operator's instances recorded theirs
+    // did not exist (its records would be replayed beside the real ones', twice).
+    for c in &m.channel_state {
+        let entry = || format!("channel_state entry {}[{}] ({})", c.operator, c.subtask, c.path);
+        if plan.nodes.iter().any(|n| n.is_source && n.name == c.operator) {
+            return Err(Error::corrupt(path, 0, format!("{}: a source has no input channels", entry())));
+        }
+        let prefix = format!("{}{}/", crate::format::timers::WATERMARK_EXTRA_PREFIX, c.operator);
+        let recorded = m.extra.range(prefix.clone()..).next().is_some_and(|(k, _)| k.starts_with(&prefix));
+        if recorded && !m.extra.contains_key(&crate::format::timers::watermark_key(&c.operator, c.subtask)) {
+            return Err(Error::corrupt(
+                path,
+                0,
+                format!("{}: the checkpoint has no such instance (no watermark entry of its own)", entry()),
+            ));
         }
     }
     // A damaged watermark entry would fail every attempt's tasks the same way.

@@ -611,13 +611,26 @@ pub struct ChannelPlace<'a> {
     pub subtask: u32,
     /// The file's `created_by` in the manifest's `files`.
     pub created_by: u64,
+    /// The manifest's `format_version`: a file of a newer version is not the manifest's
+    /// (a reader of that version could not read it).
+    pub manifest_version: u32,
 }
 
-/// What a channel-state file with `header` breaks at `place`: the subtask (offset 12), the
-/// writer (16) and the operator (24). Restore stops at the first; `floe verify` reports all.
-pub fn channel_problems(header: &ChannelHeader, place: &ChannelPlace<'_>) -> Vec<ChainProblem> {
+/// What a channel-state file of `version` with `header` breaks at `place`: the version
+/// (offset 8), the subtask (12), the writer (16) and the operator (24). Restore stops at the
+/// first; `floe verify` reports all.
+pub fn channel_problems(header: &ChannelHeader, version: u32, place: &ChannelPlace<'_>) -> Vec<ChainProblem> {
     let mut out = Vec::new();
     let who = format!("{}[{}]", place.operator, place.subtask);
+    if version > place.manifest_version {
+        out.push(ChainProblem {
+            offset: 8,
+            what: format!(
+                "channel state of version {version} listed by a manifest of version {}",
+                place.manifest_version
+            ),
+        });
+    }
     if header.subtask != place.subtask {
         out.push(ChainProblem {
             offset: 12,

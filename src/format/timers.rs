@@ -221,7 +221,10 @@ pub fn restored_inputs(
     let prefix = format!("{INPUTS_EXTRA_PREFIX}{operator}/");
     for (k, v) in extra.range(prefix.clone()..) {
         let Some(sub) = k.strip_prefix(&prefix) else { break };
-        if *k == own || super::sink_state::parse_decimal_u32(sub).is_none() {
+        // Only an instance that existed (it recorded its watermark too) is a sibling.
+        let existed = super::sink_state::parse_decimal_u32(sub)
+            .is_some_and(|s| extra.contains_key(&watermark_key(operator, s)));
+        if *k == own || !existed {
             continue;
         }
         let inputs = decode_hex_inputs(v, &origin.join(k))?;
@@ -387,6 +390,8 @@ mod tests {
         assert_eq!(encode_inputs(&Inputs { shape: 0, watermarks: vec![], idle: vec![] }), None);
         let mut extra = std::collections::BTreeMap::new();
         extra.insert(inputs_key("w", 0), hex(&enc));
+        // Instance 0 existed: it recorded its watermark too.
+        extra.insert(watermark_key("w", 0), hex(&149i64.to_le_bytes()));
         let restored = |sub, count, shape, extra: &std::collections::BTreeMap<String, String>| {
             restored_inputs(extra, "w", sub, count, shape, origin, true)
         };
@@ -402,6 +407,10 @@ mod tests {
         existed.insert(watermark_key("w", 1), hex(&7i64.to_le_bytes()));
         assert_eq!(restored(1, 2, two.shape, &existed).unwrap(), None, "an instance that existed");
         assert_eq!(restored_inputs(&extra, "w", 1, 2, two.shape, origin, false).unwrap(), None, "a source");
+        // Nor an entry of an instance that did not exist (no watermark entry of its own).
+        let mut ghost = extra.clone();
+        ghost.remove(&watermark_key("w", 0));
+        assert_eq!(restored(1, 2, two.shape, &ghost).unwrap(), None, "no such sibling");
         assert_eq!(restored(0, 3, two.shape, &extra).unwrap(), None, "other count");
         assert_eq!(restored(0, 2, 7, &extra).unwrap(), None, "other shape");
         // Its own entry first; a sibling's when its own does not fit.

@@ -80,7 +80,7 @@ struct FileFacts {
     state_offsets: Vec<u64>,
     /// A channel-state file's header, its footer's offset and record count, when it
     /// opened as one.
-    channel: Option<(ChannelHeader, u64, u64)>,
+    channel: Option<(ChannelHeader, u64, u64, u32)>,
 }
 
 struct Checker {
@@ -202,7 +202,7 @@ impl Checker {
                 return facts;
             }
         };
-        facts.channel = Some((f.header(), f.footer_offset(), f.footer().records));
+        facts.channel = Some((f.header(), f.footer_offset(), f.footer().records, f.version()));
         match f.for_each_record(&mut |_, _, _| Ok(())) {
             Ok(scan) => {
                 self.blocks += scan.blocks;
@@ -259,7 +259,7 @@ impl Checker {
         for f in &m.files {
             let path = l.dir.join(&f.path);
             match channel.get(f.path.as_str()).copied() {
-                Some(c) => self.check_channel(l.id, &path, f, c),
+                Some(c) => self.check_channel(l.id, &path, f, c, m.format_version),
                 None => self.check_listed(l.id, &path, f),
             }
         }
@@ -280,13 +280,25 @@ impl Checker {
 
     /// The manifest-relative checks of a channel-state file: size, CRC, owner, writer and
     /// record count (`format::channel`, the checks restore makes, at the same offsets).
-    fn check_channel(&mut self, id: u64, path: &Path, f: &FileRef, c: &ChannelStateRef) {
+    fn check_channel(
+        &mut self,
+        id: u64,
+        path: &Path,
+        f: &FileRef,
+        c: &ChannelStateRef,
+        manifest_version: u32,
+    ) {
         let Some(facts) = self.file_facts(id, path, true) else { return };
         let (size_crc, channel) = (facts.size_crc, facts.channel);
         self.check_size_crc(id, path, f, size_crc);
-        let Some((header, footer_at, records)) = channel else { return };
-        let place = ChannelPlace { operator: &c.operator, subtask: c.subtask, created_by: f.created_by };
-        for p in channel_problems(&header, &place) {
+        let Some((header, footer_at, records, version)) = channel else { return };
+        let place = ChannelPlace {
+            operator: &c.operator,
+            subtask: c.subtask,
+            created_by: f.created_by,
+            manifest_version,
+        };
+        for p in channel_problems(&header, version, &place) {
             self.report(id, path, Some(p.offset), p.what);
         }
         if records != c.records {
