@@ -1442,13 +1442,16 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
         let again = tempfile::tempdir().unwrap();
         let mut cfg = JobConfig::new(storage(again.path()));
         cfg.restore_from = Some(manifest_path.clone());
-        cfg.restart = floe::executor::RestartStrategy { max_attempts: 0, delay: Duration::ZERO };
+        cfg.restart = floe::executor::RestartStrategy { max_attempts: 3, delay: Duration::ZERO };
         let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
         ta.close();
         tb.close();
         let err = idle_in_flight_graph(&ta, &tb, again.path()).execute(&cfg).expect_err(what);
         let msg = err.to_string();
         assert!(msg.contains(says) && msg.contains(&cs.path), "{what}: {msg}");
+        // A restore failure: the damaged checkpoint is not tried again (nothing else to
+        // restore here, so the job fails at once instead of after every attempt).
+        assert!(matches!(err, floe::Error::JobFailed { restarts: 1, .. }), "{what}: {err:?}");
         std::fs::write(&chan, &original).unwrap();
         std::fs::write(&manifest_path, good.encode().unwrap()).unwrap();
     }

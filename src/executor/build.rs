@@ -218,54 +218,68 @@ fn replay<L: Logic>(
     Ok(foreign)
 }
 
-fn task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<OperatorTask<L>> {
-    let restored_watermark = match &w.restore {
-        Some(r) => crate::format::timers::restored_watermark(
-            &r.manifest.extra,
-            &w.common.operator,
-            w.subtask,
-            w.parallelism,
-            &r.path,
-        )?,
-        None => None,
+/// What an operator instance restores besides its store: its watermark, its channels'
+/// watermarks and idleness, and its in-flight elements.
+struct Restored<L: Logic> {
+    watermark: Option<Timestamp>,
+    inputs: Option<crate::format::timers::Inputs>,
+    replay: Vec<Replayed<L::In1, L::In2>>,
+}
+
+/// The input (0 or 1) of each of the instance's channels.
+fn channel_inputs(w: &Wiring) -> Vec<u8> {
+    std::iter::repeat_n(0u8, w.in1.len()).chain(std::iter::repeat_n(1u8, w.in2.len())).collect()
+}
+
+fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Restored<L>> {
+    let Some(r) = &w.restore else {
+        return Ok(Restored { watermark: None, inputs: None, replay: Vec::new() });
     };
-    let n1 = w.in1.len();
-    let channels = n1 + w.in2.len();
-    let restored_inputs = match &w.restore {
-        Some(r) => crate::format::timers::restored_inputs(
-            &r.manifest.extra,
-            &w.common.operator,
-            w.subtask,
-            channels,
-            w.shape,
-            &r.path,
-            true,
-        )?,
-        None => None,
+    let (op, sub) = (&w.common.operator, w.subtask);
+    let watermark =
+        crate::format::timers::restored_watermark(&r.manifest.extra, op, sub, w.parallelism, &r.path)?;
+    let inputs = crate::format::timers::restored_inputs(
+        &r.manifest.extra,
+        op,
+        sub,
+        channel_input.len(),
+        w.shape,
+        &r.path,
+        true,
+    )?;
+    let own_channels = inputs.as_ref().is_some_and(|(_, own)| *own);
+    let replay = replay(w, logic, channel_input, own_channels)?;
+    Ok(Restored { watermark, inputs: inputs.map(|(i, _)| i), replay })
+}
+
+/// Builds and runs an operator instance's task. What it cannot restore (a damaged entry or
+/// in-flight record) is a restore failure: a damaged checkpoint is not tried again.
+fn run_task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<()> {
+    let channel_input = channel_inputs(&w);
+    let restored = match restored(&w, &logic, &channel_input) {
+        Ok(r) => r,
+        Err(e) => return restore_failed(&w, e),
     };
-    let channel_input: Vec<u8> =
-        std::iter::repeat_n(0u8, n1).chain(std::iter::repeat_n(1u8, w.in2.len())).collect();
-    let own_channels = restored_inputs.as_ref().is_some_and(|(_, own)| *own);
-    let replay = replay(&w, &logic, &channel_input, own_channels)?;
-    Ok(OperatorTask {
+    OperatorTask {
         logic,
         in1: inputs(w.in1)?,
         in2: inputs(w.in2)?,
         out: outputs(w.out, w.max_parallelism)?,
         side: outputs(w.side, w.max_parallelism)?,
         channel_input,
-        replay,
-        restored_watermark,
-        restored_inputs: restored_inputs.map(|(i, _)| i),
+        replay: restored.replay,
+        restored_watermark: restored.watermark,
+        restored_inputs: restored.inputs,
         shape: w.shape,
         restored: w.restore.is_some(),
         common: w.common,
-    })
+    }
+    .run()
 }
 
 /// A stateless operator's task.
 pub(crate) fn operator_body<L: Logic + 'static>(w: Wiring, logic: L) -> Result<TaskBody> {
-    Ok(Box::new(move || task(w, logic)?.run()))
+    Ok(Box::new(move || run_task(w, logic)))
 }
 
 /// Reports a restore failure (the runner may mark the checkpoint bad) and ends the task.
@@ -306,7 +320,7 @@ pub(crate) fn keyed_body<L: Logic + 'static>(
         };
         let cp = Checkpointer::new(Arc::clone(&w.common.storage), &w.common.operator, w.subtask);
         let logic = make(store, cp, &w.common.operator)?;
-        task(w, logic)?.run()
+        run_task(w, logic)
     }))
 }
 
@@ -322,7 +336,7 @@ pub(crate) fn sink_body<T: Data>(w: Wiring, factory: SinkFactory<T>) -> Result<T
         let sink = factory(w.subtask, w.parallelism)?;
         let driver = SinkDriver::start(sink, &restored)?;
         let logic = SinkLogic { operator: w.common.operator.clone(), subtask: w.subtask, driver };
-        task(w, logic)?.run()
+        run_task(w, logic)
     }))
 }
 
