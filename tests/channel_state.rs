@@ -825,3 +825,27 @@ fn hostile_lengths_are_errors_without_huge_allocations() {
         std::fs::write(&path, &good).unwrap();
     }
 }
+
+/// A handle that says a channel-state version floe does not know (built by outside code)
+/// is refused at the commit, which would otherwise write a manifest of that version.
+#[test]
+fn a_handle_of_an_unknown_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = open_with(dir.path(), config(), None);
+    storage.begin(1).unwrap();
+    let mut channel = write_channel_state(&storage, 1, &records(1, 4, 16)).unwrap();
+    assert!(channel.iter().all(|c| c.version == floe::format::CHANNEL_KINDS_VERSION));
+    channel[0].version = 7;
+    let e = storage
+        .commit_with_channel_state(
+            1,
+            Target::Checkpoint,
+            Vec::new(),
+            channel,
+            BTreeMap::new(),
+            BTreeMap::new(),
+            CommitMeta::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidConfig(_)) && e.to_string().contains("version 7"), "{e}");
+}

@@ -745,6 +745,14 @@ impl CheckpointStorage {
                     ),
                 });
             }
+            if ![crate::format::CHANNEL_STATE_VERSION, crate::format::CHANNEL_KINDS_VERSION]
+                .contains(&c.version)
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "checkpoint {checkpoint_id}: the channel state of {}[{}] says version {}, not 3 or 5",
+                    c.operator, c.subtask, c.version
+                )));
+            }
             if !seen.insert(c.file.path.clone()) {
                 return Err(Error::InvalidConfig(format!(
                     "checkpoint {checkpoint_id}: channel-state file {} is also named by another handle",

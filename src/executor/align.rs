@@ -28,7 +28,7 @@
 //!   it precedes n on its channel (so are watermarks and changes of idleness, in order
 //!   among the records, so that a restore replays them where they were): its channel's barrier has not come yet, or its
 //!   sequence number is `<= upto`. The capture is done when n came on every channel and
-//!   every channel's records up to its `upto` were processed. Savepoints and the final
+//!   every channel's elements up to its `upto` were processed. Savepoints and the final
 //!   checkpoint are aligned even in unaligned mode (`Barrier::aligned`).
 //! - Sources never close their channels while the attempt runs (a finished source still
 //!   injects barriers), so every channel delivers every barrier.

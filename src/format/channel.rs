@@ -744,16 +744,19 @@ mod tests {
     #[test]
     fn every_flipped_byte_is_caught() {
         let recs = mixed(20);
-        let (bytes, _) = write(&recs, 64, false);
-        for at in 0..bytes.len() {
-            let mut b = bytes.clone();
-            b[at] ^= 0x10;
-            match read(&b) {
-                Err(Error::Corrupt { offset, .. }) => {
-                    assert!(offset < bytes.len() as u64, "byte {at}: offset {offset}")
+        // Stored blocks and LZ4 blocks.
+        for compress in [false, true] {
+            let (bytes, _) = write(&recs, 64, compress);
+            for at in 0..bytes.len() {
+                let mut b = bytes.clone();
+                b[at] ^= 0x10;
+                match read(&b) {
+                    Err(Error::Corrupt { offset, .. }) => {
+                        assert!(offset < bytes.len() as u64, "byte {at}: offset {offset}")
+                    }
+                    Err(Error::UnsupportedVersion { .. }) => assert!((8..12).contains(&at)),
+                    other => panic!("compress {compress}, byte {at}: {other:?}"),
                 }
-                Err(Error::UnsupportedVersion { .. }) => assert!((8..12).contains(&at)),
-                other => panic!("byte {at}: {other:?}"),
             }
         }
     }

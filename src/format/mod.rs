@@ -28,15 +28,17 @@ pub use manifest::{
 /// the version too, so that a version-1 reader refuses a version-2 checkpoint before
 /// opening its files.
 pub const FORMAT_VERSION: u32 = 2;
-/// Version of channel-state files, and of manifests that list them (format-spec,
-/// changelog 3). A manifest says 3 only when it lists channel state, so that a version-2
-/// reader, which would restore the checkpoint without its in-flight records, refuses it at
-/// the manifest; every other manifest stays version 2 (or 4, [`SPLIT_RUN_VERSION`]).
+/// The version that introduced channel-state files (records only), and of manifests that
+/// list them (format-spec, changelog 3), so that a version-2 reader, which would restore
+/// the checkpoint without its in-flight records, refuses it at the manifest. Still read;
+/// floe writes [`CHANNEL_KINDS_VERSION`] files, and names version-3 files again only in a
+/// compaction of an older checkpoint (its manifest then stays 3, or 4).
 pub const CHANNEL_STATE_VERSION: u32 = 3;
 /// Version of data files in which keys of one hash of a value or list state continue from
 /// one block into the next (a run of them larger than a block can hold), and of manifests
 /// that list such a file (format-spec, changelog 4). Every other data file stays version
-/// 2 and every other manifest 2 or 3, readable by older readers.
+/// 2, and a manifest is the largest version its files need (2, 3, 4 or 5), readable by
+/// older readers where it can be.
 pub const SPLIT_RUN_VERSION: u32 = 4;
 /// Version of the channel-state files written by this build, whose in-flight records have
 /// a kind (a record, a watermark, a change of idleness; format-spec, changelog 5), and of

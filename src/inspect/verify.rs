@@ -78,8 +78,8 @@ struct FileFacts {
     states: Vec<crate::format::FileState>,
     /// Offsets of their entries in the index.
     state_offsets: Vec<u64>,
-    /// A channel-state file's header, its footer's offset and record count, when it
-    /// opened as one.
+    /// A channel-state file's header, its footer's offset, record count and version, when
+    /// it opened as one.
     channel: Option<(ChannelHeader, u64, u64, u32)>,
 }
 
