@@ -800,7 +800,7 @@ fn a_restored_idle_source_says_its_watermark_before_it_is_idle() {
     assert_eq!(late_f, late);
 }
 
-/// Flags the test thread reads: [`Stalling`] sleeps in the marker (M), the source read X,
+/// Flags the test thread reads: [`OnMarker`] stalls on the marker (M), the source read X,
 /// the probe's timer fired. Only `an_active_channel_restored_idle_hears_it_is_active`
 /// uses them.
 static STALLED: AtomicBool = AtomicBool::new(false);
@@ -808,22 +808,28 @@ static READ_X: AtomicBool = AtomicBool::new(false);
 static PROBE_FIRED: AtomicBool = AtomicBool::new(false);
 static FAIL_ON_F: AtomicBool = AtomicBool::new(false);
 
-/// Joins `a` and `b`, and stalls 300 ms on `b`'s marker (value -1).
-struct Stalling;
+/// Joins `a` and `b`, passing every record on; on `b`'s marker (value -1) it first calls
+/// its function, which flags and stalls.
+struct OnMarker(fn());
 
-impl KeyedCoProcessFunction<u64, Ev, Ev, Ev> for Stalling {
+impl KeyedCoProcessFunction<u64, Ev, Ev, Ev> for OnMarker {
     fn process1(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
         ctx.emit(r);
         Ok(())
     }
     fn process2(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
         if r.2 == -1 {
-            STALLED.store(true, SeqCst);
-            std::thread::sleep(Duration::from_millis(300));
+            (self.0)();
         }
         ctx.emit(r);
         Ok(())
     }
+}
+
+/// Stalls 300 ms on the marker.
+fn stall() {
+    STALLED.store(true, SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
 }
 
 /// Fails on `b`'s record F (value -3) in failing runs; an event-time timer at 9990 on
@@ -906,7 +912,11 @@ fn run_reactivated_job(fail: bool) -> (Vec<Ev>, JobResult) {
         strategy().with_idleness(Duration::from_secs(1)),
     );
     let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(b1.source(s, p)), strategy());
-    let j = a.key_by(|e: &Ev| e.0).connect(&b.key_by(|e: &Ev| e.0)).process("j", || Stalling).parallelism(1);
+    let j = a
+        .key_by(|e: &Ev| e.0)
+        .connect(&b.key_by(|e: &Ev| e.0))
+        .process("j", || OnMarker(stall))
+        .parallelism(1);
     sum_windows(&j, 10, Some(1), dir.path());
     let _ = j.key_by(|e: &Ev| e.0).process("probe", || Probe).parallelism(1);
     let storage = storage(dir.path());
@@ -1135,22 +1145,10 @@ static RELEASED: AtomicBool = AtomicBool::new(false);
 static ARMED: AtomicBool = AtomicBool::new(false);
 static SNAPPED: AtomicBool = AtomicBool::new(false);
 
-/// Joins `a` and `b`; on `b`'s marker (value -1) holds until the test releases it.
-struct Held;
-
-impl KeyedCoProcessFunction<u64, Ev, Ev, Ev> for Held {
-    fn process1(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
-        ctx.emit(r);
-        Ok(())
-    }
-    fn process2(&mut self, r: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
-        if r.2 == -1 {
-            HELD.store(true, SeqCst);
-            wait_for(&RELEASED, "the release");
-        }
-        ctx.emit(r);
-        Ok(())
-    }
+/// Holds on the marker until the test releases it.
+fn hold() {
+    HELD.store(true, SeqCst);
+    wait_for(&RELEASED, "the release");
 }
 
 /// A [`Topic`] source that flags when it is asked for its position (it takes part in a
@@ -1204,7 +1202,11 @@ fn idle_in_flight_graph(ta: &Topic<Ev>, tb: &Topic<Ev>, dir: &std::path::Path) -
         strategy().with_idleness(Duration::from_millis(20)),
     );
     let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(Snapped(b1.source(s, p))), strategy());
-    let j = a.key_by(|e: &Ev| e.0).connect(&b.key_by(|e: &Ev| e.0)).process("j", || Held).parallelism(1);
+    let j = a
+        .key_by(|e: &Ev| e.0)
+        .connect(&b.key_by(|e: &Ev| e.0))
+        .process("j", || OnMarker(hold))
+        .parallelism(1);
     sum_windows(&j, 100, Some(1), dir);
     job
 }
@@ -1397,6 +1399,34 @@ fn chan_file(c: u64, operator: &str, subtask: u32, path: &std::path::Path, entri
     w.finish().unwrap().1
 }
 
+/// `j`'s in-flight elements in checkpoint `m`, in file order.
+fn j_in_flight(root: &std::path::Path, m: &floe::format::Manifest) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    floe::checkpoint::read_channel_state(root, m, "j", |_, input, channel, e| {
+        entries.push(match e {
+            floe::format::ChannelEntry::Record(b) => (input, channel, 0, b.to_vec()),
+            floe::format::ChannelEntry::Watermark(w) => (input, channel, 1, w.to_le_bytes().to_vec()),
+            floe::format::ChannelEntry::Idle(i) => (input, channel, 2, vec![u8::from(i)]),
+        });
+        Ok(())
+    })
+    .unwrap();
+    entries
+}
+
+/// The error of the idle-in-flight job restored from `manifest` (3 restarts allowed), its
+/// sources already at their end.
+fn restore_error(manifest: &std::path::Path, what: &str) -> floe::Error {
+    let again = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new(storage(again.path()));
+    cfg.restore_from = Some(manifest.to_path_buf());
+    cfg.restart = floe::executor::RestartStrategy { max_attempts: 3, delay: Duration::ZERO };
+    let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+    ta.close();
+    tb.close();
+    idle_in_flight_graph(&ta, &tb, again.path()).execute(&cfg).expect_err(what)
+}
+
 #[test]
 fn in_flight_records_on_no_such_input_or_channel_are_refused() {
     // Found by an outsider's attack (session 38): an in-flight record on an input the
@@ -1410,16 +1440,7 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
     let cs = good.channel_state.iter().find(|c| c.operator == "j").expect("j's in-flight records").clone();
     let chan = root.join(&cs.path);
     let original = std::fs::read(&chan).unwrap();
-    let mut entries: Vec<Entry> = Vec::new();
-    floe::checkpoint::read_channel_state(&root, &good, "j", |_, input, channel, e| {
-        entries.push(match e {
-            floe::format::ChannelEntry::Record(b) => (input, channel, 0, b.to_vec()),
-            floe::format::ChannelEntry::Watermark(w) => (input, channel, 1, w.to_le_bytes().to_vec()),
-            floe::format::ChannelEntry::Idle(i) => (input, channel, 2, vec![u8::from(i)]),
-        });
-        Ok(())
-    })
-    .unwrap();
+    let entries = j_in_flight(&root, &good);
     let first = entries.iter().position(|e| e.2 == 0).expect("a record in flight");
     type Damage = Box<dyn Fn(&mut Entry)>;
     let cases: Vec<(&str, Damage, &str)> = vec![
@@ -1439,14 +1460,7 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
         std::fs::write(&manifest_path, m.encode().unwrap()).unwrap();
         let report = floe::inspect::verify(&root, None).unwrap();
         assert!(report.ok, "{what}: the file itself is well formed: {:?}", report.problems);
-        let again = tempfile::tempdir().unwrap();
-        let mut cfg = JobConfig::new(storage(again.path()));
-        cfg.restore_from = Some(manifest_path.clone());
-        cfg.restart = floe::executor::RestartStrategy { max_attempts: 3, delay: Duration::ZERO };
-        let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
-        ta.close();
-        tb.close();
-        let err = idle_in_flight_graph(&ta, &tb, again.path()).execute(&cfg).expect_err(what);
+        let err = restore_error(&manifest_path, what);
         let msg = err.to_string();
         assert!(msg.contains(says) && msg.contains(&cs.path), "{what}: {msg}");
         // A restore failure: the damaged checkpoint is not tried again (nothing else to
@@ -1470,15 +1484,7 @@ fn in_flight_records_of_no_such_instance_are_refused() {
     let cs = good.channel_state.iter().find(|c| c.operator == "j").expect("j's in-flight records").clone();
     let file = good.files.iter().find(|f| f.path == cs.path).unwrap().clone();
     // One record of j's, owned by whichever instance replays it.
-    let mut record = None;
-    floe::checkpoint::read_channel_state(&root, &good, "j", |_, input, channel, e| {
-        if let (None, floe::format::ChannelEntry::Record(b)) = (&record, e) {
-            record = Some((input, channel, 0u8, b.to_vec()));
-        }
-        Ok(())
-    })
-    .unwrap();
-    let record = record.expect("a record in flight");
+    let record = j_in_flight(&root, &good).into_iter().find(|e| e.2 == 0).expect("a record in flight");
     for (operator, subtask, says) in [("j", 1, "j[1]"), ("a", 0, "a source has no input channels")] {
         let mut m = good.clone();
         let path = format!("data/ghost-{operator}-{subtask}.chan");
@@ -1493,13 +1499,7 @@ fn in_flight_records_of_no_such_instance_are_refused() {
             records: 1,
         });
         std::fs::write(&manifest_path, m.encode().unwrap()).unwrap();
-        let again = tempfile::tempdir().unwrap();
-        let mut cfg = JobConfig::new(storage(again.path()));
-        cfg.restore_from = Some(manifest_path.clone());
-        let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
-        ta.close();
-        tb.close();
-        let err = idle_in_flight_graph(&ta, &tb, again.path()).execute(&cfg).expect_err(says);
+        let err = restore_error(&manifest_path, says);
         assert!(!matches!(err, floe::Error::JobFailed { .. }), "refused up front: {err}");
         let msg = err.to_string();
         assert!(msg.contains(says) && msg.contains(&path), "{says}: {msg}");
