@@ -258,6 +258,19 @@ fn marker_contents_match_the_code() {
 }
 
 #[test]
+fn sinks_committed_contents_match_the_code() {
+    let text = std::fs::read_to_string(spec_dir().join("layout.md")).unwrap();
+    let after = text.split("<!-- spec-table: sinks-committed -->").nth(1).unwrap();
+    let block = after.split("```text\n").nth(1).unwrap().split("```").next().unwrap();
+    for id in [1, 7, 1234, u64::MAX] {
+        assert_eq!(
+            block.replace("<id>", &id.to_string()),
+            floe::checkpoint::layout::sinks_committed_contents(id)
+        );
+    }
+}
+
+#[test]
 fn readme_checksum_and_hash_values_hold() {
     let crc = one("crc-check");
     assert_eq!(crc.len(), 2);

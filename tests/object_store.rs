@@ -588,6 +588,54 @@ fn split_runs(m: Medium) {
     assert!(storage.orphans().unwrap().ours.is_empty());
 }
 
+/// A job stopped with a savepoint records there that its sinks committed, through the
+/// medium's `Io`, and a job resumed from it writes its output to another directory.
+fn stop_and_resume_elsewhere(m: Medium) {
+    use floe::executor::{FileSink, FileSinkConfig, Job, JobConfig, Topic, published_output};
+    let Some(p) = place(m, "stop-resume") else { return };
+    let out = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
+    let topic: Topic<u64> = Topic::new(1);
+    let job = |dir: &str| {
+        let job = Job::new();
+        let t = topic.clone();
+        let config = FileSinkConfig { dir: out.path().join(dir), exactly_once: true };
+        job.source("numbers", 1, move |s, n| Box::new(t.source(s, n))).sink("out", FileSink::factory(config));
+        job
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(std::time::Duration::from_secs(3600));
+    config.checkpoint_timeout = std::time::Duration::from_secs(3600);
+    let handle = job("a").start(config.clone()).unwrap();
+    for i in 0..50 {
+        topic.push(0, i);
+    }
+    let (sp, _) = handle.stop_with_savepoint().unwrap();
+    let rel = format!(
+        "{}/{}",
+        floe::checkpoint::layout::savepoint_dir(sp.id),
+        floe::checkpoint::layout::SINKS_COMMITTED
+    );
+    assert_eq!(p.get(&rel), floe::checkpoint::layout::sinks_committed_contents(sp.id).into_bytes());
+    let manifest = floe::checkpoint::read_manifest_file(&sp.manifest).unwrap();
+    assert!(floe::checkpoint::sinks_committed(&sp.manifest, &manifest).unwrap());
+    for i in 50..100 {
+        topic.push(0, i);
+    }
+    topic.close();
+    config.restore_from = Some(sp.manifest.clone());
+    let r = job("b").execute(&config).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    let mut all: Vec<u64> = ["a", "b"]
+        .iter()
+        .filter(|d| out.path().join(d).exists())
+        .flat_map(|d| published_output(&out.path().join(d)).unwrap())
+        .map(|l| l.parse().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..100).collect::<Vec<_>>());
+}
+
 macro_rules! on_every_medium {
     ($($name:ident),* $(,)?) => {
         mod local { $(#[test] fn $name() { super::$name(super::Medium::Local) })* }
@@ -607,7 +655,8 @@ on_every_medium!(
     ranged_reads,
     long_index,
     recover_agrees_across_operators,
-    split_runs
+    split_runs,
+    stop_and_resume_elsewhere
 );
 
 fn floe_cli(args: &[&str]) -> (i32, String, String) {

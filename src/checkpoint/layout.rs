@@ -7,6 +7,7 @@
 //! ROOT/data/<id:020>-<operator>-<hash>-<subtask>.chan        in-flight records (channel state)
 //! ROOT/savepoints/sp-<id:020>/MANIFEST       a savepoint: self-contained
 //! ROOT/savepoints/sp-<id:020>/data/...       its data files
+//! ROOT/savepoints/sp-<id:020>/COMMITTED      its sinks committed (a stop-with-savepoint)
 //! tmp-<id:020>-<name>                        a file being written (any of these folders)
 //! ```
 
@@ -20,6 +21,16 @@ pub const DATA_DIR: &str = "data";
 pub const SAVEPOINT_DIR: &str = "savepoints";
 /// Manifest name inside a savepoint folder.
 pub const SAVEPOINT_MANIFEST: &str = "MANIFEST";
+
+/// Name of the file a job writes in a savepoint's folder once every sink of the job has
+/// committed the savepoint's transactions (a stop-with-savepoint): a job resumed from the
+/// savepoint then does not commit them again (format-spec/layout.md, "Sinks committed").
+pub const SINKS_COMMITTED: &str = "COMMITTED";
+
+/// The exact contents of savepoint `id`'s [`SINKS_COMMITTED`] file.
+pub fn sinks_committed_contents(id: u64) -> String {
+    format!("floe sinks committed savepoint {id}\n")
+}
 
 /// `chk-<id>.manifest`.
 pub fn manifest_name(id: u64) -> String {

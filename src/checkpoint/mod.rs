@@ -34,4 +34,5 @@ pub use recovery::{
 pub use retention::{CleanupReport, Orphans};
 pub use storage::{
     CheckpointStorage, CommitMeta, JobClaim, ParentChain, StateHandle, Target, read_manifest_file,
+    sinks_committed,
 };

@@ -939,6 +939,25 @@ impl CheckpointStorage {
         self.root.join(layout::savepoint_dir(id)).join(SAVEPOINT_MANIFEST)
     }
 
+    /// Records, durably, that every sink committed savepoint `id`'s transactions (the job
+    /// stopped with it): a job resumed from the savepoint then leaves them alone, so its
+    /// sinks may write elsewhere and the published output may have been moved on. Written
+    /// once, after the savepoint's manifest; refused if the savepoint is not there.
+    pub fn mark_sinks_committed(&self, id: u64) -> Result<()> {
+        let w = self.writer("mark a savepoint's sinks committed")?;
+        let _serial = w.commit.lock();
+        self.check_in_place()?;
+        let dir = self.root.join(layout::savepoint_dir(id));
+        if !matches!(self.io.stat(&dir.join(SAVEPOINT_MANIFEST)), Ok((EntryKind::File, _))) {
+            return Err(Error::NotFound(format!("{}: savepoint {id} has no manifest", dir.display())));
+        }
+        let path = dir.join(layout::SINKS_COMMITTED);
+        let bytes = layout::sinks_committed_contents(id);
+        publish(&*self.io, &dir, layout::SINKS_COMMITTED, id, WriteOptions::SMALL, |w, _| {
+            w.write_all(bytes.as_bytes()).map_err(|e| Error::io("write", &path, e))
+        })
+    }
+
     /// Reads and validates a checkpoint's manifest.
     pub fn read_manifest(&self, checkpoint_id: u64) -> Result<Manifest> {
         read_manifest_with(&*self.io, &self.manifest_path(checkpoint_id))
@@ -1059,6 +1078,41 @@ fn max_manifest_file() -> u64 {
 pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
     let (path, io) = super::object::resolve(path)?;
     read_manifest_with(&*io, &path)
+}
+
+/// Whether the job that took the savepoint of `manifest` (read from `path`) recorded that
+/// its sinks committed the savepoint's transactions ([`CheckpointStorage::
+/// mark_sinks_committed`]): false for a checkpoint, or when the savepoint's folder has no
+/// such file. A file there of any other contents, or not a regular file, is damage
+/// ([`Error::Corrupt`] naming it and the first byte that differs).
+pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
+    if manifest.kind != ManifestKind::Savepoint {
+        return Ok(false);
+    }
+    let (path, io) = super::object::resolve(path)?;
+    let marker = match path.parent() {
+        Some(dir) => dir.join(layout::SINKS_COMMITTED),
+        None => PathBuf::from(layout::SINKS_COMMITTED),
+    };
+    match io.stat(&marker) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io("stat", &marker, e)),
+        Ok(_) => {}
+    }
+    let want = layout::sinks_committed_contents(manifest.checkpoint_id);
+    let got = crate::fsutil::read_bounded_opened(io.open_read(&marker)?, &marker, want.len() as u64)?;
+    if got == want.as_bytes() {
+        return Ok(true);
+    }
+    let at = got.iter().zip(want.as_bytes()).take_while(|(a, b)| a == b).count();
+    Err(Error::corrupt(
+        &marker,
+        at as u64,
+        format!(
+            "not the marker that the sinks of savepoint {} committed (exactly {:?})",
+            manifest.checkpoint_id, want
+        ),
+    ))
 }
 
 /// [`read_manifest_file`] through `io`.

@@ -42,6 +42,9 @@ pub(crate) struct RestoreCtx {
     /// The manifest's path (errors name it).
     pub path: PathBuf,
     pub manifest: Manifest,
+    /// A savepoint whose sinks committed its transactions (its job stopped with it): the
+    /// sinks are not given them again.
+    pub sinks_committed: bool,
 }
 
 /// One downstream subtask of an output edge, erased.
@@ -326,10 +329,11 @@ pub(crate) fn keyed_body<L: Logic + 'static>(
 
 /// A sink's task: first commits what the restored checkpoint pre-committed (of the old
 /// instances that map to this one) and discards the rest (`TwoPhaseCommitSink::recover`).
+/// A savepoint whose sinks committed (a stop-with-savepoint that ended well) gives none.
 pub(crate) fn sink_body<T: Data>(w: Wiring, factory: SinkFactory<T>) -> Result<TaskBody> {
     Ok(Box::new(move || {
         let mut restored = Vec::new();
-        if let Some(r) = &w.restore {
+        if let Some(r) = w.restore.as_ref().filter(|r| !r.sinks_committed) {
             let states = sink_states_of(&r.manifest.extra, &w.common.operator, &r.path)?;
             restored = redistribute(&states, w.subtask, w.parallelism)?;
         }

@@ -328,6 +328,9 @@ struct Run<'a> {
     result: JobResult,
     /// Callers waiting for a checkpoint or savepoint to complete.
     waiting: BTreeMap<u64, Sender<Result<u64>>>,
+    /// The stop-with-savepoint, once its manifest is written: the job ends after it,
+    /// failed or not (a failure then is no reason to run on from an older checkpoint).
+    stopped: Option<u64>,
 }
 
 /// How an attempt ended without failing.
@@ -344,11 +347,15 @@ fn run(
 ) -> Result<JobResult> {
     let start = Instant::now();
     let mut restore = match &config.restore_from {
-        Some(p) => Some(Arc::new(RestoreCtx {
-            dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
-            path: p.clone(),
-            manifest: read_manifest_file(p)?,
-        })),
+        Some(p) => {
+            let manifest = read_manifest_file(p)?;
+            Some(Arc::new(RestoreCtx {
+                dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
+                path: p.clone(),
+                sinks_committed: crate::checkpoint::sinks_committed(p, &manifest)?,
+                manifest,
+            }))
+        }
         None => None,
     };
     check_parallelism(plan, config)?;
@@ -372,12 +379,16 @@ fn run(
         bad: BTreeSet::new(),
         result: JobResult::default(),
         waiting: BTreeMap::new(),
+        stopped: None,
     };
     loop {
         run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
         match run.attempt(restore.clone()) {
             Ok(end) => {
                 run.result.cancelled = matches!(end, End::Cancelled);
+                if let (End::Finished, Some(id)) = (end, run.stopped) {
+                    run.mark_sinks_committed(id);
+                }
                 break;
             }
             Err(e) => {
@@ -385,6 +396,23 @@ fn run(
                     let _ = w.send(Err(Error::Cancelled(format!("the attempt failed: {e}"))));
                 }
                 run.result.failures.push(e.to_string());
+                if let Some(id) = run.stopped {
+                    // The savepoint is durable with the transactions its sinks could not
+                    // commit: a job resumed from it commits them.
+                    let path = config.storage.savepoint_manifest_path(id);
+                    let e = match e {
+                        Error::TaskFailed { task, reason } => Error::TaskFailed {
+                            task,
+                            reason: format!(
+                                "{reason} (after stop-with-savepoint {id} completed: the savepoint keeps \
+                                 its sinks' transactions, and a job resumed from {} commits them)",
+                                path.display()
+                            ),
+                        },
+                        e => e,
+                    };
+                    return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(e) });
+                }
                 if run.result.restarts >= config.restart.max_attempts {
                     return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(e) });
                 }
@@ -445,7 +473,13 @@ impl Run<'_> {
         };
         Ok(storage.select_checkpoint(&consider)?.map(|sel| {
             let path = storage.manifest_path(sel.manifest.checkpoint_id);
-            Arc::new(RestoreCtx { dir: storage.root().to_path_buf(), path, manifest: sel.manifest })
+            // A checkpoint (not a savepoint): its sinks' transactions are committed again.
+            Arc::new(RestoreCtx {
+                dir: storage.root().to_path_buf(),
+                path,
+                manifest: sel.manifest,
+                sinks_committed: false,
+            })
         }))
     }
 
@@ -579,19 +613,20 @@ impl Run<'_> {
         let mut tasks = self.spawn(restore.as_ref())?;
         let r = self.coordinate(&mut tasks, restore.as_deref());
         tasks.stop_all();
+        // The terminal checkpoint's completion (a sink's commit) runs while the tasks are
+        // stopped: a failure there must fail the attempt, not vanish with the report.
+        let r = match r {
+            Ok(End::Finished) => match primary_failure(&tasks.report) {
+                Some((task, error)) => Err(failed(task, error)),
+                None => Ok(End::Finished),
+            },
+            r => r,
+        };
         match r {
             Err(Error::Cancelled(_)) | Err(Error::TaskFailed { .. }) => {
                 // The first failure reported may be a consequence (a task whose downstream
                 // exited); prefer a primary failure reported meanwhile.
-                let mut primary = None;
-                while let Ok(m) = tasks.report.try_recv() {
-                    if let Report::Failed { task, error } = m
-                        && !matches!(error, Error::Cancelled(_))
-                    {
-                        primary.get_or_insert((task, error));
-                    }
-                }
-                match (primary, r) {
+                match (primary_failure(&tasks.report), r) {
                     (Some((task, error)), Err(Error::Cancelled(_))) => Err(failed(task, error)),
                     (_, r) => r,
                 }
@@ -815,6 +850,9 @@ impl Run<'_> {
         }
         tasks.broadcast(Control::Complete(p.barrier));
         self.result.last_checkpoint = Some(id);
+        if p.barrier.kind == BarrierKind::StopSavepoint {
+            self.stopped = Some(id);
+        }
         stats.cleanup_errors = storage.take_cleanup_errors();
         stats.duration = p.triggered.elapsed();
         self.log(stats);
@@ -829,6 +867,23 @@ impl Run<'_> {
         stats.tasks = p.acks.into_values().map(|a| a.stats).collect();
         stats.cleanup_errors = self.config.storage.take_cleanup_errors();
         self.log(stats);
+    }
+
+    /// The job stopped with savepoint `id` and every task (every sink's commit) ended
+    /// well: records it in the savepoint. If that fails, the savepoint still restores
+    /// (its sinks then commit again, which needs their output where it was); the failure
+    /// is reported with the savepoint's statistics.
+    fn mark_sinks_committed(&mut self, id: u64) {
+        let Err(e) = self.config.storage.mark_sinks_committed(id) else { return };
+        let note = format!(
+            "the record that savepoint {id}'s sinks committed was not written: {e} (a job resumed from \
+             it commits them again, where its sinks wrote them)"
+        );
+        for list in [&mut self.result.checkpoints, &mut *self.shared.lock()] {
+            if let Some(s) = list.iter_mut().rev().find(|s| s.id == id) {
+                s.cleanup_errors.push(note.clone());
+            }
+        }
     }
 
     fn log(&mut self, stats: CheckpointStats) {
@@ -939,6 +994,20 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     }
     crate::format::timers::check_time_entries(&m.extra, path)?;
     Ok(())
+}
+
+/// The first failure among the reports left after the tasks were joined that is not a
+/// consequence of another ([`Error::Cancelled`]).
+fn primary_failure(reports: &Receiver<Report>) -> Option<(String, Error)> {
+    let mut primary = None;
+    while let Ok(m) = reports.try_recv() {
+        if let Report::Failed { task, error } = m
+            && !matches!(error, Error::Cancelled(_))
+        {
+            primary.get_or_insert((task, error));
+        }
+    }
+    primary
 }
 
 fn failed(task: String, error: Error) -> Error {

@@ -1,0 +1,277 @@
+//! The commits at a job's end: the final checkpoint of a bounded job and a
+//! stop-with-savepoint commit the sinks' transactions while the job's tasks stop. A commit
+//! that fails there must fail the job (not vanish: the job reported success with its
+//! output unpublished), and a stop whose commits all succeeded is recorded in the
+//! savepoint (`COMMITTED`), so a job resumed from it does not commit them again: its sink
+//! may write to another directory, and the published files may have been moved on.
+//!
+//! Driven by events: records are pushed before the stop, and the checks read the output
+//! and the savepoint after the job has ended.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Duration;
+
+use floe::checkpoint::{CheckpointStorage, StorageConfig, layout};
+use floe::executor::{
+    FileSink, FileSinkConfig, Job, JobConfig, RestartStrategy, SinkFactory, Topic, TwoPhaseCommitSink,
+    published_output,
+};
+
+/// A file sink whose next `fails` commits fail (before the file sink sees them), and
+/// that reports each record it wrote.
+struct Flaky {
+    inner: Box<dyn TwoPhaseCommitSink<u64>>,
+    fails: Arc<AtomicU32>,
+    written: Sender<u64>,
+}
+
+impl TwoPhaseCommitSink<u64> for Flaky {
+    fn write(&mut self, r: u64) -> floe::Result<()> {
+        self.inner.write(r)?;
+        let _ = self.written.send(r);
+        Ok(())
+    }
+    fn pre_commit(&mut self, id: u64) -> floe::Result<Vec<u8>> {
+        self.inner.pre_commit(id)
+    }
+    fn commit(&mut self, c: &[u8]) -> floe::Result<()> {
+        if self.fails.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(floe::Error::Background("the output store refused the commit".into()));
+        }
+        self.inner.commit(c)
+    }
+    fn abort(&mut self, c: &[u8]) -> floe::Result<()> {
+        self.inner.abort(c)
+    }
+    fn abort_open(&mut self) -> floe::Result<()> {
+        self.inner.abort_open()
+    }
+    fn recover(&mut self, restored: &[Vec<u8>]) -> floe::Result<()> {
+        self.inner.recover(restored)
+    }
+    fn finish(&mut self, id: u64) -> floe::Result<()> {
+        self.inner.finish(id)
+    }
+}
+
+fn flaky_sink(dir: &Path, fails: &Arc<AtomicU32>, written: Sender<u64>) -> SinkFactory<u64> {
+    let files = FileSink::factory(FileSinkConfig { dir: dir.to_path_buf(), exactly_once: true });
+    let fails = Arc::clone(fails);
+    Arc::new(move |s, p| {
+        Ok(Box::new(Flaky { inner: files(s, p)?, fails: Arc::clone(&fails), written: written.clone() })
+            as Box<_>)
+    })
+}
+
+/// The job, and the records its sink writes as they come.
+fn job_reporting(topic: &Topic<u64>, out: &Path, fails: &Arc<AtomicU32>) -> (Job, Receiver<u64>) {
+    let job = Job::new();
+    let t = topic.clone();
+    let (tx, rx) = channel();
+    job.source("numbers", 1, move |s, p| Box::new(t.source(s, p)))
+        .map("pass", |x: u64| x)
+        .sink("out", flaky_sink(out, fails, tx));
+    (job, rx)
+}
+
+fn job(topic: &Topic<u64>, out: &Path, fails: &Arc<AtomicU32>) -> Job {
+    job_reporting(topic, out, fails).0
+}
+
+/// Checkpoints only when asked (and at the end).
+fn config(storage: &Arc<CheckpointStorage>) -> JobConfig {
+    let mut c = JobConfig::new(Arc::clone(storage));
+    c.checkpoint_interval = Some(Duration::from_secs(3600));
+    c.checkpoint_timeout = Duration::from_secs(3600);
+    c.restart = RestartStrategy { max_attempts: 2, delay: Duration::ZERO };
+    c
+}
+
+fn published(dirs: &[&Path]) -> Vec<u64> {
+    let mut v: Vec<u64> = dirs
+        .iter()
+        .filter(|d| d.exists())
+        .flat_map(|d| published_output(d).unwrap())
+        .map(|l| l.parse().unwrap())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Runs the job on 0..50 and stops it with a savepoint once the sink has written all 50
+/// (no checkpoint before: the stop's one transaction holds them), its first `fails`
+/// commits failing. Returns the storage, the topic and the stop's savepoint manifest.
+fn stopped(
+    dir: &Path,
+    out: &Path,
+    fails: u32,
+) -> (Arc<CheckpointStorage>, Topic<u64>, floe::Result<PathBuf>) {
+    let storage = CheckpointStorage::open(dir.join("ckpt"), StorageConfig::default()).unwrap();
+    let topic: Topic<u64> = Topic::new(1);
+    let f = Arc::new(AtomicU32::new(fails));
+    let (job, written) = job_reporting(&topic, out, &f);
+    let handle = job.start(config(&storage)).unwrap();
+    for i in 0..50 {
+        topic.push(0, i);
+    }
+    for i in 0..50 {
+        assert_eq!(written.recv_timeout(Duration::from_secs(600)), Ok(i), "the sink did not get record {i}");
+    }
+    let r = handle.stop_with_savepoint().map(|(sp, _)| sp.manifest);
+    (storage, topic, r)
+}
+
+/// Feeds 50..100 and ends the topic (a job reading it then runs to its end).
+fn feed_the_rest(topic: &Topic<u64>) {
+    for i in 50..100 {
+        topic.push(0, i);
+    }
+    topic.close();
+}
+
+/// Resumes from `sp` writing to `out` and runs to the end of the topic.
+fn resume_only(
+    storage: &Arc<CheckpointStorage>,
+    topic: &Topic<u64>,
+    sp: &Path,
+    out: &Path,
+) -> floe::Result<floe::executor::JobResult> {
+    let mut c = config(storage);
+    c.restore_from = Some(sp.to_path_buf());
+    job(topic, out, &Arc::new(AtomicU32::new(0))).execute(&c)
+}
+
+/// Feeds 50..100, then resumes from `sp` writing to `out` and runs to the end.
+fn resume(
+    storage: &Arc<CheckpointStorage>,
+    topic: &Topic<u64>,
+    sp: &Path,
+    out: &Path,
+) -> floe::Result<floe::executor::JobResult> {
+    feed_the_rest(topic);
+    resume_only(storage, topic, sp, out)
+}
+
+#[test]
+fn a_final_commit_that_fails_fails_the_attempt_and_the_restart_publishes_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let topic: Topic<u64> = Topic::new(1);
+    for i in 0..100 {
+        topic.push(0, i);
+    }
+    topic.close();
+    let fails = Arc::new(AtomicU32::new(1));
+    let r = job(&topic, &out, &fails).execute(&config(&storage)).unwrap();
+    // Before: the job ended well with no restart, its output still `.pending-*`.
+    assert_eq!(r.restarts, 1, "{:?}", r.failures);
+    assert!(r.failures[0].contains("the output store refused the commit"), "{:?}", r.failures);
+    assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
+
+    // A commit that always fails: the job fails (with the cause) once its restarts are used.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let fails = Arc::new(AtomicU32::new(u32::MAX));
+    let e = job(&topic, &out, &fails).execute(&config(&storage)).unwrap_err();
+    assert!(matches!(e, floe::Error::JobFailed { restarts: 2, .. }), "{e}");
+    assert!(e.to_string().contains("the output store refused the commit"), "{e}");
+}
+
+#[test]
+fn a_stop_whose_commit_fails_is_an_error_and_its_savepoint_commits_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (storage, topic, r) = stopped(dir.path(), &out, 1);
+    // Before: the stop returned Ok with the savepoint's output unpublished.
+    let e = r.unwrap_err();
+    let id = *storage.savepoint_ids().unwrap().last().unwrap();
+    let sp = storage.savepoint_manifest_path(id);
+    assert!(e.to_string().contains("the output store refused the commit"), "{e}");
+    assert!(e.to_string().contains(&sp.display().to_string()), "{e}");
+    // Not recorded as committed: the resume commits the savepoint's transaction.
+    assert!(!sp.with_file_name(layout::SINKS_COMMITTED).exists());
+    assert_eq!(published(&[&out]), Vec::<u64>::new(), "published before the resume");
+    let r = resume(&storage, &topic, &sp, &out).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_job_resumed_from_a_stop_may_write_elsewhere_or_after_the_output_moved() {
+    // Into another directory. Before: every attempt failed ("discarded or lost": the
+    // savepoint's transaction was committed again, into the new directory).
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("out-a"), dir.path().join("out-b"));
+    let (storage, topic, sp) = stopped(dir.path(), &a, 0);
+    let sp = sp.unwrap();
+    let marker = sp.with_file_name(layout::SINKS_COMMITTED);
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), layout::sinks_committed_contents(storage_id(&sp)));
+    assert_eq!(published(&[&a]), (0..50).collect::<Vec<_>>());
+    let r = resume(&storage, &topic, &sp, &b).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    assert_eq!(published(&[&b]), (50..100).collect::<Vec<_>>());
+
+    // Into the same directory, after a consumer took the published files away.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (storage, topic, sp) = stopped(dir.path(), &out, 0);
+    let sp = sp.unwrap();
+    assert_eq!(published(&[&out]), (0..50).collect::<Vec<_>>());
+    for e in std::fs::read_dir(&out).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let r = resume(&storage, &topic, &sp, &out).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    assert_eq!(published(&[&out]), (50..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_damaged_committed_marker_is_refused_before_any_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (storage, topic, sp) = stopped(dir.path(), &out, 0);
+    let sp = sp.unwrap();
+    let id = storage_id(&sp);
+    let marker = sp.with_file_name(layout::SINKS_COMMITTED);
+    let good = layout::sinks_committed_contents(id);
+    let other = layout::sinks_committed_contents(id + 1);
+    let differ = good.bytes().zip(other.bytes()).take_while(|(a, b)| a == b).count();
+    let cases: Vec<(&str, Vec<u8>, String)> = vec![
+        ("another savepoint's", other.clone().into_bytes(), format!("at offset {differ}")),
+        ("empty", Vec::new(), "at offset 0".into()),
+        ("truncated", good.as_bytes()[..good.len() - 1].to_vec(), format!("at offset {}", good.len() - 1)),
+        ("longer", format!("{good}x").into_bytes(), "larger than".into()),
+    ];
+    // The topic ends: a job that wrongly accepted the marker would run to its end, not hang.
+    feed_the_rest(&topic);
+    for (what, bytes, want) in cases {
+        std::fs::write(&marker, &bytes).unwrap();
+        let e = resume_only(&storage, &topic, &sp, &out).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, floe::Error::Corrupt { .. }), "{what}: {msg}");
+        assert!(msg.contains(&marker.display().to_string()) && msg.contains(&want), "{what}: {msg}");
+    }
+    // A link is not followed, whatever it points at.
+    std::fs::remove_file(&marker).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::write(&elsewhere, &good).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &marker).unwrap();
+    let e = resume_only(&storage, &topic, &sp, &out).unwrap_err();
+    assert!(e.to_string().contains(&marker.display().to_string()), "{e}");
+    // Without it, the resume commits the savepoint's transaction again: in place, a no-op.
+    std::fs::remove_file(&marker).unwrap();
+    let r = resume_only(&storage, &topic, &sp, &out).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
+}
+
+/// The id of a savepoint, from its folder's name.
+fn storage_id(sp: &Path) -> u64 {
+    let name = sp.parent().unwrap().file_name().unwrap().to_str().unwrap();
+    layout::parse_savepoint_dir_name(name).unwrap()
+}
