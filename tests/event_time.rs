@@ -1447,6 +1447,9 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
         ("no such input", Box::new(|e| e.0 = 5), "input 5: the operator has 2 input(s)"),
         ("no such channel", Box::new(|e| e.1 = 99), "channel 99: the instance has no such channel"),
         ("bytes after the record", Box::new(|e| e.3.push(0)), "1 bytes after the record"),
+        // Not damage to the file's structure (a job whose input type changed would meet
+        // it too): a codec error, retried like any task error, but saying where.
+        ("a record that does not decode", Box::new(|e| e.3 = vec![0xff]), "codec error"),
     ];
     for (what, damage, says) in cases {
         let mut bad = entries.clone();
@@ -1463,9 +1466,16 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
         let err = restore_error(&manifest_path, what);
         let msg = err.to_string();
         assert!(msg.contains(says) && msg.contains(&cs.path), "{what}: {msg}");
+        // Where: the record's block (the file's first, after its 40-byte header) and the
+        // record's place in it, not offset 0.
+        assert!(msg.contains("offset 40") && msg.contains("record at +"), "{what}: {msg}");
         // A restore failure: the damaged checkpoint is not tried again (nothing else to
         // restore here, so the job fails at once instead of after every attempt).
-        assert!(matches!(err, floe::Error::JobFailed { restarts: 1, .. }), "{what}: {err:?}");
+        let restarts = if says == "codec error" { 3 } else { 1 };
+        assert!(
+            matches!(err, floe::Error::JobFailed { restarts: r, .. } if r == restarts),
+            "{what}: {err:?}"
+        );
         std::fs::write(&chan, &original).unwrap();
         std::fs::write(&manifest_path, good.encode().unwrap()).unwrap();
     }

@@ -40,7 +40,9 @@ pub enum ChannelEntry<'a> {
     Idle(bool),
 }
 
-/// What receives a file's records: `(input, channel, entry)`.
+/// What receives a file's records: `(input, channel, entry)`. An [`Error::Corrupt`] it
+/// returns about the file being read at offset 0 (the receiver does not know where the
+/// record lies) is reported at the record's block, with the record's place in the block.
 pub type OnRecord<'a> = dyn FnMut(u32, u32, ChannelEntry<'_>) -> Result<()> + 'a;
 
 /// Buffer of the sequential reads of a channel-state file.
@@ -503,11 +505,12 @@ impl<R: Read + Seek> ChannelFile<R> {
             };
             // All records parse before the first is handed over.
             let version = self.version;
-            let parsed = records_of(body, version, &mut |_, _, _| Ok(())).map_err(|e| e.into_error(bad))?;
+            let parsed =
+                records_of(body, version, &mut |_, _, _| Ok(())).map_err(|e| e.into_error(&path, at))?;
             if parsed != n {
                 return Err(bad(format!("block holds {parsed} records, its header says {n}")));
             }
-            records_of(body, version, &mut |i, c, e| f(i, c, e)).map_err(|e| e.into_error(bad))?;
+            records_of(body, version, &mut |i, c, e| f(i, c, e)).map_err(|e| e.into_error(&path, at))?;
             pos += CHANNEL_BLOCK_HEADER_LEN as u64 + u64::from(stored_len);
             blocks += 1;
             records += u64::from(n);
@@ -528,17 +531,31 @@ impl<R: Read + Seek> ChannelFile<R> {
     }
 }
 
-/// Why parsing a block's records failed: what is malformed, or the caller's own error.
+/// Why parsing a block's records failed: what is malformed, or the caller's own error
+/// about the record at this offset of the block's uncompressed bytes.
 enum RecordsError {
     Bad(String),
-    Caller(Error),
+    Caller(Error, usize),
 }
 
 impl RecordsError {
-    fn into_error(self, bad: impl FnOnce(String) -> Error) -> Error {
+    /// The error at the block at `block` of `path`: what is malformed, and a caller's
+    /// corruption error about this file that could not say where ([`OnRecord`]) or a
+    /// record of the caller's that does not decode, with the record's place.
+    fn into_error(self, path: &Path, block: u64) -> Error {
         match self {
-            RecordsError::Bad(what) => bad(what),
-            RecordsError::Caller(e) => e,
+            RecordsError::Bad(what) => Error::corrupt(path, block, what),
+            RecordsError::Caller(Error::Corrupt { path: p, offset: 0, what }, at)
+                if p.file_name() == path.file_name() =>
+            {
+                Error::corrupt(p, block, format!("record at +{at} uncompressed: {what}"))
+            }
+            // A record that does not decode as the caller's type: where it is.
+            RecordsError::Caller(Error::Codec { state, source }, at) => Error::Codec {
+                state: format!("{state} (its block at offset {block}, the record at +{at} uncompressed)"),
+                source,
+            },
+            RecordsError::Caller(e, _) => e,
         }
     }
 }
@@ -574,7 +591,7 @@ fn records_of(body: &[u8], version: u32, f: &mut OnRecord<'_>) -> std::result::R
             entry_of(rest[12], &rest[13..16], bytes)
                 .map_err(|what| RecordsError::Bad(format!("record at +{at} uncompressed: {what}")))?
         };
-        f(input, channel, entry).map_err(RecordsError::Caller)?;
+        f(input, channel, entry).map_err(|e| RecordsError::Caller(e, at))?;
         at += fixed + len;
         n += 1;
     }
