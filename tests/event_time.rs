@@ -237,6 +237,20 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         err.to_string().contains("inputs/win/0") && err.to_string().contains("past the 2 inputs"),
         "{err}"
     );
+    // And a watermark key whose subtask is not canonical: before, `watermark/win/00` was
+    // ignored, and the window task started without the watermark it held.
+    let mut m = floe::checkpoint::read_manifest_file(cfg.restore_from.as_ref().unwrap()).unwrap();
+    m.extra.remove("inputs/win/0");
+    let wm = m.extra.remove("watermark/win/0").unwrap();
+    m.extra.insert("watermark/win/00".into(), wm);
+    std::fs::write(cfg.restore_from.as_ref().unwrap(), m.encode().unwrap()).unwrap();
+    let again = tempfile::tempdir().unwrap();
+    let mut cfg2 = JobConfig::new(storage(again.path()));
+    cfg2.restore_from = cfg.restore_from.clone();
+    let err =
+        late_record_job(again.path(), 0).execute(&cfg2).expect_err("a non-canonical key must be refused");
+    assert!(!matches!(err, floe::Error::JobFailed { .. }), "refused up front: {err}");
+    assert!(err.to_string().contains("watermark/win/00"), "{err}");
 }
 
 #[test]
@@ -1139,11 +1153,19 @@ fn processing_time_timers_fire_without_input() {
     assert_eq!(published_output(&dir.path().join("out")).unwrap(), [r#"[7,"fired"]"#]);
 }
 
-/// Flags of `an_idleness_change_in_flight_is_replayed_in_order` only.
+/// Flags of the jobs of [`idle_in_flight_graph`]: the tests that run them hold
+/// [`one_idle_in_flight_test`] throughout (test threads run in parallel, and one test's
+/// reset or release of these flags let another's `j` go early, so nothing was in flight).
 static HELD: AtomicBool = AtomicBool::new(false);
 static RELEASED: AtomicBool = AtomicBool::new(false);
 static ARMED: AtomicBool = AtomicBool::new(false);
 static SNAPPED: AtomicBool = AtomicBool::new(false);
+
+/// One test at a time runs the jobs of [`idle_in_flight_graph`] (their flags are shared).
+fn one_idle_in_flight_test() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Holds on the marker until the test releases it.
 fn hold() {
@@ -1265,6 +1287,7 @@ fn idle_in_flight_run(fail: bool) -> (Vec<Ev>, JobResult, bool, tempfile::TempDi
 
 #[test]
 fn an_idleness_change_in_flight_is_replayed_in_order() {
+    let _serial = one_idle_in_flight_test();
     // Unaligned checkpoints store the changes of idleness in flight among the records
     // (format 5): replayed without `a`'s, `j` would restore `a`'s channel active at -1,
     // replay `b`'s 499 without moving, and 300 would not be late.
@@ -1429,6 +1452,7 @@ fn restore_error(manifest: &std::path::Path, what: &str) -> floe::Error {
 
 #[test]
 fn in_flight_records_on_no_such_input_or_channel_are_refused() {
+    let _serial = one_idle_in_flight_test();
     // Found by an outsider's attack (session 38): an in-flight record on an input the
     // operator does not have was dropped at the restore, one on a channel it does not have
     // replayed, and bytes after a record ignored; each is now an error naming the file.
@@ -1483,6 +1507,7 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
 
 #[test]
 fn in_flight_records_of_no_such_instance_are_refused() {
+    let _serial = one_idle_in_flight_test();
     // Found by an outsider's attack (session 38): a channel_state entry for an instance the
     // checkpoint did not have (`j[1]` beside the real `j[0]`) was replayed too, its records
     // twice, and one for a source (no input channels) was dropped without a word.

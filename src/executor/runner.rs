@@ -973,14 +973,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
         if plan.nodes.iter().any(|n| n.is_source && n.name == c.operator) {
             return Err(Error::corrupt(path, 0, format!("{}: a source has no input channels", entry())));
         }
-        let prefix = format!("{}{}/", crate::format::timers::WATERMARK_EXTRA_PREFIX, c.operator);
-        // Keys of this operator's instances only (an operator `a/b` has keys under `a/`).
-        let recorded = m
-            .extra
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .any(|(k, _)| crate::format::sink_state::parse_decimal_u32(&k[prefix.len()..]).is_some());
-        if recorded && !m.extra.contains_key(&crate::format::timers::watermark_key(&c.operator, c.subtask)) {
+        if crate::format::timers::instance_existed(&m.extra, &c.operator, c.subtask) == Some(false) {
             return Err(Error::corrupt(
                 path,
                 0,

@@ -47,6 +47,28 @@ pub fn watermark_key(operator: &str, subtask: u32) -> String {
     format!("{WATERMARK_EXTRA_PREFIX}{operator}/{subtask}")
 }
 
+/// Whether instance `subtask` of `operator` took part in the checkpoint whose `extra` map
+/// this is, as far as the map can tell: `Some(true)` if it has its own watermark entry,
+/// `Some(false)` if it has none while another instance of the operator has one (it did
+/// not exist: the checkpoint had fewer instances), `None` if the operator recorded no
+/// watermark at all (a sink, or a checkpoint older than watermark entries).
+pub fn instance_existed(
+    extra: &std::collections::BTreeMap<String, String>,
+    operator: &str,
+    subtask: u32,
+) -> Option<bool> {
+    if extra.contains_key(&watermark_key(operator, subtask)) {
+        return Some(true);
+    }
+    let prefix = format!("{WATERMARK_EXTRA_PREFIX}{operator}/");
+    // Keys of this operator's instances only (an operator `a/b` has keys under `a/`).
+    let recorded = extra
+        .range(prefix.clone()..)
+        .take_while(|(k, _)| k.starts_with(&prefix))
+        .any(|(k, _)| super::sink_state::parse_decimal_u32(&k[prefix.len()..]).is_some());
+    recorded.then_some(false)
+}
+
 /// The `extra` value of a watermark: the `i64` little-endian.
 pub fn encode_watermark(wm: i64) -> Vec<u8> {
     wm.to_le_bytes().to_vec()
@@ -215,7 +237,7 @@ pub fn restored_inputs(
             return Ok(Some((inputs, true)));
         }
     }
-    if !rescalable || extra.contains_key(&watermark_key(operator, subtask)) {
+    if !rescalable || instance_existed(extra, operator, subtask) == Some(true) {
         return Ok(None);
     }
     let prefix = format!("{INPUTS_EXTRA_PREFIX}{operator}/");
@@ -223,7 +245,7 @@ pub fn restored_inputs(
         let Some(sub) = k.strip_prefix(&prefix) else { break };
         // Only an instance that existed (it recorded its watermark too) is a sibling.
         let existed = super::sink_state::parse_decimal_u32(sub)
-            .is_some_and(|s| extra.contains_key(&watermark_key(operator, s)));
+            .is_some_and(|s| instance_existed(extra, operator, s) == Some(true));
         if *k == own || !existed {
             continue;
         }
@@ -241,14 +263,16 @@ fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
     decode_inputs(&bytes, at)
 }
 
-/// Checks every `inputs/` and `clock/` entry of a manifest's `extra` map: its key must end
-/// in a subtask in canonical decimal after an operator name, and its value decode. A
-/// damaged one is found before a job's first attempt, not by every attempt's tasks.
+/// Checks every `watermark/`, `inputs/` and `clock/` entry of a manifest's `extra` map: its
+/// key must end in a subtask in canonical decimal after an operator name, and an `inputs/`
+/// or `clock/` value decode (a watermark's is decoded with its operator's,
+/// [`restored_watermark`]). A damaged one is found before a job's first attempt, not by
+/// every attempt's tasks; a key such as `watermark/win/00` is not silently ignored.
 pub fn check_time_entries(
     extra: &std::collections::BTreeMap<String, String>,
     origin: &std::path::Path,
 ) -> Result<()> {
-    for prefix in [INPUTS_EXTRA_PREFIX, CLOCK_EXTRA_PREFIX] {
+    for prefix in [WATERMARK_EXTRA_PREFIX, INPUTS_EXTRA_PREFIX, CLOCK_EXTRA_PREFIX] {
         for (k, v) in extra.range(prefix.to_string()..) {
             let Some(rest) = k.strip_prefix(prefix) else { break };
             let at = origin.join(k);
@@ -262,7 +286,7 @@ pub fn check_time_entries(
             }
             if prefix == INPUTS_EXTRA_PREFIX {
                 decode_hex_inputs(v, &at)?;
-            } else {
+            } else if prefix == CLOCK_EXTRA_PREFIX {
                 decode_hex_clock(v, &at)?;
             }
         }
