@@ -241,6 +241,9 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
     let good = layout::sinks_committed_contents(id);
     let other = layout::sinks_committed_contents(id + 1);
     let differ = good.bytes().zip(other.bytes()).take_while(|(a, b)| a == b).count();
+    let root = dir.path().join("ckpt");
+    let verified = floe::inspect::verify(&root, None).unwrap();
+    assert!(verified.ok, "{:?}", verified.problems);
     let cases: Vec<(&str, Vec<u8>, String)> = vec![
         ("another savepoint's", other.clone().into_bytes(), format!("at offset {differ}")),
         ("empty", Vec::new(), "at offset 0".into()),
@@ -255,6 +258,14 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
         let msg = e.to_string();
         assert!(matches!(e, floe::Error::Corrupt { .. }), "{what}: {msg}");
         assert!(msg.contains(&marker.display().to_string()) && msg.contains(&want), "{what}: {msg}");
+        // `floe verify` reports what a restore refuses.
+        let v = floe::inspect::verify(&root, None).unwrap();
+        assert!(!v.ok, "{what}: verify passed it");
+        assert!(
+            v.problems.iter().any(|p| p.file.ends_with(layout::SINKS_COMMITTED) && p.checkpoints == [id]),
+            "{what}: {:?}",
+            v.problems
+        );
     }
     // A link is not followed, whatever it points at.
     std::fs::remove_file(&marker).unwrap();
@@ -263,6 +274,7 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
     std::os::unix::fs::symlink(&elsewhere, &marker).unwrap();
     let e = resume_only(&storage, &topic, &sp, &out).unwrap_err();
     assert!(e.to_string().contains(&marker.display().to_string()), "{e}");
+    assert!(!floe::inspect::verify(&root, None).unwrap().ok, "verify passed a link");
     // Without it, the resume commits the savepoint's transaction again: in place, a no-op.
     std::fs::remove_file(&marker).unwrap();
     let r = resume_only(&storage, &topic, &sp, &out).unwrap();

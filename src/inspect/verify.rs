@@ -265,6 +265,10 @@ impl Checker {
         }
         self.check_chains(l, &m);
         self.check_coverage(l, &m);
+        // A savepoint's record that its sinks committed: a restore refuses a damaged one.
+        if let Err(e) = crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
+            self.report_error(l.id, &l.manifest_path, &e);
+        }
         m.files.len()
     }
 
