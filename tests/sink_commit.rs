@@ -244,6 +244,8 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
     let root = dir.path().join("ckpt");
     let verified = floe::inspect::verify(&root, None).unwrap();
     assert!(verified.ok, "{:?}", verified.problems);
+    let shown = |id| floe::inspect::show(&root, Some(id)).unwrap().sinks_committed;
+    assert_eq!(shown(id).as_deref(), Some("yes"));
     let cases: Vec<(&str, Vec<u8>, String)> = vec![
         ("another savepoint's", other.clone().into_bytes(), format!("at offset {differ}")),
         ("empty", Vec::new(), "at offset 0".into()),
@@ -258,6 +260,7 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
         let msg = e.to_string();
         assert!(matches!(e, floe::Error::Corrupt { .. }), "{what}: {msg}");
         assert!(msg.contains(&marker.display().to_string()) && msg.contains(&want), "{what}: {msg}");
+        assert!(shown(id).is_some_and(|s| s.starts_with("damaged: ")), "{what}: {:?}", shown(id));
         // `floe verify` reports what a restore refuses.
         let v = floe::inspect::verify(&root, None).unwrap();
         assert!(!v.ok, "{what}: verify passed it");
@@ -277,6 +280,7 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
     assert!(!floe::inspect::verify(&root, None).unwrap().ok, "verify passed a link");
     // Without it, the resume commits the savepoint's transaction again: in place, a no-op.
     std::fs::remove_file(&marker).unwrap();
+    assert_eq!(shown(id).as_deref(), Some("no"));
     let r = resume_only(&storage, &topic, &sp, &out).unwrap();
     assert_eq!(r.restarts, 0, "{:?}", r.failures);
     assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());

@@ -172,6 +172,10 @@ pub struct ShowReport {
     pub instances: Vec<InstanceInfo>,
     /// In-flight records per operator instance (empty unless the checkpoint is unaligned).
     pub channel_state: Vec<ChannelStateInfo>,
+    /// A savepoint's `COMMITTED` record (format-spec/layout.md, "Sinks committed"): `yes`
+    /// (its job stopped with it and every sink committed: a resume commits nothing again),
+    /// `no`, or `damaged: <why>` (a resume refuses it); `null` for a checkpoint.
+    pub sinks_committed: Option<String>,
     /// The statistics the manifest records (`null`: none).
     pub stats: Option<crate::format::CheckpointStatistics>,
     /// Sums of `stats` (`null` without statistics).
@@ -322,6 +326,13 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
         operators,
         instances,
         channel_state: ChannelStateInfo::of(&m),
+        sinks_committed: (m.kind == crate::format::ManifestKind::Savepoint).then(|| {
+            match crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
+                Ok(true) => "yes".to_string(),
+                Ok(false) => "no".to_string(),
+                Err(e) => format!("damaged: {e}"),
+            }
+        }),
         passed_over,
     })
 }
@@ -410,6 +421,9 @@ impl Report for ShowReport {
         }
         for c in &self.channel_state {
             let _ = writeln!(s, "{}", c.line());
+        }
+        if let Some(c) = &self.sinks_committed {
+            let _ = writeln!(s, "sinks committed (stopped with it): {c}");
         }
         let _ = writeln!(s, "statistics:");
         s.push_str(&super::stats::stats_text(self.stats.as_ref(), "  "));
