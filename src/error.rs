@@ -160,6 +160,17 @@ pub enum Error {
         #[source]
         cause: Box<Error>,
     },
+    /// A stop-with-savepoint found the job ending by itself (its bounded input ended) or
+    /// ended: the job was let finish, its final checkpoint publishing its output; no
+    /// savepoint was taken.
+    #[error(
+        "no savepoint taken: the job ended by itself (its input ended); its last completed checkpoint: {}",
+        last_checkpoint.map_or_else(|| "none".to_string(), |id| id.to_string())
+    )]
+    JobEnded {
+        /// The job's last completed checkpoint (its final one).
+        last_checkpoint: Option<u64>,
+    },
     /// A failure injected on purpose (tests, the demo's crash).
     #[error("injected failure: {0}")]
     Injected(String),

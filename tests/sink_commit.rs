@@ -10,7 +10,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
@@ -20,11 +21,31 @@ use floe::executor::{
     published_output,
 };
 
-/// A file sink whose next `fails` commits fail (before the file sink sees them), and
-/// that reports each record it wrote.
+/// What the test makes a sink's instances do besides writing files.
+#[derive(Default)]
+struct Faults {
+    /// The next this many commits fail (before the file sink sees them).
+    fails: AtomicU32,
+    /// Commits panic.
+    panic: AtomicBool,
+    /// Instance `n - 1`'s `finish` fails (0: none).
+    finish_fails: AtomicU32,
+    /// A `pre_commit` sends its checkpoint id here, then waits for `gate` (when set).
+    entered: Mutex<Option<Sender<u64>>>,
+    gate: Mutex<Option<Receiver<()>>>,
+}
+
+impl Faults {
+    fn failing(n: u32) -> Arc<Faults> {
+        Arc::new(Faults { fails: AtomicU32::new(n), ..Faults::default() })
+    }
+}
+
+/// A file sink with [`Faults`], that reports each record it wrote.
 struct Flaky {
     inner: Box<dyn TwoPhaseCommitSink<u64>>,
-    fails: Arc<AtomicU32>,
+    faults: Arc<Faults>,
+    subtask: u32,
     written: Sender<u64>,
 }
 
@@ -35,10 +56,18 @@ impl TwoPhaseCommitSink<u64> for Flaky {
         Ok(())
     }
     fn pre_commit(&mut self, id: u64) -> floe::Result<Vec<u8>> {
+        let entered = self.faults.entered.lock().unwrap().clone();
+        if let Some(tx) = entered {
+            let _ = tx.send(id);
+            if let Some(gate) = self.faults.gate.lock().unwrap().as_ref() {
+                let _ = gate.recv();
+            }
+        }
         self.inner.pre_commit(id)
     }
     fn commit(&mut self, c: &[u8]) -> floe::Result<()> {
-        if self.fails.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+        assert!(!self.faults.panic.load(Ordering::SeqCst), "the sink's commit panicked");
+        if self.faults.fails.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
             return Err(floe::Error::Background("the output store refused the commit".into()));
         }
         self.inner.commit(c)
@@ -53,32 +82,36 @@ impl TwoPhaseCommitSink<u64> for Flaky {
         self.inner.recover(restored)
     }
     fn finish(&mut self, id: u64) -> floe::Result<()> {
+        if self.faults.finish_fails.load(Ordering::SeqCst) == self.subtask + 1 {
+            return Err(floe::Error::Background("the output store refused the last file".into()));
+        }
         self.inner.finish(id)
     }
 }
 
-fn flaky_sink(dir: &Path, fails: &Arc<AtomicU32>, written: Sender<u64>) -> SinkFactory<u64> {
+fn flaky_sink(dir: &Path, faults: &Arc<Faults>, written: Sender<u64>) -> SinkFactory<u64> {
     let files = FileSink::factory(FileSinkConfig { dir: dir.to_path_buf(), exactly_once: true });
-    let fails = Arc::clone(fails);
+    let faults = Arc::clone(faults);
     Arc::new(move |s, p| {
-        Ok(Box::new(Flaky { inner: files(s, p)?, fails: Arc::clone(&fails), written: written.clone() })
+        let inner = files(s, p)?;
+        Ok(Box::new(Flaky { inner, faults: Arc::clone(&faults), subtask: s, written: written.clone() })
             as Box<_>)
     })
 }
 
 /// The job, and the records its sink writes as they come.
-fn job_reporting(topic: &Topic<u64>, out: &Path, fails: &Arc<AtomicU32>) -> (Job, Receiver<u64>) {
+fn job_reporting(topic: &Topic<u64>, out: &Path, faults: &Arc<Faults>) -> (Job, Receiver<u64>) {
     let job = Job::new();
     let t = topic.clone();
     let (tx, rx) = channel();
     job.source("numbers", 1, move |s, p| Box::new(t.source(s, p)))
         .map("pass", |x: u64| x)
-        .sink("out", flaky_sink(out, fails, tx));
+        .sink("out", flaky_sink(out, faults, tx));
     (job, rx)
 }
 
-fn job(topic: &Topic<u64>, out: &Path, fails: &Arc<AtomicU32>) -> Job {
-    job_reporting(topic, out, fails).0
+fn job(topic: &Topic<u64>, out: &Path, faults: &Arc<Faults>) -> Job {
+    job_reporting(topic, out, faults).0
 }
 
 /// Checkpoints only when asked (and at the end).
@@ -111,7 +144,7 @@ fn stopped(
 ) -> (Arc<CheckpointStorage>, Topic<u64>, floe::Result<PathBuf>) {
     let storage = CheckpointStorage::open(dir.join("ckpt"), StorageConfig::default()).unwrap();
     let topic: Topic<u64> = Topic::new(1);
-    let f = Arc::new(AtomicU32::new(fails));
+    let f = Faults::failing(fails);
     let (job, written) = job_reporting(&topic, out, &f);
     let handle = job.start(config(&storage)).unwrap();
     for i in 0..50 {
@@ -141,7 +174,7 @@ fn resume_only(
 ) -> floe::Result<floe::executor::JobResult> {
     let mut c = config(storage);
     c.restore_from = Some(sp.to_path_buf());
-    job(topic, out, &Arc::new(AtomicU32::new(0))).execute(&c)
+    job(topic, out, &Faults::failing(0)).execute(&c)
 }
 
 /// Feeds 50..100, then resumes from `sp` writing to `out` and runs to the end.
@@ -165,7 +198,7 @@ fn a_final_commit_that_fails_fails_the_attempt_and_the_restart_publishes_once() 
         topic.push(0, i);
     }
     topic.close();
-    let fails = Arc::new(AtomicU32::new(1));
+    let fails = Faults::failing(1);
     let r = job(&topic, &out, &fails).execute(&config(&storage)).unwrap();
     // Before: the job ended well with no restart, its output still `.pending-*`.
     assert_eq!(r.restarts, 1, "{:?}", r.failures);
@@ -176,7 +209,7 @@ fn a_final_commit_that_fails_fails_the_attempt_and_the_restart_publishes_once() 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
-    let fails = Arc::new(AtomicU32::new(u32::MAX));
+    let fails = Faults::failing(u32::MAX);
     let e = job(&topic, &out, &fails).execute(&config(&storage)).unwrap_err();
     assert!(matches!(e, floe::Error::JobFailed { restarts: 2, .. }), "{e}");
     assert!(e.to_string().contains("the output store refused the commit"), "{e}");
@@ -250,7 +283,9 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
         ("another savepoint's", other.clone().into_bytes(), format!("at offset {differ}")),
         ("empty", Vec::new(), "at offset 0".into()),
         ("truncated", good.as_bytes()[..good.len() - 1].to_vec(), format!("at offset {}", good.len() - 1)),
-        ("longer", format!("{good}x").into_bytes(), "larger than".into()),
+        ("longer", format!("{good}x").into_bytes(), format!("at offset {}", good.len())),
+        ("CRLF", good.replace('\n', "\r\n").into_bytes(), format!("at offset {}", good.len() - 1)),
+        ("10 MiB", [good.as_bytes(), &vec![b'x'; 10 << 20]].concat(), format!("at offset {}", good.len())),
     ];
     // The topic ends: a job that wrongly accepted the marker would run to its end, not hang.
     feed_the_rest(&topic);
@@ -270,8 +305,13 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
             v.problems
         );
     }
-    // A link is not followed, whatever it points at.
+    // A directory there.
     std::fs::remove_file(&marker).unwrap();
+    std::fs::create_dir(&marker).unwrap();
+    let e = resume_only(&storage, &topic, &sp, &out).unwrap_err();
+    assert!(e.to_string().contains("a directory") && e.to_string().contains("at offset 0"), "{e}");
+    std::fs::remove_dir(&marker).unwrap();
+    // A link is not followed, whatever it points at.
     let elsewhere = dir.path().join("elsewhere");
     std::fs::write(&elsewhere, &good).unwrap();
     std::os::unix::fs::symlink(&elsewhere, &marker).unwrap();
@@ -290,4 +330,88 @@ fn a_damaged_committed_marker_is_refused_before_any_attempt() {
 fn storage_id(sp: &Path) -> u64 {
     let name = sp.parent().unwrap().file_name().unwrap().to_str().unwrap();
     layout::parse_savepoint_dir_name(name).unwrap()
+}
+
+#[test]
+fn a_stop_that_meets_the_jobs_own_end_lets_it_finish() {
+    // Found by an outside attack: the stop was refused ("the job is ending") and the
+    // handle's drop cancelled the job, final checkpoint and all: nothing was published.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let topic: Topic<u64> = Topic::new(1);
+    for i in 0..100 {
+        topic.push(0, i);
+    }
+    topic.close();
+    let faults = Faults::failing(0);
+    let (entered, barrier) = channel();
+    let (open, gate) = channel();
+    *faults.entered.lock().unwrap() = Some(entered);
+    *faults.gate.lock().unwrap() = Some(gate);
+    let handle = job(&topic, &out, &faults).start(config(&storage)).unwrap();
+    // The sink is at the final checkpoint's barrier (the only one): the job is ending.
+    let final_id = barrier.recv_timeout(Duration::from_secs(600)).unwrap();
+    let stop = std::thread::spawn(move || handle.stop_with_savepoint());
+    open.send(()).unwrap();
+    let e = stop.join().unwrap().unwrap_err();
+    assert!(matches!(e, floe::Error::JobEnded { last_checkpoint: Some(id) } if id == final_id), "{e}");
+    assert!(storage.savepoint_ids().unwrap().is_empty());
+    assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_failure_at_the_end_with_checkpointing_off_is_not_restarted_into_duplicates() {
+    // Found by an outside attack: sink instance 0 published at the drain, instance 1's
+    // finish failed, and the restart from the start published instance 0's part again.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let topic: Topic<u64> = Topic::new(2);
+    for i in 0..100 {
+        topic.push((i % 2) as u32, i);
+    }
+    topic.close();
+    let faults = Faults::failing(0);
+    faults.finish_fails.store(2, Ordering::SeqCst);
+    let (tx, _written) = channel();
+    let job = Job::new();
+    let t = topic.clone();
+    job.source("numbers", 2, move |s, p| Box::new(t.source(s, p)))
+        .map("pass", |x: u64| x)
+        .sink("out", flaky_sink(&out, &faults, tx))
+        .parallelism(2);
+    let mut c = config(&storage);
+    c.checkpoint_interval = None;
+    let e = job.execute(&c).unwrap_err();
+    assert!(matches!(e, floe::Error::JobFailed { restarts: 0, .. }), "{e}");
+    assert!(e.to_string().contains("checkpointing off") && e.to_string().contains("last file"), "{e}");
+    let got = published(&[&out]);
+    let mut unique = got.clone();
+    unique.dedup();
+    assert_eq!(got, unique, "published twice");
+}
+
+#[test]
+fn a_panic_at_the_stop_names_the_savepoint_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let topic: Topic<u64> = Topic::new(1);
+    let faults = Faults::failing(0);
+    let (job, written) = job_reporting(&topic, &out, &faults);
+    let handle = job.start(config(&storage)).unwrap();
+    topic.push(0, 7);
+    assert_eq!(written.recv_timeout(Duration::from_secs(600)), Ok(7));
+    faults.panic.store(true, Ordering::SeqCst);
+    let e = handle.stop_with_savepoint().unwrap_err();
+    let id = *storage.savepoint_ids().unwrap().last().unwrap();
+    let sp = storage.savepoint_manifest_path(id);
+    assert!(e.to_string().contains("panicked") && e.to_string().contains(&sp.display().to_string()), "{e}");
+    faults.panic.store(false, Ordering::SeqCst);
+    let r = resume(&storage, &topic, &sp, &out).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    let mut want = vec![7];
+    want.extend(50..100);
+    assert_eq!(published(&[&out]), want);
 }

@@ -1094,22 +1094,34 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
         Some(dir) => dir.join(layout::SINKS_COMMITTED),
         None => PathBuf::from(layout::SINKS_COMMITTED),
     };
+    let want = layout::sinks_committed_contents(manifest.checkpoint_id);
+    let bad = |at: usize, what: String| Error::corrupt(&marker, at as u64, what);
     match io.stat(&marker) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io("stat", &marker, e)),
-        Ok(_) => {}
+        Ok((EntryKind::File, _)) => {}
+        Ok((EntryKind::Dir, _)) => return Err(bad(0, "a directory, not the file of this name".into())),
+        Ok((EntryKind::Other(what), _)) => return Err(bad(0, format!("a {what}, not a regular file"))),
     }
-    let want = layout::sinks_committed_contents(manifest.checkpoint_id);
-    let got = crate::fsutil::read_bounded_opened(io.open_read(&marker)?, &marker, want.len() as u64)?;
+    // At most one byte past the one allowed contents is read, whatever the file's size.
+    let mut got = Vec::with_capacity(want.len() + 1);
+    let read = |mut r: &mut dyn std::io::Read, got: &mut Vec<u8>| {
+        std::io::Read::read_to_end(&mut std::io::Read::take(&mut r, want.len() as u64 + 1), got)
+    };
+    match io.open_read(&marker)? {
+        super::io::Opened::File(mut f) => read(&mut f, &mut got),
+        super::io::Opened::Memory(mut c) => read(&mut c, &mut got),
+    }
+    .map_err(|e| Error::io("read", &marker, e))?;
     if got == want.as_bytes() {
         return Ok(true);
     }
+    // The first byte that differs (one past the contents when the file is longer).
     let at = got.iter().zip(want.as_bytes()).take_while(|(a, b)| a == b).count();
-    Err(Error::corrupt(
-        &marker,
-        at as u64,
+    Err(bad(
+        at,
         format!(
-            "not the marker that the sinks of savepoint {} committed (exactly {:?})",
+            "not the record that the sinks of savepoint {} committed (exactly {:?})",
             manifest.checkpoint_id, want
         ),
     ))

@@ -106,7 +106,9 @@ pub(crate) fn read_inflight(
         if op != operator {
             continue;
         }
-        let sub: u32 = sub.parse().map_err(|_| Error::InvalidRecord(format!("bad in-flight key {k}")))?;
+        let sub = crate::format::sink_state::parse_decimal_u32(sub).ok_or_else(|| {
+            Error::InvalidRecord(format!("bad in-flight key {k} (its subtask is not canonical decimal)"))
+        })?;
         let bytes = hex_decode(v).ok_or_else(|| Error::InvalidRecord(format!("in-flight {k} is not hex")))?;
         match postcard::from_bytes::<Vec<(u32, u32, Vec<u8>)>>(&bytes) {
             Ok(log) => {

@@ -124,6 +124,9 @@ pub(crate) enum Report {
     },
     /// A source reached the end of its input.
     SourceDone,
+    /// A sink is about to publish its output directly at the drain (checkpointing off): a
+    /// restart from the start would publish it again.
+    Publishing(Barrier),
     /// A keyed task restored its state.
     Restored {
         chain_len: usize,

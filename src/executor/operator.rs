@@ -76,6 +76,11 @@ pub(crate) trait Logic: Send {
         let _ = b;
         Ok(SnapshotParts::default())
     }
+    /// Whether `snapshot` of the drain (checkpointing off) publishes output directly: a
+    /// sink's does.
+    fn publishes_at_drain(&self) -> bool {
+        false
+    }
     /// Checkpoint `b` completed; `handle` is this task's state in it.
     fn complete(&mut self, b: Barrier, handle: Option<&StateHandle>) -> Result<()> {
         let _ = (b, handle);
@@ -369,6 +374,9 @@ impl<T: Data> Logic for SinkLogic<T> {
         };
         let key = extra_key(&self.operator, self.subtask);
         Ok(SnapshotParts { write: None, extra: vec![(key, state.encode()?)] })
+    }
+    fn publishes_at_drain(&self) -> bool {
+        true
     }
     fn complete(&mut self, b: Barrier, _: Option<&StateHandle>) -> Result<()> {
         if b.kind.commits() && b.kind != BarrierKind::Drain {

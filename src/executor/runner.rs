@@ -198,11 +198,17 @@ pub struct JobHandle {
     checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
 }
 
+/// Why a command was refused when the job is ending by itself (its terminal checkpoint,
+/// the final one of a bounded input, is under way).
+const ENDING: &str = "the job is ending";
+/// Why a command was refused when the job has ended (or ended while it waited).
+const ENDED: &str = "the job has ended";
+
 impl JobHandle {
     fn ask(&self, make: impl FnOnce(Sender<Result<u64>>) -> Command) -> Result<u64> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.commands.send(make(tx)).map_err(|_| Error::Cancelled("the job has ended".into()))?;
-        rx.recv().map_err(|_| Error::Cancelled("the job ended before answering".into()))?
+        self.commands.send(make(tx)).map_err(|_| Error::Cancelled(ENDED.into()))?;
+        rx.recv().map_err(|_| Error::Cancelled(ENDED.into()))?
     }
 
     /// Takes a savepoint and waits until it is durable. It commits no side effects.
@@ -217,11 +223,29 @@ impl JobHandle {
     }
 
     /// Stops the sources, takes a final savepoint (which commits the sinks), and ends the
-    /// job. A failed savepoint leaves the job running and is returned as the error.
+    /// job; returns once every sink has committed. Errors:
+    /// - the job was ending by itself (its bounded input ended: its final checkpoint was
+    ///   under way) or had ended: it is let finish and joined, and the error is
+    ///   [`Error::JobEnded`] (its final checkpoint published its output; no savepoint), or
+    ///   the job's own failure;
+    /// - a commit at the stop failed: the job's failure, naming the savepoint (it keeps the
+    ///   transactions; a job resumed from it commits them);
+    /// - the savepoint failed: the job is cancelled, as when its handle is dropped (the
+    ///   handle is consumed), and its latest completed checkpoint stays the one to restart
+    ///   from.
     pub fn stop_with_savepoint(mut self) -> Result<(SavepointInfo, JobResult)> {
-        let id = self.ask(|reply| Command::Stop { reply })?;
-        let result = self.join_thread()?;
-        Ok((SavepointInfo { id, manifest: self.storage.savepoint_manifest_path(id) }, result))
+        match self.ask(|reply| Command::Stop { reply }) {
+            Ok(id) => {
+                let result = self.join_thread()?;
+                Ok((SavepointInfo { id, manifest: self.storage.savepoint_manifest_path(id) }, result))
+            }
+            Err(Error::Cancelled(why)) if why == ENDING || why == ENDED => {
+                // Cancelling it now would discard its final checkpoint's output.
+                let result = self.join_thread()?;
+                Err(Error::JobEnded { last_checkpoint: result.last_checkpoint })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Cancels the job: every task stops and is joined; nothing more is committed.
@@ -328,9 +352,11 @@ struct Run<'a> {
     result: JobResult,
     /// Callers waiting for a checkpoint or savepoint to complete.
     waiting: BTreeMap<u64, Sender<Result<u64>>>,
-    /// The stop-with-savepoint, once its manifest is written: the job ends after it,
-    /// failed or not (a failure then is no reason to run on from an older checkpoint).
-    stopped: Option<u64>,
+    /// The terminal barrier after which no restart is made: a stop-with-savepoint once its
+    /// manifest is written (a failure then is no reason to run on from an older
+    /// checkpoint), or the drain with checkpointing off once a sink began to publish at it
+    /// (a restart would publish again what it published).
+    ended: Option<Barrier>,
 }
 
 /// How an attempt ended without failing.
@@ -379,15 +405,17 @@ fn run(
         bad: BTreeSet::new(),
         result: JobResult::default(),
         waiting: BTreeMap::new(),
-        stopped: None,
+        ended: None,
     };
     loop {
         run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
         match run.attempt(restore.clone()) {
             Ok(end) => {
                 run.result.cancelled = matches!(end, End::Cancelled);
-                if let (End::Finished, Some(id)) = (end, run.stopped) {
-                    run.mark_sinks_committed(id);
+                if let (End::Finished, Some(b)) = (end, run.ended)
+                    && b.kind == BarrierKind::StopSavepoint
+                {
+                    run.mark_sinks_committed(b.id);
                 }
                 break;
             }
@@ -396,22 +424,23 @@ fn run(
                     let _ = w.send(Err(Error::Cancelled(format!("the attempt failed: {e}"))));
                 }
                 run.result.failures.push(e.to_string());
-                if let Some(id) = run.stopped {
-                    // The savepoint is durable with the transactions its sinks could not
-                    // commit: a job resumed from it commits them.
-                    let path = config.storage.savepoint_manifest_path(id);
-                    let e = match e {
-                        Error::TaskFailed { task, reason } => Error::TaskFailed {
-                            task,
-                            reason: format!(
-                                "{reason} (after stop-with-savepoint {id} completed: the savepoint keeps \
-                                 its sinks' transactions, and a job resumed from {} commits them)",
-                                path.display()
-                            ),
-                        },
-                        e => e,
+                if let Some(b) = run.ended {
+                    let note = if b.kind == BarrierKind::StopSavepoint {
+                        format!(
+                            "after stop-with-savepoint {} completed: the savepoint keeps its sinks' \
+                             transactions, and a job resumed from {} commits them",
+                            b.id,
+                            config.storage.savepoint_manifest_path(b.id).display()
+                        )
+                    } else {
+                        "at the end of the input with checkpointing off, after a sink began to publish \
+                         its output directly: a restart would publish it again; not restarted"
+                            .to_string()
                     };
-                    return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(e) });
+                    return Err(Error::JobFailed {
+                        restarts: run.result.restarts,
+                        cause: Box::new(noted(e, &note)),
+                    });
                 }
                 if run.result.restarts >= config.restart.max_attempts {
                     return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(e) });
@@ -616,7 +645,7 @@ impl Run<'_> {
         // The terminal checkpoint's completion (a sink's commit) runs while the tasks are
         // stopped: a failure there must fail the attempt, not vanish with the report.
         let r = match r {
-            Ok(End::Finished) => match primary_failure(&tasks.report) {
+            Ok(End::Finished) => match self.leftover_reports(&tasks.report) {
                 Some((task, error)) => Err(failed(task, error)),
                 None => Ok(End::Finished),
             },
@@ -626,7 +655,7 @@ impl Run<'_> {
             Err(Error::Cancelled(_)) | Err(Error::TaskFailed { .. }) => {
                 // The first failure reported may be a consequence (a task whose downstream
                 // exited); prefer a primary failure reported meanwhile.
-                match (primary_failure(&tasks.report), r) {
+                match (self.leftover_reports(&tasks.report), r) {
                     (Some((task, error)), Err(Error::Cancelled(_))) => Err(failed(task, error)),
                     (_, r) => r,
                 }
@@ -722,7 +751,7 @@ impl Run<'_> {
                             }
                             None => {
                                 storage.abort(id);
-                                let _ = reply.send(Err(Error::Cancelled("the job is ending".into())));
+                                let _ = reply.send(Err(Error::Cancelled(ENDING.into())));
                             }
                         }
                     }
@@ -736,7 +765,7 @@ impl Run<'_> {
                             self.waiting.insert(id, reply);
                         } else {
                             storage.abort(id);
-                            let _ = reply.send(Err(Error::Cancelled("the job is ending".into())));
+                            let _ = reply.send(Err(Error::Cancelled(ENDING.into())));
                         }
                         work.extend(acts);
                     }
@@ -756,6 +785,7 @@ impl Run<'_> {
             };
             match msg {
                 Report::SourceDone => coord.on_source_done(),
+                Report::Publishing(b) => self.ended = Some(b),
                 Report::Ack(ack) => work.extend(coord.on_ack(ack)),
                 Report::Restored { chain_len, bytes, elapsed } => {
                     let rs = restore_stats.get_or_insert_with(|| RestoreStats {
@@ -851,7 +881,7 @@ impl Run<'_> {
         tasks.broadcast(Control::Complete(p.barrier));
         self.result.last_checkpoint = Some(id);
         if p.barrier.kind == BarrierKind::StopSavepoint {
-            self.stopped = Some(id);
+            self.ended = Some(p.barrier);
         }
         stats.cleanup_errors = storage.take_cleanup_errors();
         stats.duration = p.triggered.elapsed();
@@ -867,6 +897,23 @@ impl Run<'_> {
         stats.tasks = p.acks.into_values().map(|a| a.stats).collect();
         stats.cleanup_errors = self.config.storage.take_cleanup_errors();
         self.log(stats);
+    }
+
+    /// Reads the reports left after the tasks were joined: notes a sink that began to
+    /// publish at the drain, and returns the first failure that is not a consequence of
+    /// another ([`Error::Cancelled`]).
+    fn leftover_reports(&mut self, reports: &Receiver<Report>) -> Option<(String, Error)> {
+        let mut primary = None;
+        while let Ok(m) = reports.try_recv() {
+            match m {
+                Report::Failed { task, error } if !matches!(error, Error::Cancelled(_)) => {
+                    primary.get_or_insert((task, error));
+                }
+                Report::Publishing(b) => self.ended = Some(b),
+                _ => {}
+            }
+        }
+        primary
     }
 
     /// The job stopped with savepoint `id` and every task (every sink's commit) ended
@@ -930,9 +977,18 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     for c in &m.channel_state {
         unknown.insert(c.operator.clone());
     }
+    // In-flight records kept in `extra` by checkpoints older than channel-state files.
+    let mut old_inflight = Vec::new();
     for k in m.extra.keys() {
         if let Some((op, _)) = crate::format::sink_state::parse_extra_key(k) {
             unknown.insert(op.to_string());
+        }
+        if let Some((op, sub)) = k.strip_prefix("inflight/").and_then(|r| r.rsplit_once('/')) {
+            unknown.insert(op.to_string());
+            let sub = crate::format::sink_state::parse_decimal_u32(sub).ok_or_else(|| {
+                Error::corrupt(path, 0, format!("extra entry {k}: the subtask is not in canonical decimal"))
+            })?;
+            old_inflight.push((op.to_string(), sub, format!("extra entry {k}")));
         }
     }
     let mut positions: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
@@ -968,16 +1024,22 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     // checkpoint: a source has none (its entry's records would be dropped), and an
     // instance without a watermark entry where its operator's instances recorded theirs
     // did not exist (its records would be replayed beside the real ones', twice).
-    for c in &m.channel_state {
-        let entry = || format!("channel_state entry {}[{}] ({})", c.operator, c.subtask, c.path);
-        if plan.nodes.iter().any(|n| n.is_source && n.name == c.operator) {
-            return Err(Error::corrupt(path, 0, format!("{}: a source has no input channels", entry())));
+    let entries = m.channel_state.iter().map(|c| {
+        (
+            c.operator.clone(),
+            c.subtask,
+            format!("channel_state entry {}[{}] ({})", c.operator, c.subtask, c.path),
+        )
+    });
+    for (operator, subtask, entry) in entries.chain(old_inflight) {
+        if plan.nodes.iter().any(|n| n.is_source && n.name == operator) {
+            return Err(Error::corrupt(path, 0, format!("{entry}: a source has no input channels")));
         }
-        if crate::format::timers::instance_existed(&m.extra, &c.operator, c.subtask) == Some(false) {
+        if crate::format::timers::instance_existed(&m.extra, &operator, subtask) == Some(false) {
             return Err(Error::corrupt(
                 path,
                 0,
-                format!("{}: the checkpoint has no such instance (no watermark entry of its own)", entry()),
+                format!("{entry}: the checkpoint has no such instance (no watermark entry of its own)"),
             ));
         }
     }
@@ -989,18 +1051,17 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     Ok(())
 }
 
-/// The first failure among the reports left after the tasks were joined that is not a
-/// consequence of another ([`Error::Cancelled`]).
-fn primary_failure(reports: &Receiver<Report>) -> Option<(String, Error)> {
-    let mut primary = None;
-    while let Ok(m) = reports.try_recv() {
-        if let Report::Failed { task, error } = m
-            && !matches!(error, Error::Cancelled(_))
-        {
-            primary.get_or_insert((task, error));
+/// `e` with `note` on where it happened (in parentheses after its reason).
+fn noted(e: Error, note: &str) -> Error {
+    match e {
+        Error::TaskFailed { task, reason } => {
+            Error::TaskFailed { task, reason: format!("{reason} ({note})") }
         }
+        Error::TaskPanicked { task, message } => {
+            Error::TaskPanicked { task, message: format!("{message} ({note})") }
+        }
+        e => Error::TaskFailed { task: "the job".into(), reason: format!("{e} ({note})") },
     }
-    primary
 }
 
 fn failed(task: String, error: Error) -> Error {

@@ -530,6 +530,9 @@ impl<L: Logic> Loop<L> {
 
     fn snapshot(&mut self, b: Barrier, overtake: bool, alignment: Duration) -> Result<()> {
         let started = Instant::now();
+        if b.kind == BarrierKind::Drain && self.t.logic.publishes_at_drain() {
+            let _ = self.t.common.report.send(Report::Publishing(b));
+        }
         let parts = match self.t.logic.snapshot(b) {
             Ok(p) => p,
             // A late barrier of a checkpoint the coordinator already aborted: nothing to
