@@ -251,6 +251,26 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         late_record_job(again.path(), 0).execute(&cfg2).expect_err("a non-canonical key must be refused");
     assert!(!matches!(err, floe::Error::JobFailed { .. }), "refused up front: {err}");
     assert!(err.to_string().contains("watermark/win/00"), "{err}");
+    // In-flight records of checkpoints older than channel-state files (`inflight/` entries,
+    // an empty log here): one of a source, of an operator the job does not have, or under
+    // a non-canonical subtask was replayed or dropped without a word.
+    let wm = m.extra.remove("watermark/win/00").unwrap();
+    m.extra.insert("watermark/win/0".into(), wm);
+    for (key, says) in [
+        ("inflight/events/0", "a source has no input channels"),
+        ("inflight/gone/0", "operators this job does not have: gone"),
+        ("inflight/win/01", "not in canonical decimal"),
+    ] {
+        let mut bad = m.clone();
+        bad.extra.insert(key.into(), "00".into());
+        std::fs::write(cfg.restore_from.as_ref().unwrap(), bad.encode().unwrap()).unwrap();
+        let again = tempfile::tempdir().unwrap();
+        let mut cfg3 = JobConfig::new(storage(again.path()));
+        cfg3.restore_from = cfg.restore_from.clone();
+        let err = late_record_job(again.path(), 0).execute(&cfg3).expect_err(key);
+        assert!(!matches!(err, floe::Error::JobFailed { .. }), "{key}: refused up front: {err}");
+        assert!(err.to_string().contains(says), "{key}: {err}");
+    }
 }
 
 #[test]
