@@ -1101,7 +1101,7 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
         Err(e) => return Err(Error::io("stat", &marker, e)),
         Ok((EntryKind::File, _)) => {}
         Ok((EntryKind::Dir, _)) => return Err(bad(0, "a directory, not the file of this name".into())),
-        Ok((EntryKind::Other(what), _)) => return Err(bad(0, format!("a {what}, not a regular file"))),
+        Ok((EntryKind::Other(what), _)) => return Err(bad(0, format!("{what}, not a regular file"))),
     }
     // At most one byte past the one allowed contents is read, whatever the file's size.
     let mut got = Vec::with_capacity(want.len() + 1);
