@@ -596,11 +596,21 @@ fn stop_and_resume_elsewhere(m: Medium) {
     let out = tempfile::tempdir().unwrap();
     let storage = CheckpointStorage::open(p.path(), StorageConfig::default()).unwrap();
     let topic: Topic<u64> = Topic::new(1);
+    // Each record the map passed: it is before the stop's barrier on the one channel to the
+    // sink, so in the stop's transaction.
+    let (seen_tx, seen) = std::sync::mpsc::channel::<u64>();
+    let seen_tx = Arc::new(parking_lot::Mutex::new(seen_tx));
     let job = |dir: &str| {
         let job = Job::new();
         let t = topic.clone();
         let config = FileSinkConfig { dir: out.path().join(dir), exactly_once: true };
-        job.source("numbers", 1, move |s, n| Box::new(t.source(s, n))).sink("out", FileSink::factory(config));
+        let tx = Arc::clone(&seen_tx);
+        job.source("numbers", 1, move |s, n| Box::new(t.source(s, n)))
+            .map("seen", move |x: u64| {
+                let _ = tx.lock().send(x);
+                x
+            })
+            .sink("out", FileSink::factory(config));
         job
     };
     let mut config = JobConfig::new(Arc::clone(&storage));
@@ -609,6 +619,9 @@ fn stop_and_resume_elsewhere(m: Medium) {
     let handle = job("a").start(config.clone()).unwrap();
     for i in 0..50 {
         topic.push(0, i);
+    }
+    for i in 0..50 {
+        assert_eq!(seen.recv_timeout(std::time::Duration::from_secs(600)), Ok(i));
     }
     let (sp, _) = handle.stop_with_savepoint().unwrap();
     let rel = format!(
@@ -623,6 +636,7 @@ fn stop_and_resume_elsewhere(m: Medium) {
         topic.push(0, i);
     }
     topic.close();
+    assert_eq!(published_output(&out.path().join("a")).unwrap().len(), 50, "the stop published 0..50 in a");
     config.restore_from = Some(sp.manifest.clone());
     let r = job("b").execute(&config).unwrap();
     assert_eq!(r.restarts, 0, "{:?}", r.failures);

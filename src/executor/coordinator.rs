@@ -102,6 +102,12 @@ impl Coordinator {
         self.sources_done += 1;
     }
 
+    /// Whether the attempt is ending: its terminal checkpoint (the final one, or a
+    /// stop-with-savepoint) is triggered, so no other is.
+    pub fn is_ending(&self) -> bool {
+        self.terminal.is_some()
+    }
+
     /// A stop-with-savepoint was asked for: it is triggered at the next `poll`.
     pub fn request_stop(&mut self) {
         self.stop_requested = true;

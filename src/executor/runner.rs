@@ -208,7 +208,11 @@ impl JobHandle {
     fn ask(&self, make: impl FnOnce(Sender<Result<u64>>) -> Command) -> Result<u64> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.commands.send(make(tx)).map_err(|_| Error::Cancelled(ENDED.into()))?;
-        rx.recv().map_err(|_| Error::Cancelled(ENDED.into()))?
+        rx.recv().map_err(|_| {
+            // Unanswered: the job ended with the request queued, or the attempt failed
+            // while handling it (and the job may run on after a restart).
+            Error::Cancelled(if self.is_finished() { ENDED } else { "the job dropped the request" }.into())
+        })?
     }
 
     /// Takes a savepoint and waits until it is durable. It commits no side effects.
@@ -357,6 +361,9 @@ struct Run<'a> {
     /// checkpoint), or the drain with checkpointing off once a sink began to publish at it
     /// (a restart would publish again what it published).
     ended: Option<Barrier>,
+    /// The last attempt ended with no task reporting a failure, not even a consequence of
+    /// another's (every sink handled the terminal checkpoint's completion).
+    stopped_cleanly: bool,
 }
 
 /// How an attempt ended without failing.
@@ -406,6 +413,7 @@ fn run(
         result: JobResult::default(),
         waiting: BTreeMap::new(),
         ended: None,
+        stopped_cleanly: false,
     };
     loop {
         run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
@@ -414,6 +422,7 @@ fn run(
                 run.result.cancelled = matches!(end, End::Cancelled);
                 if let (End::Finished, Some(b)) = (end, run.ended)
                     && b.kind == BarrierKind::StopSavepoint
+                    && run.stopped_cleanly
                 {
                     run.mark_sinks_committed(b.id);
                 }
@@ -642,24 +651,25 @@ impl Run<'_> {
         let mut tasks = self.spawn(restore.as_ref())?;
         let r = self.coordinate(&mut tasks, restore.as_deref());
         tasks.stop_all();
-        // The terminal checkpoint's completion (a sink's commit) runs while the tasks are
-        // stopped: a failure there must fail the attempt, not vanish with the report.
-        let r = match r {
-            Ok(End::Finished) => match self.leftover_reports(&tasks.report) {
-                Some((task, error)) => Err(failed(task, error)),
-                None => Ok(End::Finished),
-            },
-            r => r,
-        };
+        // Whatever the outcome: a sink may have begun to publish at the drain meanwhile.
+        let (primary, clean) = self.leftover_reports(&tasks.report);
         match r {
-            Err(Error::Cancelled(_)) | Err(Error::TaskFailed { .. }) => {
-                // The first failure reported may be a consequence (a task whose downstream
-                // exited); prefer a primary failure reported meanwhile.
-                match (self.leftover_reports(&tasks.report), r) {
-                    (Some((task, error)), Err(Error::Cancelled(_))) => Err(failed(task, error)),
-                    (_, r) => r,
+            // The terminal checkpoint's completion (a sink's commit) runs while the tasks
+            // are stopped: a failure there must fail the attempt, not vanish with the
+            // report. A stop records its sinks committed only if no task reported anything.
+            Ok(End::Finished) => match primary {
+                Some((task, error)) => Err(failed(task, error)),
+                None => {
+                    self.stopped_cleanly = clean;
+                    Ok(End::Finished)
                 }
-            }
+            },
+            // The first failure reported may be a consequence (a task whose downstream
+            // exited); prefer a primary failure reported meanwhile.
+            Err(Error::Cancelled(_)) => match primary {
+                Some((task, error)) => Err(failed(task, error)),
+                None => r,
+            },
             r => r,
         }
     }
@@ -756,6 +766,11 @@ impl Run<'_> {
                         }
                     }
                     Command::Stop { reply } => {
+                        if coord.is_ending() {
+                            // Its final checkpoint (or a stop) is under way: let it end.
+                            let _ = reply.send(Err(Error::Cancelled(ENDING.into())));
+                            continue;
+                        }
                         coord.request_stop();
                         // The stop-with-savepoint gets its id at the next poll; the reply
                         // waits for whichever terminal checkpoint that is.
@@ -764,8 +779,12 @@ impl Run<'_> {
                         if acts.iter().any(|a| matches!(a, Action::Trigger(b) if b.id == id)) {
                             self.waiting.insert(id, reply);
                         } else {
+                            // Not ending: the attempt is failing (too many checkpoints
+                            // failed). The stop failed; the job is not left to end alone.
                             storage.abort(id);
-                            let _ = reply.send(Err(Error::Cancelled(ENDING.into())));
+                            let _ = reply.send(Err(Error::Cancelled(
+                                "the stop-with-savepoint was not started: the attempt is failing".into(),
+                            )));
                         }
                         work.extend(acts);
                     }
@@ -901,19 +920,22 @@ impl Run<'_> {
 
     /// Reads the reports left after the tasks were joined: notes a sink that began to
     /// publish at the drain, and returns the first failure that is not a consequence of
-    /// another ([`Error::Cancelled`]).
-    fn leftover_reports(&mut self, reports: &Receiver<Report>) -> Option<(String, Error)> {
-        let mut primary = None;
+    /// another ([`Error::Cancelled`]), and whether no task reported a failure at all.
+    fn leftover_reports(&mut self, reports: &Receiver<Report>) -> (Option<(String, Error)>, bool) {
+        let (mut primary, mut clean) = (None, true);
         while let Ok(m) = reports.try_recv() {
             match m {
-                Report::Failed { task, error } if !matches!(error, Error::Cancelled(_)) => {
-                    primary.get_or_insert((task, error));
+                Report::Failed { task, error } => {
+                    clean = false;
+                    if !matches!(error, Error::Cancelled(_)) {
+                        primary.get_or_insert((task, error));
+                    }
                 }
                 Report::Publishing(b) => self.ended = Some(b),
                 _ => {}
             }
         }
-        primary
+        (primary, clean)
     }
 
     /// The job stopped with savepoint `id` and every task (every sink's commit) ended

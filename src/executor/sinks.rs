@@ -93,9 +93,12 @@ pub trait TwoPhaseCommitSink<T>: Send {
     /// transaction begins.
     fn pre_commit(&mut self, checkpoint_id: u64) -> Result<Vec<u8>>;
 
-    /// Publishes a pre-committed transaction. Idempotent: committing a committable that is
-    /// already committed succeeds and changes nothing. It may be a committable of another
-    /// instance (after a restart: an old subtask of this one's share).
+    /// Publishes a pre-committed transaction, durably by the time it returns `Ok` (after a
+    /// stop-with-savepoint the runtime then records the savepoint's transactions
+    /// committed, and a resume does not commit them again). Idempotent: committing a
+    /// committable that is already committed succeeds and changes nothing. It may be a
+    /// committable of another instance (after a restart: an old subtask of this one's
+    /// share).
     fn commit(&mut self, committable: &[u8]) -> Result<()>;
 
     /// Discards a pre-committed transaction that will never be committed. Idempotent;

@@ -245,9 +245,7 @@ impl<L: Logic> Loop<L> {
                         break;
                     }
                     Err(TryRecvError::Empty) => {}
-                    Err(TryRecvError::Disconnected) => {
-                        return Err(Error::Cancelled("an upstream task exited".into()));
-                    }
+                    Err(TryRecvError::Disconnected) => return self.upstream_gone(),
                 }
             }
             match got {
@@ -320,9 +318,22 @@ impl<L: Logic> Loop<L> {
         };
         match e {
             Ok(e) => self.on_element(ch, e)?,
-            Err(_) => return Err(Error::Cancelled("an upstream task exited".into())),
+            Err(_) => return self.upstream_gone().map(|()| Next::Stop),
         }
         Ok(Next::Continue)
+    }
+
+    /// An input closed: the task upstream exited. The controls already sent are handled
+    /// first: the runner sends the terminal checkpoint's completion to every task before it
+    /// stops any, so a sink commits it even when it sees its upstream gone first. `Ok` if
+    /// they stopped the task; else the task was cut off ([`Error::Cancelled`]).
+    fn upstream_gone(&mut self) -> Result<()> {
+        while let Ok(m) = self.t.common.control.try_recv() {
+            if let Next::Stop = self.on_control(m)? {
+                return Ok(());
+            }
+        }
+        Err(Error::Cancelled("an upstream task exited".into()))
     }
 
     fn take_priority(&mut self) -> Result<()> {

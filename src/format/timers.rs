@@ -51,7 +51,7 @@ pub fn watermark_key(operator: &str, subtask: u32) -> String {
 /// this is, as far as the map can tell: `Some(true)` if it has its own watermark entry,
 /// `Some(false)` if it has none while another instance of the operator has one (it did
 /// not exist: the checkpoint had fewer instances), `None` if the operator recorded no
-/// watermark at all (a sink, or a checkpoint older than watermark entries).
+/// watermark at all (a source, or a checkpoint older than watermark entries).
 pub fn instance_existed(
     extra: &std::collections::BTreeMap<String, String>,
     operator: &str,
