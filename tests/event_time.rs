@@ -1180,6 +1180,8 @@ static HELD: AtomicBool = AtomicBool::new(false);
 static RELEASED: AtomicBool = AtomicBool::new(false);
 static ARMED: AtomicBool = AtomicBool::new(false);
 static SNAPPED: AtomicBool = AtomicBool::new(false);
+/// `b` read its last record before the checkpoint (300).
+static READ_ALL: AtomicBool = AtomicBool::new(false);
 
 /// One test at a time runs the jobs of [`idle_in_flight_graph`] (their flags are shared).
 fn one_idle_in_flight_test() -> std::sync::MutexGuard<'static, ()> {
@@ -1202,7 +1204,11 @@ impl floe::executor::Source<Ev> for Snapped {
         self.0.open(w)
     }
     fn poll(&mut self) -> floe::Result<floe::executor::Poll<Ev>> {
-        self.0.poll()
+        let p = self.0.poll()?;
+        if matches!(p, floe::executor::Poll::Ready((1, 300, 1000))) {
+            READ_ALL.store(true, SeqCst);
+        }
+        Ok(p)
     }
     fn position(&self) -> Vec<u8> {
         if ARMED.load(SeqCst) {
@@ -1255,7 +1261,7 @@ fn idle_in_flight_graph(ta: &Topic<Ev>, tb: &Topic<Ev>, dir: &std::path::Path) -
 
 /// As [`run_idle_in_flight_job`], also giving the directory and checkpoint 1's id.
 fn idle_in_flight_run(fail: bool) -> (Vec<Ev>, JobResult, bool, tempfile::TempDir, u64) {
-    for f in [&HELD, &RELEASED, &ARMED, &SNAPPED] {
+    for f in [&HELD, &RELEASED, &ARMED, &SNAPPED, &READ_ALL] {
         f.store(false, SeqCst);
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1281,7 +1287,10 @@ fn idle_in_flight_run(fail: bool) -> (Vec<Ev>, JobResult, bool, tempfile::TempDi
         tb.push(0, (1, ts, 1));
     }
     tb.push(0, (1, 300, 1000));
-    // Room for `a`'s idleness timeout (whether it passed is read from the checkpoint).
+    // `b` read all of its records (so they are before its barrier, in flight at the held
+    // `j`), and room for `a`'s idleness timeout (whether it passed is read from the
+    // checkpoint).
+    wait_for(&READ_ALL, "b read 300");
     std::thread::sleep(Duration::from_millis(100));
     ARMED.store(true, SeqCst);
     let c = std::thread::scope(|s| {
