@@ -1105,13 +1105,10 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
     }
     // At most one byte past the one allowed contents is read, whatever the file's size.
     let mut got = Vec::with_capacity(want.len() + 1);
-    let read = |mut r: &mut dyn std::io::Read, got: &mut Vec<u8>| {
-        std::io::Read::read_to_end(&mut std::io::Read::take(&mut r, want.len() as u64 + 1), got)
-    };
-    match io.open_read(&marker)? {
-        super::io::Opened::File(mut f) => read(&mut f, &mut got),
-        super::io::Opened::Memory(mut c) => read(&mut c, &mut got),
-    }
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(io.open_read(&marker)?, want.len() as u64 + 1),
+        &mut got,
+    )
     .map_err(|e| Error::io("read", &marker, e))?;
     if got == want.as_bytes() {
         return Ok(true);

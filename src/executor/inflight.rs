@@ -81,6 +81,14 @@ pub(crate) enum Inflight<'a> {
     Marker(u32, Marker),
 }
 
+/// The operator and subtask of an `extra` key `inflight/<operator>/<subtask>`, where
+/// checkpoints older than channel-state files kept in-flight records (`None`: another key;
+/// a subtask of `None`: not in canonical decimal).
+pub(crate) fn inflight_key(k: &str) -> Option<(&str, Option<u32>)> {
+    let (op, sub) = k.strip_prefix("inflight/")?.rsplit_once('/')?;
+    Some((op, crate::format::sink_state::parse_decimal_u32(sub)))
+}
+
 /// Calls `f(old_subtask, input, element)` for every in-flight element of `operator`, in
 /// order: from its channel-state files, then from `extra` entries of older checkpoints
 /// (records only).
@@ -101,12 +109,11 @@ pub(crate) fn read_inflight(
         })?;
     }
     for (k, v) in &m.extra {
-        let Some(rest) = k.strip_prefix("inflight/") else { continue };
-        let Some((op, sub)) = rest.rsplit_once('/') else { continue };
+        let Some((op, sub)) = inflight_key(k) else { continue };
         if op != operator {
             continue;
         }
-        let sub = crate::format::sink_state::parse_decimal_u32(sub).ok_or_else(|| {
+        let sub = sub.ok_or_else(|| {
             Error::InvalidRecord(format!("bad in-flight key {k} (its subtask is not canonical decimal)"))
         })?;
         let bytes = hex_decode(v).ok_or_else(|| Error::InvalidRecord(format!("in-flight {k} is not hex")))?;

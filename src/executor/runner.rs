@@ -361,14 +361,16 @@ struct Run<'a> {
     /// checkpoint), or the drain with checkpointing off once a sink began to publish at it
     /// (a restart would publish again what it published).
     ended: Option<Barrier>,
-    /// The last attempt ended with no task reporting a failure, not even a consequence of
-    /// another's (every sink handled the terminal checkpoint's completion).
-    stopped_cleanly: bool,
 }
 
 /// How an attempt ended without failing.
 enum End {
-    Finished,
+    /// Its terminal checkpoint completed. `clean`: no task reported a failure, not even a
+    /// consequence of another's (every sink handled the completion); read once the tasks
+    /// were joined, so the coordinator's own verdict is `true`.
+    Finished {
+        clean: bool,
+    },
     Cancelled,
 }
 
@@ -413,16 +415,14 @@ fn run(
         result: JobResult::default(),
         waiting: BTreeMap::new(),
         ended: None,
-        stopped_cleanly: false,
     };
     loop {
         run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
         match run.attempt(restore.clone()) {
             Ok(end) => {
                 run.result.cancelled = matches!(end, End::Cancelled);
-                if let (End::Finished, Some(b)) = (end, run.ended)
+                if let (End::Finished { clean: true }, Some(b)) = (end, run.ended)
                     && b.kind == BarrierKind::StopSavepoint
-                    && run.stopped_cleanly
                 {
                     run.mark_sinks_committed(b.id);
                 }
@@ -657,12 +657,9 @@ impl Run<'_> {
             // The terminal checkpoint's completion (a sink's commit) runs while the tasks
             // are stopped: a failure there must fail the attempt, not vanish with the
             // report. A stop records its sinks committed only if no task reported anything.
-            Ok(End::Finished) => match primary {
+            Ok(End::Finished { .. }) => match primary {
                 Some((task, error)) => Err(failed(task, error)),
-                None => {
-                    self.stopped_cleanly = clean;
-                    Ok(End::Finished)
-                }
+                None => Ok(End::Finished { clean }),
             },
             // The first failure reported may be a consequence (a task whose downstream
             // exited); prefer a primary failure reported meanwhile.
@@ -731,7 +728,7 @@ impl Run<'_> {
                     }
                     Action::Finish => {
                         self.result.restores.extend(restore_stats);
-                        return Ok(End::Finished);
+                        return Ok(End::Finished { clean: true });
                     }
                     Action::Fail(e) => return Err(e),
                 }
@@ -1005,9 +1002,9 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
         if let Some((op, _)) = crate::format::sink_state::parse_extra_key(k) {
             unknown.insert(op.to_string());
         }
-        if let Some((op, sub)) = k.strip_prefix("inflight/").and_then(|r| r.rsplit_once('/')) {
+        if let Some((op, sub)) = super::inflight::inflight_key(k) {
             unknown.insert(op.to_string());
-            let sub = crate::format::sink_state::parse_decimal_u32(sub).ok_or_else(|| {
+            let sub = sub.ok_or_else(|| {
                 Error::corrupt(path, 0, format!("extra entry {k}: the subtask is not in canonical decimal"))
             })?;
             old_inflight.push((op.to_string(), sub, format!("extra entry {k}")));
