@@ -1479,18 +1479,37 @@ fn restore_error(manifest: &std::path::Path, what: &str) -> floe::Error {
     idle_in_flight_graph(&ta, &tb, again.path()).execute(&cfg).expect_err(what)
 }
 
-#[test]
-fn in_flight_records_on_no_such_input_or_channel_are_refused() {
+/// Checkpoint 1 of a failure-free [`idle_in_flight_run`] (j's records in flight), held
+/// with the lock on that job's flags for as long as the test uses it.
+struct JCheckpoint {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+    c: u64,
+    root: std::path::PathBuf,
+    manifest_path: std::path::PathBuf,
+    /// Its manifest as written.
+    good: floe::format::Manifest,
+    /// j's channel-state entry.
+    cs: floe::format::ChannelStateRef,
+}
+
+fn j_checkpoint() -> JCheckpoint {
     let _serial = one_idle_in_flight_test();
-    // Found by an outsider's attack (session 38): an in-flight record on an input the
-    // operator does not have was dropped at the restore, one on a channel it does not have
-    // replayed, and bytes after a record ignored; each is now an error naming the file.
     let (_, r, _, dir, c) = idle_in_flight_run(false);
     assert_eq!(r.restarts, 0);
     let root = dir.path().join("ckpt");
     let manifest_path = storage(dir.path()).manifest_path(c);
     let good = floe::checkpoint::read_manifest_file(&manifest_path).unwrap();
     let cs = good.channel_state.iter().find(|c| c.operator == "j").expect("j's in-flight records").clone();
+    JCheckpoint { _serial, _dir: dir, c, root, manifest_path, good, cs }
+}
+
+#[test]
+fn in_flight_records_on_no_such_input_or_channel_are_refused() {
+    // Found by an outsider's attack (session 38): an in-flight record on an input the
+    // operator does not have was dropped at the restore, one on a channel it does not have
+    // replayed, and bytes after a record ignored; each is now an error naming the file.
+    let JCheckpoint { _serial, _dir, c, root, manifest_path, good, cs } = j_checkpoint();
     let chan = root.join(&cs.path);
     let original = std::fs::read(&chan).unwrap();
     let entries = j_in_flight(&root, &good);
@@ -1536,16 +1555,10 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
 
 #[test]
 fn in_flight_records_of_no_such_instance_are_refused() {
-    let _serial = one_idle_in_flight_test();
     // Found by an outsider's attack (session 38): a channel_state entry for an instance the
     // checkpoint did not have (`j[1]` beside the real `j[0]`) was replayed too, its records
     // twice, and one for a source (no input channels) was dropped without a word.
-    let (_, r, _, dir, c) = idle_in_flight_run(false);
-    assert_eq!(r.restarts, 0);
-    let root = dir.path().join("ckpt");
-    let manifest_path = storage(dir.path()).manifest_path(c);
-    let good = floe::checkpoint::read_manifest_file(&manifest_path).unwrap();
-    let cs = good.channel_state.iter().find(|c| c.operator == "j").expect("j's in-flight records").clone();
+    let JCheckpoint { _serial, _dir, c, root, manifest_path, good, cs } = j_checkpoint();
     let file = good.files.iter().find(|f| f.path == cs.path).unwrap().clone();
     // One record of j's, owned by whichever instance replays it.
     let record = j_in_flight(&root, &good).into_iter().find(|e| e.2 == 0).expect("a record in flight");

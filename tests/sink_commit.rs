@@ -134,6 +134,18 @@ fn published(dirs: &[&Path]) -> Vec<u64> {
     v
 }
 
+/// A bounded input: 0..100 spread over `partitions`, ended; with the output folder and a
+/// checkpoint directory in `dir`.
+fn bounded(dir: &Path, partitions: u32) -> (PathBuf, Arc<CheckpointStorage>, Topic<u64>) {
+    let storage = CheckpointStorage::open(dir.join("ckpt"), StorageConfig::default()).unwrap();
+    let topic: Topic<u64> = Topic::new(partitions);
+    for i in 0..100 {
+        topic.push((i % u64::from(partitions)) as u32, i);
+    }
+    topic.close();
+    (dir.join("out"), storage, topic)
+}
+
 /// Runs the job on 0..50 and stops it with a savepoint once the sink has written all 50
 /// (no checkpoint before: the stop's one transaction holds them), its first `fails`
 /// commits failing. Returns the storage, the topic and the stop's savepoint manifest.
@@ -191,13 +203,7 @@ fn resume(
 #[test]
 fn a_final_commit_that_fails_fails_the_attempt_and_the_restart_publishes_once() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
-    let topic: Topic<u64> = Topic::new(1);
-    for i in 0..100 {
-        topic.push(0, i);
-    }
-    topic.close();
+    let (out, storage, topic) = bounded(dir.path(), 1);
     let fails = Faults::failing(1);
     let r = job(&topic, &out, &fails).execute(&config(&storage)).unwrap();
     // Before: the job ended well with no restart, its output still `.pending-*`.
@@ -337,13 +343,7 @@ fn a_stop_that_meets_the_jobs_own_end_lets_it_finish() {
     // Found by an outside attack: the stop was refused ("the job is ending") and the
     // handle's drop cancelled the job, final checkpoint and all: nothing was published.
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
-    let topic: Topic<u64> = Topic::new(1);
-    for i in 0..100 {
-        topic.push(0, i);
-    }
-    topic.close();
+    let (out, storage, topic) = bounded(dir.path(), 1);
     let faults = Faults::failing(0);
     let (entered, barrier) = channel();
     let (open, gate) = channel();
@@ -365,13 +365,7 @@ fn a_failure_at_the_end_with_checkpointing_off_is_not_restarted_into_duplicates(
     // Found by an outside attack: sink instance 0 published at the drain, instance 1's
     // finish failed, and the restart from the start published instance 0's part again.
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
-    let topic: Topic<u64> = Topic::new(2);
-    for i in 0..100 {
-        topic.push((i % 2) as u32, i);
-    }
-    topic.close();
+    let (out, storage, topic) = bounded(dir.path(), 2);
     let faults = Faults::failing(0);
     faults.finish_fails.store(2, Ordering::SeqCst);
     let (tx, _written) = channel();
