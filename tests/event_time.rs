@@ -206,6 +206,21 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
     late_record_job(dir.path(), 0).execute(&JobConfig::new(Arc::clone(&first))).unwrap();
     let manifest = first.manifest_path(*first.checkpoint_ids().unwrap().last().unwrap());
     drop(first);
+    // `floe verify` reports each entry a restore refuses, on the manifest, naming the key
+    // (before, it passed them all).
+    let root = dir.path().join("ckpt");
+    let manifest_rel = manifest.strip_prefix(&root).unwrap().to_str().unwrap().to_owned();
+    let verify_names = |key: &str, says: &str| {
+        let v = floe::inspect::verify(&root, None).unwrap();
+        assert!(!v.ok, "verify passed {key}");
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.file == manifest_rel && p.what.contains(key) && p.what.contains(says)),
+            "{key}: {:?}",
+            v.problems
+        );
+    };
     let mut m = floe::checkpoint::read_manifest_file(&manifest).unwrap();
     let entry = m.extra.get_mut("watermark/win/0").expect("the checkpoint records the window's watermark");
     let good = entry.clone();
@@ -222,6 +237,7 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         "refused up front, not by a failed attempt: {err}"
     );
     assert!(err.to_string().contains("watermark/win/0"), "{err}");
+    verify_names("watermark/win/0", "not hex");
     // So is a damaged inputs entry (an idle bit past its count of 2).
     let mut m = floe::checkpoint::read_manifest_file(&manifest).unwrap();
     m.extra.insert("watermark/win/0".into(), good);
@@ -237,6 +253,7 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         err.to_string().contains("inputs/win/0") && err.to_string().contains("past the 2 inputs"),
         "{err}"
     );
+    verify_names("inputs/win/0", "past the 2 inputs");
     // And a watermark key whose subtask is not canonical: before, `watermark/win/00` was
     // ignored, and the window task started without the watermark it held.
     let mut m = floe::checkpoint::read_manifest_file(cfg.restore_from.as_ref().unwrap()).unwrap();
@@ -251,6 +268,7 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         late_record_job(again.path(), 0).execute(&cfg2).expect_err("a non-canonical key must be refused");
     assert!(!matches!(err, floe::Error::JobFailed { .. }), "refused up front: {err}");
     assert!(err.to_string().contains("watermark/win/00"), "{err}");
+    verify_names("watermark/win/00", "decimal");
     // In-flight records of checkpoints older than channel-state files (`inflight/` entries,
     // an empty log here): one of a source, of an operator the job does not have, or under
     // a non-canonical subtask was replayed or dropped without a word.
@@ -259,7 +277,8 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
     for (key, says) in [
         ("inflight/events/0", "a source has no input channels"),
         ("inflight/gone/0", "operators this job does not have: gone"),
-        ("inflight/win/01", "not in canonical decimal"),
+        ("inflight/win/01", "<subtask in decimal>"),
+        ("inflight/win", "<subtask in decimal>"),
     ] {
         let mut bad = m.clone();
         bad.extra.insert(key.into(), "00".into());
@@ -270,6 +289,9 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         let err = late_record_job(again.path(), 0).execute(&cfg3).expect_err(key);
         assert!(!matches!(err, floe::Error::JobFailed { .. }), "{key}: refused up front: {err}");
         assert!(err.to_string().contains(says), "{key}: {err}");
+        if says.contains("decimal") {
+            verify_names(key, says);
+        }
     }
 }
 

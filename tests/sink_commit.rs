@@ -409,3 +409,46 @@ fn a_panic_at_the_stop_names_the_savepoint_too() {
     want.extend(50..100);
     assert_eq!(published(&[&out]), want);
 }
+
+#[test]
+fn a_sink_or_source_entry_under_a_key_no_reader_looks_up_is_refused_up_front() {
+    // Before: a sink's state under `sink/out/00` was skipped by the restore, so the job ran
+    // without the savepoint's transaction (neither committed nor aborted), and `floe verify`
+    // passed it; a position under `numbers/01` failed every attempt ("position not found").
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (storage, topic, sp) = stopped(dir.path(), &out, 1);
+    assert!(sp.is_err(), "the stop's commit failed: the savepoint holds the transaction");
+    let id = *storage.savepoint_ids().unwrap().last().unwrap();
+    let sp = storage.savepoint_manifest_path(id);
+    let good = floe::checkpoint::read_manifest_file(&sp).unwrap();
+    let root = dir.path().join("ckpt");
+    assert!(floe::inspect::verify(&root, None).unwrap().ok);
+    feed_the_rest(&topic);
+    let moved = |map: &std::collections::BTreeMap<String, String>, from: &str, to: &str| {
+        let mut m = map.clone();
+        let v = m.remove(from).unwrap_or_else(|| panic!("no entry {from}: {map:?}"));
+        m.insert(to.into(), v);
+        m
+    };
+    let mut sink = good.clone();
+    sink.extra = moved(&good.extra, "sink/out/0", "sink/out/00");
+    let mut source = good.clone();
+    source.sources = moved(&good.sources, "numbers/0", "numbers/01");
+    for (what, m, key) in [("sink", sink, "sink/out/00"), ("source", source, "numbers/01")] {
+        std::fs::write(&sp, m.encode().unwrap()).unwrap();
+        let e = resume_only(&storage, &topic, &sp, &out).unwrap_err();
+        assert!(matches!(e, floe::Error::Corrupt { .. }), "{what}: refused up front: {e}");
+        assert!(e.to_string().contains(key) && e.to_string().contains("decimal"), "{what}: {e}");
+        if what == "sink" {
+            let v = floe::inspect::verify(&root, None).unwrap();
+            assert!(!v.ok && v.problems.iter().any(|p| p.what.contains(key)), "{:?}", v.problems);
+        }
+    }
+    assert_eq!(published(&[&out]), Vec::<u64>::new(), "nothing ran");
+    // The savepoint as it was: the resume commits its transaction and runs to the end.
+    std::fs::write(&sp, good.encode().unwrap()).unwrap();
+    let r = resume_only(&storage, &topic, &sp, &out).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
+}

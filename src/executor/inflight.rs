@@ -85,8 +85,8 @@ pub(crate) enum Inflight<'a> {
 /// checkpoints older than channel-state files kept in-flight records (`None`: another key;
 /// a subtask of `None`: not in canonical decimal).
 pub(crate) fn inflight_key(k: &str) -> Option<(&str, Option<u32>)> {
-    let (op, sub) = k.strip_prefix("inflight/")?.rsplit_once('/')?;
-    Some((op, crate::format::sink_state::parse_decimal_u32(sub)))
+    use crate::format::entries::{INFLIGHT_EXTRA_PREFIX, entry_key};
+    entry_key(k, INFLIGHT_EXTRA_PREFIX)
 }
 
 /// Calls `f(old_subtask, input, element)` for every in-flight element of `operator`, in

@@ -988,6 +988,9 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 /// in-flight records belong to instances that had input channels. Operators
 /// the checkpoint does not know start empty, as new operators do in Flink.
 fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path) -> Result<()> {
+    // Every key under a prefix the executor reads, and every value it decodes: a key a
+    // reader would skip (`sink/out/00`) would drop what it holds without a word.
+    crate::format::entries::check_executor_entries(&m.extra, path)?;
     let names: BTreeSet<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut unknown = BTreeSet::new();
     for o in &m.operators {
@@ -1002,12 +1005,25 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
         if let Some((op, _)) = crate::format::sink_state::parse_extra_key(k) {
             unknown.insert(op.to_string());
         }
-        if let Some((op, sub)) = super::inflight::inflight_key(k) {
+        // (A key with a non-canonical subtask was refused above.)
+        if let Some((op, Some(sub))) = super::inflight::inflight_key(k) {
             unknown.insert(op.to_string());
-            let sub = sub.ok_or_else(|| {
-                Error::corrupt(path, 0, format!("extra entry {k}: the subtask is not in canonical decimal"))
-            })?;
             old_inflight.push((op.to_string(), sub, format!("extra entry {k}")));
+        }
+    }
+    // A source's position under a key it does not look up (`numbers/01`), or that does not
+    // decode, would fail every attempt the same way.
+    for (k, v) in &m.sources {
+        let Some((op, sub)) = k.rsplit_once('/') else { continue };
+        if !plan.nodes.iter().any(|n| n.is_source && n.name == op) {
+            continue;
+        }
+        let at = path.join(k);
+        if crate::format::sink_state::parse_decimal_u32(sub).is_none() {
+            return Err(Error::corrupt(&at, 0, "a source position's key is <operator>/<subtask in decimal>"));
+        }
+        if crate::format::manifest::hex_decode(v).is_none() {
+            return Err(Error::corrupt(&at, 0, "a source position is hex"));
         }
     }
     let mut positions: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
@@ -1066,7 +1082,6 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     for n in &plan.nodes {
         crate::format::timers::restored_watermark(&m.extra, &n.name, 0, n.parallelism, path)?;
     }
-    crate::format::timers::check_time_entries(&m.extra, path)?;
     Ok(())
 }
 

@@ -5,6 +5,7 @@ pub mod chain;
 pub mod channel;
 mod cursor;
 pub mod datafile;
+pub mod entries;
 pub mod manifest;
 pub mod positions;
 pub mod sink_state;

@@ -263,37 +263,6 @@ fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
     decode_inputs(&bytes, at)
 }
 
-/// Checks every `watermark/`, `inputs/` and `clock/` entry of a manifest's `extra` map: its
-/// key must end in a subtask in canonical decimal after an operator name, and an `inputs/`
-/// or `clock/` value decode (a watermark's is decoded with its operator's,
-/// [`restored_watermark`]). A damaged one is found before a job's first attempt, not by
-/// every attempt's tasks; a key such as `watermark/win/00` is not silently ignored.
-pub fn check_time_entries(
-    extra: &std::collections::BTreeMap<String, String>,
-    origin: &std::path::Path,
-) -> Result<()> {
-    for prefix in [WATERMARK_EXTRA_PREFIX, INPUTS_EXTRA_PREFIX, CLOCK_EXTRA_PREFIX] {
-        for (k, v) in extra.range(prefix.to_string()..) {
-            let Some(rest) = k.strip_prefix(prefix) else { break };
-            let at = origin.join(k);
-            let sub = rest.rsplit_once('/').filter(|(op, _)| !op.is_empty()).map(|(_, sub)| sub);
-            if sub.and_then(super::sink_state::parse_decimal_u32).is_none() {
-                return Err(Error::corrupt(
-                    &at,
-                    0,
-                    format!("a key here is {prefix}<operator>/<subtask in decimal>"),
-                ));
-            }
-            if prefix == INPUTS_EXTRA_PREFIX {
-                decode_hex_inputs(v, &at)?;
-            } else if prefix == CLOCK_EXTRA_PREFIX {
-                decode_hex_clock(v, &at)?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Prefix of the `extra` keys holding a source instance's event-time clock.
 pub const CLOCK_EXTRA_PREFIX: &str = "clock/";
 
@@ -453,7 +422,7 @@ mod tests {
         // Other operators' entries are not siblings.
         assert_eq!(restored_inputs(&extra, "x", 0, 2, two.shape, origin, true).unwrap(), None);
         assert_eq!(restored_inputs(&extra, "", 0, 2, two.shape, origin, true).unwrap(), None);
-        check_time_entries(&extra, origin).unwrap();
+        super::super::entries::check_executor_entries(&extra, origin).unwrap();
         let long = "02000000".to_owned() + &"00".repeat(8 + 16) + "0000";
         let stray = "02000000".to_owned() + &"00".repeat(8 + 16) + "04";
         for (bad, what) in [
@@ -467,7 +436,7 @@ mod tests {
             extra.insert(inputs_key("w", 0), bad.into());
             let e = restored(0, 2, two.shape, &extra).unwrap_err().to_string();
             assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
-            let e = check_time_entries(&extra, origin).unwrap_err().to_string();
+            let e = super::super::entries::check_executor_entries(&extra, origin).unwrap_err().to_string();
             assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
         }
         extra.insert(inputs_key("w", 0), hex(&enc));
@@ -476,13 +445,13 @@ mod tests {
         {
             let mut e = extra.clone();
             e.insert(key.into(), hex(&enc));
-            let err = check_time_entries(&e, origin).unwrap_err().to_string();
+            let err = super::super::entries::check_executor_entries(&e, origin).unwrap_err().to_string();
             assert!(err.contains(key) && err.contains("decimal"), "{key}: {err}");
         }
         // Keys of other prefixes are not looked at.
         extra.insert("inputsx/w/0".into(), "zz".into());
         extra.insert("input/w/0".into(), "zz".into());
-        check_time_entries(&extra, origin).unwrap();
+        super::super::entries::check_executor_entries(&extra, origin).unwrap();
         // Shapes tell apart layouts of as many channels.
         let a = channel_shape([(0, "m1", 0), (0, "m2", 0), (0, "m2", 1)]);
         let b = channel_shape([(0, "m1", 0), (0, "m1", 1), (0, "m2", 0)]);
@@ -504,17 +473,17 @@ mod tests {
         extra.insert(clock_key("a", 0), hex(&enc));
         assert_eq!(restored_clock(&extra, "a", 0, origin).unwrap(), Some(c));
         assert_eq!(restored_clock(&extra, "a", 1, origin).unwrap(), None);
-        check_time_entries(&extra, origin).unwrap();
+        super::super::entries::check_executor_entries(&extra, origin).unwrap();
         for (bad, what) in [("zz", "not hex"), ("00", "24 bytes, not 1"), (&*"00".repeat(25), "not 25")] {
             extra.insert(clock_key("a", 0), bad.into());
             let e = restored_clock(&extra, "a", 0, origin).unwrap_err().to_string();
             assert!(e.contains("clock/a/0") && e.contains(what), "{bad}: {e}");
-            let e = check_time_entries(&extra, origin).unwrap_err().to_string();
+            let e = super::super::entries::check_executor_entries(&extra, origin).unwrap_err().to_string();
             assert!(e.contains("clock/a/0") && e.contains(what), "{bad}: {e}");
         }
         extra.insert(clock_key("a", 0), hex(&enc));
         extra.insert("clock/a/01".into(), hex(&enc));
-        let e = check_time_entries(&extra, origin).unwrap_err().to_string();
+        let e = super::super::entries::check_executor_entries(&extra, origin).unwrap_err().to_string();
         assert!(e.contains("clock/a/01") && e.contains("decimal"), "{e}");
     }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{Passed, Report, human_bytes, iso8601, open_read_only, rel, resolve_noting};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::FileKind;
 use crate::state::{Codec, KeyGroupRange, StateDescriptor};
 
@@ -174,7 +174,8 @@ pub struct ShowReport {
     pub channel_state: Vec<ChannelStateInfo>,
     /// A savepoint's `COMMITTED` record (format-spec/layout.md, "Sinks committed"): `yes`
     /// (its job stopped with it and every sink committed: a resume commits nothing again),
-    /// `no`, or `damaged: <why>` (a resume refuses it); `null` for a checkpoint.
+    /// `no`, `damaged: <why>` (a resume refuses it) or `unreadable: <why>` (it could not be
+    /// read; a resume fails on it too); `null` for a checkpoint.
     pub sinks_committed: Option<String>,
     /// The statistics the manifest records (`null`: none).
     pub stats: Option<crate::format::CheckpointStatistics>,
@@ -330,6 +331,8 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
             match crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
                 Ok(true) => "yes".to_string(),
                 Ok(false) => "no".to_string(),
+                // A record that could not be read (permission, I/O) is not known damaged.
+                Err(e @ Error::Io { .. }) => format!("unreadable: {e}"),
                 Err(e) => format!("damaged: {e}"),
             }
         }),

@@ -1,8 +1,9 @@
 //! `floe verify DIR [ID]`: checks every manifest, every file it references (exists, is a
 //! regular file, size and whole-file CRC-32 as listed), every chain (kinds, parents,
 //! writers), every block (checksum and record structure), and every channel-state file
-//! (header, block and footer checksums, records, owner). Reports each problem with the file
-//! and offset, and keeps going.
+//! (header, block and footer checksums, records, owner), and the executor's entries of each
+//! manifest's `extra` map as a restore checks them (`format::entries`). Reports each problem
+//! with the file and offset, and keeps going.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -265,6 +266,17 @@ impl Checker {
         }
         self.check_chains(l, &m);
         self.check_coverage(l, &m);
+        // The executor's entries, as a restore checks them before a job's first attempt.
+        for (key, e) in crate::format::entries::entry_problems(&m.extra, &l.manifest_path) {
+            let what = match e {
+                Error::Corrupt { offset: 0, what, .. } => format!("extra entry {key}: {what}"),
+                Error::Corrupt { offset, what, .. } => {
+                    format!("extra entry {key}: {what} (at byte {offset} of its value)")
+                }
+                other => format!("extra entry {key}: {other}"),
+            };
+            self.report(l.id, &l.manifest_path, None, what);
+        }
         // A savepoint's record that its sinks committed: a restore refuses a damaged one.
         if let Err(e) = crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
             self.report_error(l.id, &l.manifest_path, &e);
