@@ -66,7 +66,7 @@
 //! random values (stored), 4-12% more on the benchmark's compressible ones and up to ~1.7x
 //! on short-period repeats (the fast effort strides over them), and, until a probe, the
 //! savings of data only the full effort finds.
-//! README "Benchmarks" (session 31) has the measurements.
+//! docs/benchmarks.md (session 31) has the measurements.
 
 use crate::format::{CompressChoice, Effort, lz4_len};
 

@@ -59,7 +59,7 @@ pub enum Compression {
     /// than the sample's 1 KiB pieces is stored until a probe finds it (an attack's 64 KiB
     /// values, half of them an 8 KiB pattern repeated, alternating with random ones: 1.13-
     /// 1.5x `Lz4`'s bytes on a fast disk); choose `Lz4` where the smallest files matter more
-    /// than the checkpoint's time. README "Benchmarks", sessions 31 and 32.
+    /// than the checkpoint's time. docs/benchmarks.md, sessions 31 and 32.
     #[default]
     Adaptive,
 }
