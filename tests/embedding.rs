@@ -444,3 +444,36 @@ fn word_count_aborted_process_recovers_equal() {
     let out = word_count::run(dir.path(), &word_count::input(LINES), EVERY, None, false).unwrap();
     assert_eq!(out, word_count::Outcome::Done(expected));
 }
+
+#[test]
+fn extra_entries_under_the_runtimes_prefixes_are_refused_at_commit_unless_they_are_its_own() {
+    // Found by an outside attack: an embedder's `inputs/orders.csv` or `clock/tz` committed
+    // without a word, and `floe verify` then called the checkpoint damaged (the runtime's
+    // restore refuses such entries). Now the commit refuses them, naming the key; entries
+    // under other names, and well-formed runtime entries, commit as before.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
+    let mut store = Store::new();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut commit = |name: &str, bytes: Vec<u8>| {
+        let id = storage.next_id().unwrap();
+        let (handle, _) = cp.snapshot(&mut store, id, Target::Checkpoint).unwrap().wait().unwrap();
+        let r =
+            storage.commit_builder(id, Target::Checkpoint).state(handle.clone()).extra(name, bytes).commit();
+        if r.is_ok() {
+            cp.notify_complete(id, &handle, &mut store);
+        } else {
+            storage.abort(id);
+        }
+        r
+    };
+    for name in ["inputs/orders.csv", "clock/tz", "sink/s3-bucket", "watermark/op/01", "inflight/op"] {
+        let e = commit(name, vec![1, 2, 3]).unwrap_err();
+        assert!(matches!(e, floe::Error::InvalidConfig(_)), "{name}: {e}");
+        assert!(e.to_string().contains(name) && e.to_string().contains("runtime"), "{name}: {e}");
+    }
+    commit("watermark/op/0", 5i64.to_le_bytes().to_vec()).unwrap();
+    commit("orders.csv/inputs", vec![1, 2, 3]).unwrap();
+    let v = floe::inspect::verify(dir.path(), None).unwrap();
+    assert!(v.ok, "{:?}", v.problems);
+}

@@ -445,9 +445,29 @@ fn a_sink_or_source_entry_under_a_key_no_reader_looks_up_is_refused_up_front() {
             assert!(!v.ok && v.problems.iter().any(|p| p.what.contains(key)), "{:?}", v.problems);
         }
     }
-    assert_eq!(published(&[&out]), Vec::<u64>::new(), "nothing ran");
-    // The savepoint as it was: the resume commits its transaction and runs to the end.
+    // A job whose operators swapped names (the map is now `out`, the sink `pass`): the
+    // savepoint's transaction of `out` would reach no sink, and the sink `pass` would
+    // remove its pending file as a leftover. Found by an outside attack: it returned Ok
+    // with records 0..50 lost.
     std::fs::write(&sp, good.encode().unwrap()).unwrap();
+    let swapped = Job::new();
+    let t = topic.clone();
+    let (tx, _written) = channel();
+    swapped
+        .source("numbers", 1, move |s, p| Box::new(t.source(s, p)))
+        .map("out", |x: u64| x)
+        .sink("pass", flaky_sink(&out, &Faults::failing(0), tx));
+    let mut c = config(&storage);
+    c.restore_from = Some(sp.clone());
+    let e = swapped.execute(&c).unwrap_err();
+    assert!(matches!(e, floe::Error::InvalidConfig(_)), "{e}");
+    assert!(e.to_string().contains("sink/out/0") && e.to_string().contains("not a sink"), "{e}");
+    assert_eq!(published(&[&out]), Vec::<u64>::new(), "nothing ran");
+    let pending = std::fs::read_dir(&out)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_str().unwrap().starts_with(".pending-"));
+    assert_eq!(pending.count(), 1, "the savepoint's pending file is kept");
+    // The savepoint as it was: the resume commits its transaction and runs to the end.
     let r = resume_only(&storage, &topic, &sp, &out).unwrap();
     assert_eq!(r.restarts, 0, "{:?}", r.failures);
     assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());

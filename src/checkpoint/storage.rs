@@ -683,6 +683,22 @@ impl CheckpointStorage {
         extra: BTreeMap<String, Vec<u8>>,
         meta: CommitMeta,
     ) -> Result<Manifest> {
+        // Entries under the runtime's prefixes are checked by every restore and `floe verify`
+        // (format-spec/executor-state.md, "Keys of the `extra` map"): refused here, at the
+        // writer, rather than found damaged later.
+        let hex: BTreeMap<String, String> = extra.iter().map(|(k, v)| (k.clone(), hex_encode(v))).collect();
+        if let Some((key, e)) = crate::format::entries::entry_problems(&hex, Path::new("")).into_iter().next()
+        {
+            let why = match e {
+                Error::Corrupt { what, .. } => what,
+                other => other.to_string(),
+            };
+            return Err(Error::InvalidConfig(format!(
+                "checkpoint {checkpoint_id}: extra entry {key} is under a prefix floe's runtime reads \
+                 ({}) but is not one of its entries: {why}",
+                crate::format::entries::EXECUTOR_EXTRA_PREFIXES.join(", ")
+            )));
+        }
         let mut files: Vec<FileRef> = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
         let mut operators = Vec::new();
@@ -830,7 +846,7 @@ impl CheckpointStorage {
             files,
             operators,
             sources: sources.into_iter().map(|(k, v)| (k, hex_encode(&v))).collect(),
-            extra: extra.into_iter().map(|(k, v)| (k, hex_encode(&v))).collect(),
+            extra: hex,
             job: meta.job,
             compacted_from: meta.compacted_from,
             channel_state: channel_state.iter().map(ChannelStateHandle::to_ref).collect(),

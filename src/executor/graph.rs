@@ -51,6 +51,8 @@ pub(crate) struct Node {
     pub parallelism: u32,
     pub inputs: Vec<Edge>,
     pub is_source: bool,
+    /// A two-phase-commit sink: the only operator whose `sink/` entries a restore hands on.
+    pub is_sink: bool,
     /// Channel makers of the main and the side output.
     pub ports: [ChannelMaker; 2],
     pub build: Build,
@@ -179,6 +181,7 @@ impl Job {
             parallelism: parallelism.max(1),
             inputs,
             is_source,
+            is_sink: false,
             ports,
             build,
         });
@@ -334,6 +337,7 @@ impl<T: Data> Stream<T> {
         let p = self.parallelism_of();
         let node =
             self.job.add(name, p, vec![e], false, [channel_maker::<()>(), channel_maker::<()>()], build);
+        self.job.g.borrow_mut()[node].is_sink = true;
         SinkNode { job: self.job.clone(), node }
     }
 }

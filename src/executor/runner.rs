@@ -990,7 +990,7 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path) -> Result<()> {
     // Every key under a prefix the executor reads, and every value it decodes: a key a
     // reader would skip (`sink/out/00`) would drop what it holds without a word.
-    crate::format::entries::check_executor_entries(&m.extra, path)?;
+    crate::format::entries::check_executor_entries(m, path)?;
     let names: BTreeSet<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
     let mut unknown = BTreeSet::new();
     for o in &m.operators {
@@ -1004,11 +1004,21 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     for k in m.extra.keys() {
         if let Some((op, _)) = crate::format::sink_state::parse_extra_key(k) {
             unknown.insert(op.to_string());
+            // Only a sink restores transactions: under any other operator of the job they
+            // would be skipped, and the sink's leftovers (their pending files) removed.
+            if let Some(n) = plan.nodes.iter().find(|n| n.name == op && !n.is_sink) {
+                return Err(Error::InvalidConfig(format!(
+                    "checkpoint {} holds sink transactions of {op} (extra entry {k}), which in \
+                     this job is not a sink (operators renamed?)",
+                    m.checkpoint_id,
+                    op = n.name
+                )));
+            }
         }
         // (A key with a non-canonical subtask was refused above.)
-        if let Some((op, Some(sub))) = super::inflight::inflight_key(k) {
+        if let Some((op, Some(_))) = super::inflight::inflight_key(k) {
             unknown.insert(op.to_string());
-            old_inflight.push((op.to_string(), sub, format!("extra entry {k}")));
+            old_inflight.push((op.to_string(), format!("extra entry {k}")));
         }
     }
     // A source's position under a key it does not look up (`numbers/01`), or that does not
@@ -1055,27 +1065,15 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
             )));
         }
     }
-    // In-flight records belong to instances with input channels that took part in the
-    // checkpoint: a source has none (its entry's records would be dropped), and an
-    // instance without a watermark entry where its operator's instances recorded theirs
-    // did not exist (its records would be replayed beside the real ones', twice).
+    // In-flight records belong to instances with input channels: a source has none (its
+    // entry's records would be dropped). (Those of an instance the checkpoint did not have
+    // were refused with the entries, above.)
     let entries = m.channel_state.iter().map(|c| {
-        (
-            c.operator.clone(),
-            c.subtask,
-            format!("channel_state entry {}[{}] ({})", c.operator, c.subtask, c.path),
-        )
+        (c.operator.clone(), format!("channel_state entry {}[{}] ({})", c.operator, c.subtask, c.path))
     });
-    for (operator, subtask, entry) in entries.chain(old_inflight) {
+    for (operator, entry) in entries.chain(old_inflight) {
         if plan.nodes.iter().any(|n| n.is_source && n.name == operator) {
             return Err(Error::corrupt(path, 0, format!("{entry}: a source has no input channels")));
-        }
-        if crate::format::timers::instance_existed(&m.extra, &operator, subtask) == Some(false) {
-            return Err(Error::corrupt(
-                path,
-                0,
-                format!("{entry}: the checkpoint has no such instance (no watermark entry of its own)"),
-            ));
         }
     }
     // A damaged watermark entry would fail every attempt's tasks the same way.

@@ -94,9 +94,42 @@ pub fn entry_problems(extra: &BTreeMap<String, String>, origin: &Path) -> Vec<(S
     out
 }
 
-/// The first of [`entry_problems`], as an error naming `origin` (the manifest) and the key.
-pub fn check_executor_entries(extra: &BTreeMap<String, String>, origin: &Path) -> Result<()> {
+/// The first of [`entry_problems`] (the `extra` map alone).
+pub fn check_extra(extra: &BTreeMap<String, String>, origin: &Path) -> Result<()> {
     match entry_problems(extra, origin).into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// [`entry_problems`], and the in-flight records of instances the checkpoint did not have:
+/// a `channel_state` entry or an `inflight/` key of an operator instance without a
+/// `watermark/` entry of its own where the operator's instances recorded theirs
+/// ([`super::timers::instance_existed`]): a restore would replay them beside the real
+/// instance's, twice. Returned as `(what, error)`: the key, or the `channel_state` entry.
+pub fn manifest_entry_problems(m: &super::Manifest, origin: &Path) -> Vec<(String, Error)> {
+    let mut out = entry_problems(&m.extra, origin);
+    let inflight = m.extra.keys().filter_map(|k| match entry_key(k, INFLIGHT_EXTRA_PREFIX) {
+        Some((op, Some(sub))) => Some((op.to_string(), sub, format!("extra entry {k}"), k.clone())),
+        _ => None,
+    });
+    let channel = m.channel_state.iter().map(|c| {
+        let what = format!("channel_state entry {}[{}] ({})", c.operator, c.subtask, c.path);
+        (c.operator.clone(), c.subtask, what.clone(), what)
+    });
+    for (op, sub, entry, label) in channel.chain(inflight) {
+        if super::timers::instance_existed(&m.extra, &op, sub) == Some(false) {
+            let what =
+                format!("{entry}: the checkpoint has no such instance (no watermark entry of its own)");
+            out.push((label, Error::corrupt(origin, 0, what)));
+        }
+    }
+    out
+}
+
+/// The first of [`manifest_entry_problems`], as an error naming `origin` (the manifest).
+pub fn check_executor_entries(m: &super::Manifest, origin: &Path) -> Result<()> {
+    match manifest_entry_problems(m, origin).into_iter().next() {
         Some((_, e)) => Err(e),
         None => Ok(()),
     }
@@ -134,7 +167,7 @@ mod tests {
                 assert_eq!(p.len(), 1, "{key}: {p:?}");
                 let e = p[0].1.to_string();
                 assert!(p[0].0 == key && e.contains(&key) && e.contains("decimal"), "{key}: {e}");
-                assert!(check_executor_entries(&extra, origin).is_err(), "{key}");
+                assert!(check_extra(&extra, origin).is_err(), "{key}");
             }
         }
     }

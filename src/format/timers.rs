@@ -422,7 +422,7 @@ mod tests {
         // Other operators' entries are not siblings.
         assert_eq!(restored_inputs(&extra, "x", 0, 2, two.shape, origin, true).unwrap(), None);
         assert_eq!(restored_inputs(&extra, "", 0, 2, two.shape, origin, true).unwrap(), None);
-        super::super::entries::check_executor_entries(&extra, origin).unwrap();
+        super::super::entries::check_extra(&extra, origin).unwrap();
         let long = "02000000".to_owned() + &"00".repeat(8 + 16) + "0000";
         let stray = "02000000".to_owned() + &"00".repeat(8 + 16) + "04";
         for (bad, what) in [
@@ -436,7 +436,7 @@ mod tests {
             extra.insert(inputs_key("w", 0), bad.into());
             let e = restored(0, 2, two.shape, &extra).unwrap_err().to_string();
             assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
-            let e = super::super::entries::check_executor_entries(&extra, origin).unwrap_err().to_string();
+            let e = super::super::entries::check_extra(&extra, origin).unwrap_err().to_string();
             assert!(e.contains("inputs/w/0") && e.contains(what), "{bad}: {e}");
         }
         extra.insert(inputs_key("w", 0), hex(&enc));
@@ -445,13 +445,13 @@ mod tests {
         {
             let mut e = extra.clone();
             e.insert(key.into(), hex(&enc));
-            let err = super::super::entries::check_executor_entries(&e, origin).unwrap_err().to_string();
+            let err = super::super::entries::check_extra(&e, origin).unwrap_err().to_string();
             assert!(err.contains(key) && err.contains("decimal"), "{key}: {err}");
         }
         // Keys of other prefixes are not looked at.
         extra.insert("inputsx/w/0".into(), "zz".into());
         extra.insert("input/w/0".into(), "zz".into());
-        super::super::entries::check_executor_entries(&extra, origin).unwrap();
+        super::super::entries::check_extra(&extra, origin).unwrap();
         // Shapes tell apart layouts of as many channels.
         let a = channel_shape([(0, "m1", 0), (0, "m2", 0), (0, "m2", 1)]);
         let b = channel_shape([(0, "m1", 0), (0, "m1", 1), (0, "m2", 0)]);
@@ -473,17 +473,17 @@ mod tests {
         extra.insert(clock_key("a", 0), hex(&enc));
         assert_eq!(restored_clock(&extra, "a", 0, origin).unwrap(), Some(c));
         assert_eq!(restored_clock(&extra, "a", 1, origin).unwrap(), None);
-        super::super::entries::check_executor_entries(&extra, origin).unwrap();
+        super::super::entries::check_extra(&extra, origin).unwrap();
         for (bad, what) in [("zz", "not hex"), ("00", "24 bytes, not 1"), (&*"00".repeat(25), "not 25")] {
             extra.insert(clock_key("a", 0), bad.into());
             let e = restored_clock(&extra, "a", 0, origin).unwrap_err().to_string();
             assert!(e.contains("clock/a/0") && e.contains(what), "{bad}: {e}");
-            let e = super::super::entries::check_executor_entries(&extra, origin).unwrap_err().to_string();
+            let e = super::super::entries::check_extra(&extra, origin).unwrap_err().to_string();
             assert!(e.contains("clock/a/0") && e.contains(what), "{bad}: {e}");
         }
         extra.insert(clock_key("a", 0), hex(&enc));
         extra.insert("clock/a/01".into(), hex(&enc));
-        let e = super::super::entries::check_executor_entries(&extra, origin).unwrap_err().to_string();
+        let e = super::super::entries::check_extra(&extra, origin).unwrap_err().to_string();
         assert!(e.contains("clock/a/01") && e.contains("decimal"), "{e}");
     }
 
