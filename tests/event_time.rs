@@ -274,15 +274,17 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
     // a non-canonical subtask was replayed or dropped without a word.
     let wm = m.extra.remove("watermark/win/00").unwrap();
     m.extra.insert("watermark/win/0".into(), wm);
-    for (key, says) in [
-        ("inflight/events/0", "a source has no input channels"),
-        ("inflight/gone/0", "operators this job does not have: gone"),
-        ("inflight/win/01", "<subtask in decimal>"),
-        ("inflight/win", "<subtask in decimal>"),
-        ("inflight/win/1", "no such instance"),
+    for (key, value, says) in [
+        ("inflight/events/0", "00", "a source has no input channels"),
+        ("inflight/gone/0", "00", "operators this job does not have: gone"),
+        ("inflight/win/01", "00", "<subtask in decimal>"),
+        ("inflight/win", "00", "<subtask in decimal>"),
+        ("inflight/win/1", "00", "no such instance"),
+        // Found by an outside attack: failed every attempt as a codec error.
+        ("inflight/win/0", "ff", "not a postcard sequence"),
     ] {
         let mut bad = m.clone();
-        bad.extra.insert(key.into(), "00".into());
+        bad.extra.insert(key.into(), value.into());
         std::fs::write(cfg.restore_from.as_ref().unwrap(), bad.encode().unwrap()).unwrap();
         let again = tempfile::tempdir().unwrap();
         let mut cfg3 = JobConfig::new(storage(again.path()));
@@ -290,7 +292,7 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
         let err = late_record_job(again.path(), 0).execute(&cfg3).expect_err(key);
         assert!(!matches!(err, floe::Error::JobFailed { .. }), "{key}: refused up front: {err}");
         assert!(err.to_string().contains(says), "{key}: {err}");
-        if says.contains("decimal") || says.contains("no such instance") {
+        if !says.contains("source") && !says.contains("operators") {
             verify_names(key, says);
         }
     }

@@ -462,6 +462,18 @@ fn a_sink_or_source_entry_under_a_key_no_reader_looks_up_is_refused_up_front() {
     let e = swapped.execute(&c).unwrap_err();
     assert!(matches!(e, floe::Error::InvalidConfig(_)), "{e}");
     assert!(e.to_string().contains("sink/out/0") && e.to_string().contains("not a sink"), "{e}");
+    // The source and the map swapped names: the position of `numbers` would be skipped and
+    // the source, now `pass`, would read its input again from the start.
+    let swapped = Job::new();
+    let t = topic.clone();
+    let (tx, _written) = channel();
+    swapped
+        .source("pass", 1, move |s, p| Box::new(t.source(s, p)))
+        .map("numbers", |x: u64| x)
+        .sink("out", flaky_sink(&out, &Faults::failing(0), tx));
+    let e = swapped.execute(&c).unwrap_err();
+    assert!(matches!(e, floe::Error::InvalidConfig(_)), "{e}");
+    assert!(e.to_string().contains("positions of numbers") && e.to_string().contains("not a source"), "{e}");
     assert_eq!(published(&[&out]), Vec::<u64>::new(), "nothing ran");
     let pending = std::fs::read_dir(&out)
         .unwrap()

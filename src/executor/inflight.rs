@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::checkpoint::{ChannelStateHandle, ChannelStateWriter, CheckpointStorage, read_channel_state};
 use crate::error::{Error, Result};
+use crate::format::entries::LegacyInflight;
 use crate::format::manifest::hex_decode;
 use crate::format::{ChannelEntry, Manifest};
 
@@ -116,19 +117,18 @@ pub(crate) fn read_inflight(
         let sub = sub.ok_or_else(|| {
             Error::InvalidRecord(format!("bad in-flight key {k} (its subtask is not canonical decimal)"))
         })?;
-        let bytes = hex_decode(v).ok_or_else(|| Error::InvalidRecord(format!("in-flight {k} is not hex")))?;
-        match postcard::from_bytes::<Vec<(u32, u32, Vec<u8>)>>(&bytes) {
-            Ok(log) => {
+        // (Checked with the manifest's path before the first attempt; named by key here.)
+        let at = Path::new(k);
+        let bytes = hex_decode(v).ok_or_else(|| Error::corrupt(at, 0, "the value is not hex"))?;
+        match crate::format::entries::decode_legacy_inflight(&bytes, at)? {
+            LegacyInflight::Timestamped(log) => {
                 // The channel numbers of this older log are not checked against the
                 // instance's channels (no inputs entry was written with them).
                 for (input, _channel, rec) in log {
                     f(sub, input, Inflight::Record(RecordForm::Timestamped, None, &rec))?;
                 }
             }
-            Err(e) => {
-                // Written by the executor before event time: (input, record) pairs.
-                let log: Vec<(u32, Vec<u8>)> = postcard::from_bytes(&bytes)
-                    .map_err(|_| Error::Codec { state: format!("in-flight {k}"), source: e })?;
+            LegacyInflight::Bare(log) => {
                 for (input, rec) in log {
                     f(sub, input, Inflight::Record(RecordForm::Bare, None, &rec))?;
                 }

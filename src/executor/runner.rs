@@ -1053,6 +1053,14 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
             unknown.into_iter().collect::<Vec<_>>().join(", ")
         )));
     }
+    // Positions belong to sources: under any other operator they would be skipped, and the
+    // job's source (renamed) would start from its beginning, reading its input twice.
+    if let Some(n) = plan.nodes.iter().find(|n| !n.is_source && positions.contains_key(n.name.as_str())) {
+        return Err(Error::InvalidConfig(format!(
+            "checkpoint {} holds source positions of {}, which in this job is not a source (operators renamed?)",
+            m.checkpoint_id, n.name
+        )));
+    }
     for n in plan.nodes.iter().filter(|n| n.is_source) {
         let Some(subs) = positions.get(n.name.as_str()) else { continue };
         if subs.len() != n.parallelism as usize || subs.iter().any(|&s| s >= n.parallelism) {

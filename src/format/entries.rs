@@ -69,12 +69,39 @@ fn check_entry(prefix: &str, key: &str, value: &str, origin: &Path) -> Result<()
         SINK_EXTRA_PREFIX => {
             SinkState::decode(&bytes()?, &at)?;
         }
-        // In-flight records of the job's own types: only the key is the format's.
+        // The envelope is the format's; the records inside hold the job's own types.
         _ => {
-            bytes()?;
+            decode_legacy_inflight(&bytes()?, &at)?;
         }
     }
     Ok(())
+}
+
+/// An old checkpoint's in-flight records of one instance: the value of an `inflight/`
+/// entry (executor-state.md, In-flight records).
+#[derive(Debug, PartialEq, Eq)]
+pub enum LegacyInflight {
+    /// Postcard of a sequence of `(input, channel, record)`, each record postcard of
+    /// `(timestamp, value)`.
+    Timestamped(Vec<(u32, u32, Vec<u8>)>),
+    /// Written before event time: postcard of a sequence of `(input, record)`, each record
+    /// postcard of the value alone.
+    Bare(Vec<(u32, Vec<u8>)>),
+}
+
+/// Decodes an `inflight/` entry's value (its hex already decoded); `at` names the manifest
+/// and key in the error.
+pub fn decode_legacy_inflight(bytes: &[u8], at: &Path) -> Result<LegacyInflight> {
+    match postcard::from_bytes(bytes) {
+        Ok(log) => Ok(LegacyInflight::Timestamped(log)),
+        Err(_) => postcard::from_bytes(bytes).map(LegacyInflight::Bare).map_err(|e| {
+            Error::corrupt(
+                at,
+                0,
+                format!("in-flight records: not a postcard sequence of (input, channel, record) or of (input, record): {e}"),
+            )
+        }),
+    }
 }
 
 /// Every executor entry of `extra` that is wrong, as `(key, error)`, in key order.
@@ -147,6 +174,8 @@ mod tests {
         extra.insert(watermark_key("a/b", 0), hex_encode(&encode_watermark(7)));
         extra.insert(extra_key("out", 3), hex_encode(&SinkState::default().encode().unwrap()));
         extra.insert("inflight/m/1".into(), "00".into());
+        // One (input 0, channel 1, record [7]), as postcard.
+        extra.insert("inflight/m/2".into(), "0100010107".into());
         // An embedder's own entries, whatever they hold.
         extra.insert("mine".into(), "zz".into());
         extra.insert("sinks/x".into(), "zz".into());
@@ -184,6 +213,8 @@ mod tests {
             ("inputs/w/0".into(), "0200", "4-byte count"),
             ("clock/s/0".into(), "00", "24 bytes"),
             ("inflight/w/0".into(), "z", "not hex"),
+            ("inflight/w/0".into(), "ff", "not a postcard sequence"),
+            ("inflight/w/0".into(), "05", "not a postcard sequence"),
         ];
         for (key, value, what) in cases {
             let mut extra = good();
