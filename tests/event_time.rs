@@ -220,6 +220,11 @@ fn a_damaged_watermark_entry_is_refused_before_the_first_attempt() {
             "{key}: {:?}",
             v.problems
         );
+        // `floe inspect` calls it damaged too (it listed it ok).
+        let listed = floe::inspect::inspect(&root).unwrap();
+        let line = listed.checkpoints.iter().find(|c| c.manifest == manifest_rel).unwrap();
+        assert_eq!(line.status, "damaged", "{key}: {:?}", line.reason);
+        assert!(line.reason.as_deref().is_some_and(|r| r.contains(key)), "{key}: {:?}", line.reason);
     };
     let mut m = floe::checkpoint::read_manifest_file(&manifest).unwrap();
     let entry = m.extra.get_mut("watermark/win/0").expect("the checkpoint records the window's watermark");

@@ -271,6 +271,23 @@ impl Passed {
     }
 }
 
+/// What is wrong with the runtime's entries of manifest `m` at `path`, as a restore checks
+/// them before a job's first attempt (`format::entries`), one line each.
+pub(crate) fn entry_problems(m: &Manifest, path: &Path) -> Vec<String> {
+    crate::format::entries::manifest_entry_problems(m, path)
+        .into_iter()
+        .map(|(key, e)| match e {
+            // Already said whole, about the manifest (an instance it did not have).
+            Error::Corrupt { path: at, what, .. } if at == path => what,
+            Error::Corrupt { offset: 0, what, .. } => format!("extra entry {key:?}: {what}"),
+            Error::Corrupt { offset, what, .. } => {
+                format!("extra entry {key:?}: {what} (at byte {offset} of its value)")
+            }
+            other => format!("extra entry {key:?}: {other}"),
+        })
+        .collect()
+}
+
 /// [`resolve`], also returning the newer checkpoints passed over (when `id` is `None`).
 pub fn resolve_noting(
     storage: &CheckpointStorage,

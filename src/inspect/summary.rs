@@ -209,6 +209,10 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                 }
             }
         }
+        // Entries a restore refuses before the first attempt, as `floe verify` reports them.
+        if problem.is_none() {
+            problem = super::entry_problems(&m, &l.manifest_path).into_iter().next().map(|why| (false, why));
+        }
         if problem.is_some() && crate::checkpoint::io::is_absent(storage.io(), &l.manifest_path) {
             // Retired while inspected (its manifest first, then the files only it needed):
             // gone, not damaged.

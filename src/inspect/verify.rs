@@ -267,16 +267,7 @@ impl Checker {
         self.check_chains(l, &m);
         self.check_coverage(l, &m);
         // The executor's entries, as a restore checks them before a job's first attempt.
-        for (key, e) in crate::format::entries::manifest_entry_problems(&m, &l.manifest_path) {
-            let what = match e {
-                // Already said whole, about the manifest (an instance it did not have).
-                Error::Corrupt { path, what, .. } if path == l.manifest_path => what,
-                Error::Corrupt { offset: 0, what, .. } => format!("extra entry {key}: {what}"),
-                Error::Corrupt { offset, what, .. } => {
-                    format!("extra entry {key}: {what} (at byte {offset} of its value)")
-                }
-                other => format!("extra entry {key}: {other}"),
-            };
+        for what in super::entry_problems(&m, &l.manifest_path) {
             self.report(l.id, &l.manifest_path, None, what);
         }
         // A savepoint's record that its sinks committed: a restore refuses a damaged one.
