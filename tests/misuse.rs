@@ -148,3 +148,106 @@ fn a_stream_of_another_job_is_refused_and_mistakes_are_reported_by_every_plan() 
     let err = d.execute(&cfg).unwrap_err();
     assert!(err.to_string().contains("needs a name"), "{err}");
 }
+
+/// Sums a window's records.
+#[derive(Clone)]
+struct Sum;
+
+impl floe::executor::AggregateFunction<u64, u64, u64> for Sum {
+    fn create(&self) -> u64 {
+        0
+    }
+    fn add(&self, acc: &mut u64, e: &u64) {
+        *acc += e;
+    }
+    fn merge(&self, acc: &mut u64, o: u64) {
+        *acc += o;
+    }
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+/// What sits between the source and the sink under the names `a` and `b`.
+#[derive(Clone, Copy)]
+enum Middle {
+    /// `a` counts per key, `b` passes the counts on.
+    CountThenMap,
+    /// `a` passes records on, `b` counts per key (the names swapped).
+    MapThenCount,
+    /// `a` sums tumbling windows per key, `b` passes the sums on.
+    WindowThenMap,
+}
+
+/// Topic (2 partitions, event time = the record) -> `a` -> `b` -> file sink in `out`.
+fn shaped(topic: &Topic<u64>, middle: Middle, out: &std::path::Path) -> Job {
+    let job = Job::new();
+    let t = topic.clone();
+    let src = job.source_with_watermarks(
+        "topic",
+        2,
+        move |s, p| Box::new(t.source(s, p)),
+        floe::executor::WatermarkStrategy::monotonous(|r: &u64| *r as i64),
+    );
+    let sink = || FileSink::factory(FileSinkConfig { dir: out.to_path_buf(), exactly_once: true });
+    let keyed = |s: &floe::executor::Stream<u64>| s.key_by(|r: &u64| r % 5);
+    match middle {
+        Middle::CountThenMap => {
+            keyed(&src).process("a", || Count).map("b", |x: (u64, u64)| x).sink("out", sink());
+        }
+        Middle::MapThenCount => {
+            keyed(&src.map("a", |x: u64| x)).process("b", || Count).sink("out", sink());
+        }
+        Middle::WindowThenMap => {
+            keyed(&src)
+                .window(floe::executor::Windows::tumbling(1_000_000))
+                .aggregate("a", Sum)
+                .map("b", |w: floe::executor::Windowed<u64, u64>| (w.key, w.value))
+                .sink("out", sink());
+        }
+    }
+    job
+}
+
+#[test]
+fn keyed_state_restored_into_an_operator_of_another_kind_is_refused_up_front() {
+    // Found by an outside attack: with the keyed operator and the map swapping names, the
+    // resume returned Ok and every key counted from 1 again (the state landed on the map
+    // and was dropped); a window operator's state under a keyed function fired the
+    // window's timers into code that never set them, and the window sums were lost.
+    for (from, into, says) in [
+        (Middle::CountThenMap, Middle::MapThenCount, "which in this job is a stateless operator"),
+        (Middle::WindowThenMap, Middle::CountThenMap, "as a window operator"),
+        (Middle::CountThenMap, Middle::WindowThenMap, "which in this job is a window operator"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = storage(dir.path());
+        let topic: Topic<u64> = Topic::new(2);
+        for i in 0..20 {
+            topic.push(i as u32 % 2, i);
+        }
+        topic.close();
+        // A bounded run: its final checkpoint holds `a`'s state.
+        let out = dir.path().join("out");
+        shaped(&topic, from, &out).execute(&JobConfig::new(Arc::clone(&storage))).unwrap();
+        let last = storage.manifest_path(*storage.checkpoint_ids().unwrap().last().unwrap());
+        let again = tempfile::tempdir().unwrap();
+        let mut cfg = JobConfig::new(self::storage(again.path()));
+        cfg.restore_from = Some(last.clone());
+        let e = shaped(&topic, into, &out).execute(&cfg).unwrap_err();
+        assert!(matches!(e, floe::Error::InvalidConfig(_)), "refused up front: {e}");
+        assert!(e.to_string().contains("state of a") && e.to_string().contains(says), "{e}");
+        // The same job resumes (into the same output: the final checkpoint's transactions
+        // are committed there again, a no-op).
+        shaped(&topic, from, &out).execute(&cfg).unwrap();
+        // Key groups cannot change under keyed state: refused before any attempt (it failed
+        // every attempt in the store's restore).
+        let third = tempfile::tempdir().unwrap();
+        let mut other = JobConfig::new(self::storage(third.path()));
+        other.restore_from = Some(last);
+        other.max_parallelism = 64;
+        let e = shaped(&topic, from, &out).execute(&other).unwrap_err();
+        assert!(matches!(e, floe::Error::InvalidConfig(_)), "refused up front: {e}");
+        assert!(e.to_string().contains("max_parallelism 128") && e.to_string().contains("64"), "{e}");
+    }
+}

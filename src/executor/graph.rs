@@ -51,11 +51,40 @@ pub(crate) struct Node {
     pub parallelism: u32,
     pub inputs: Vec<Edge>,
     pub is_source: bool,
-    /// A two-phase-commit sink: the only operator whose `sink/` entries a restore hands on.
-    pub is_sink: bool,
+    /// What the operator keeps in checkpoints, so a restore can refuse state that a node
+    /// of another kind under the same name would drop or misapply.
+    pub kind: NodeKind,
     /// Channel makers of the main and the side output.
     pub ports: [ChannelMaker; 2],
     pub build: Build,
+}
+
+/// The kinds of operator, by what they keep in checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeKind {
+    /// Positions (`sources`), clocks.
+    Source,
+    /// Nothing of its own (map, filter, flat map, union).
+    Stateless,
+    /// A keyed one- or two-input function: its states and timers.
+    Keyed,
+    /// Event-time windows: the runtime's window state and timers.
+    Window,
+    /// A two-phase-commit sink: its transactions (`sink/` entries).
+    Sink,
+}
+
+impl NodeKind {
+    /// How a message names it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            NodeKind::Source => "a source",
+            NodeKind::Stateless => "a stateless operator",
+            NodeKind::Keyed => "a keyed function",
+            NodeKind::Window => "a window operator",
+            NodeKind::Sink => "a sink",
+        }
+    }
 }
 
 /// A job's graph, ready to run (and `Send`: [`Job::start`] runs it on its own thread).
@@ -181,7 +210,7 @@ impl Job {
             parallelism: parallelism.max(1),
             inputs,
             is_source,
-            is_sink: false,
+            kind: if is_source { NodeKind::Source } else { NodeKind::Stateless },
             ports,
             build,
         });
@@ -191,6 +220,10 @@ impl Job {
     /// Records a mistake in the graph; the first one is the error of every `plan`.
     fn fault(&self, what: String) {
         self.error.borrow_mut().get_or_insert(what);
+    }
+
+    fn set_kind(&self, node: usize, kind: NodeKind) {
+        self.g.borrow_mut()[node].kind = kind;
     }
 
     fn set_parallelism(&self, node: usize, parallelism: u32) {
@@ -337,7 +370,7 @@ impl<T: Data> Stream<T> {
         let p = self.parallelism_of();
         let node =
             self.job.add(name, p, vec![e], false, [channel_maker::<()>(), channel_maker::<()>()], build);
-        self.job.g.borrow_mut()[node].is_sink = true;
+        self.job.set_kind(node, NodeKind::Sink);
         SinkNode { job: self.job.clone(), node }
     }
 }
@@ -373,6 +406,7 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
             [channel_maker::<O>(), channel_maker::<()>()],
             build,
         );
+        self.stream.job.set_kind(node, NodeKind::Keyed);
         self.stream.job.stream(node, 0)
     }
 
@@ -412,6 +446,7 @@ impl<K: Key, A: Data, B: Data> ConnectedStreams<K, A, B> {
         let edges = vec![self.a.edge(0, name), self.b.edge(1, name)];
         let job = &self.a.stream.job;
         let node = job.add(name, p, edges, false, [channel_maker::<O>(), channel_maker::<()>()], build);
+        job.set_kind(node, NodeKind::Keyed);
         job.stream(node, 0)
     }
 }
@@ -464,6 +499,7 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
             [channel_maker::<Windowed<K, R>>(), channel_maker::<T>()],
             build,
         );
+        job.set_kind(node, NodeKind::Window);
         WindowOutput { results: job.stream(node, 0), late: job.stream(node, 1) }
     }
 

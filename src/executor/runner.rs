@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use super::build::{ErasedOutput, ErasedTarget, RestoreCtx, Wiring};
 use super::coordinator::{Action, Coordinator, CoordinatorConfig, Pending};
 use super::faults::{Failures, InjectedFailure};
-use super::graph::{Job, JobPlan};
+use super::graph::{Job, JobPlan, NodeKind};
 use super::messages::{Barrier, BarrierKind, Control, Report, TaskCheckpointStats};
 use super::task::{TaskCommon, run_task};
 use crate::checkpoint::{CheckpointStorage, CommitMeta, StateHandle, Target, read_manifest_file};
@@ -396,6 +396,7 @@ fn run(
     check_parallelism(plan, config)?;
     if let Some(r) = &restore {
         check_restore_shape(plan, &r.manifest, &r.path)?;
+        check_key_groups(plan, &r.manifest, config.max_parallelism)?;
     }
     let same_dir = |dir: &Path| {
         let canon = |p: &Path| std::fs::canonicalize(p).ok();
@@ -1006,7 +1007,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
             unknown.insert(op.to_string());
             // Only a sink restores transactions: under any other operator of the job they
             // would be skipped, and the sink's leftovers (their pending files) removed.
-            if let Some(n) = plan.nodes.iter().find(|n| n.name == op && !n.is_sink) {
+            if let Some(n) = plan.nodes.iter().find(|n| n.name == op && n.kind != NodeKind::Sink) {
                 return Err(Error::InvalidConfig(format!(
                     "checkpoint {} holds sink transactions of {op} (extra entry {k}), which in \
                      this job is not a sink (operators renamed?)",
@@ -1045,6 +1046,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
             positions.entry(op).or_default().insert(sub);
         }
     }
+    check_state_kinds(plan, m)?;
     unknown.retain(|op| !names.contains(op.as_str()));
     if !unknown.is_empty() {
         return Err(Error::InvalidConfig(format!(
@@ -1089,6 +1091,54 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
         crate::format::timers::restored_watermark(&m.extra, &n.name, 0, n.parallelism, path)?;
     }
     Ok(())
+}
+
+/// Keyed state restores only into an operator that keeps it the same way: a keyed function
+/// (its states and timers) or a window operator (the runtime's window state and timers),
+/// never one into the other nor into a node of another kind under the same name (renamed
+/// or swapped operators), which would drop it or fire its timers into code that never set
+/// them. And key groups cannot change under restored state.
+fn check_state_kinds(plan: &JobPlan, m: &crate::format::Manifest) -> Result<()> {
+    use super::window::WINDOW_STATE;
+    let mut held: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for o in m.operators.iter().filter(|o| !o.states.is_empty()) {
+        held.entry(o.operator.as_str()).or_default().extend(o.states.iter().map(|d| d.name.as_str()));
+    }
+    for (op, states) in held {
+        let Some(n) = plan.nodes.iter().find(|n| n.name == op) else { continue };
+        let windows = states.contains(WINDOW_STATE);
+        let fits = match n.kind {
+            NodeKind::Keyed => !windows,
+            NodeKind::Window => windows,
+            _ => false,
+        };
+        if !fits {
+            let was = if windows { "a window operator" } else { "a keyed function" };
+            return Err(Error::InvalidConfig(format!(
+                "checkpoint {} holds the state of {op} as {was} ({}), which in this job is {} \
+                 (operators renamed?)",
+                m.checkpoint_id,
+                states.into_iter().collect::<Vec<_>>().join(", "),
+                n.kind.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Keyed state is kept by key group, and their number (`max_parallelism`) cannot change
+/// under it: a keyed or window operator the checkpoint holds would fail every attempt.
+fn check_key_groups(plan: &JobPlan, m: &crate::format::Manifest, max_parallelism: u32) -> Result<()> {
+    let keyed = |n: &&super::graph::Node| matches!(n.kind, NodeKind::Keyed | NodeKind::Window);
+    let held = plan.nodes.iter().filter(keyed).find(|n| m.operators.iter().any(|o| o.operator == n.name));
+    match held {
+        Some(n) if m.max_parallelism != max_parallelism => Err(Error::InvalidConfig(format!(
+            "checkpoint {} has max_parallelism {} (the number of key groups), this job {max_parallelism}: \
+             it cannot change under the keyed state of {}",
+            m.checkpoint_id, m.max_parallelism, n.name
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// `e` with `note` on where it happened (in parentheses after its reason).
