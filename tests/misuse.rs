@@ -78,6 +78,11 @@ fn restoring_a_job_of_another_shape_is_refused_and_a_new_operator_starts_empty()
     // A renamed keyed operator: its state would be dropped.
     let err = job(&topic, 2, "renamed", &dir.path().join("out")).execute(&cfg).unwrap_err();
     assert!(err.to_string().contains("operators this job does not have: count"), "{err}");
+    // Unless the job is told to drop what it does not restore.
+    let mut allowing = cfg.clone();
+    allowing.allow_non_restored_state = true;
+    let h = job(&topic, 2, "renamed", &dir.path().join("renamed")).start(allowing).unwrap();
+    h.cancel().unwrap();
     // An operator added since starts empty.
     topic.close();
     let job2 = Job::new();
@@ -237,6 +242,17 @@ fn keyed_state_restored_into_an_operator_of_another_kind_is_refused_up_front() {
         let e = shaped(&topic, into, &out).execute(&cfg).unwrap_err();
         assert!(matches!(e, floe::Error::InvalidConfig(_)), "refused up front: {e}");
         assert!(e.to_string().contains("state of a") && e.to_string().contains(says), "{e}");
+        // Asked to drop state it will not restore (Flink's --allowNonRestoredState), the job
+        // resumes when the state would only be dropped (`a` is now a map), never when a
+        // window's timers would fire into a keyed function or the reverse.
+        let mut allowing = cfg.clone();
+        allowing.allow_non_restored_state = true;
+        let r = shaped(&topic, into, &out).execute(&allowing);
+        if says.contains("stateless") {
+            assert_eq!(r.unwrap().restored_from, [Some(storage_id(&last))]);
+        } else {
+            assert!(matches!(r, Err(floe::Error::InvalidConfig(_))), "{r:?}");
+        }
         // The same job resumes (into the same output: the final checkpoint's transactions
         // are committed there again, a no-op).
         shaped(&topic, from, &out).execute(&cfg).unwrap();
@@ -250,4 +266,9 @@ fn keyed_state_restored_into_an_operator_of_another_kind_is_refused_up_front() {
         assert!(matches!(e, floe::Error::InvalidConfig(_)), "refused up front: {e}");
         assert!(e.to_string().contains("max_parallelism 128") && e.to_string().contains("64"), "{e}");
     }
+}
+
+/// A checkpoint's id, from its manifest's name.
+fn storage_id(manifest: &std::path::Path) -> u64 {
+    floe::checkpoint::layout::parse_manifest_name(manifest.file_name().unwrap().to_str().unwrap()).unwrap()
 }

@@ -102,6 +102,14 @@ pub struct JobConfig {
     pub storage: Arc<CheckpointStorage>,
     /// Start from this checkpoint or savepoint manifest (Flink's `-s`).
     pub restore_from: Option<PathBuf>,
+    /// Restore even where the checkpoint holds state this job will not restore (Flink's
+    /// `--allowNonRestoredState`): state, in-flight records and sink transactions of
+    /// operators the job no longer has, and those under an operator of a kind that keeps
+    /// none of them (a keyed function's state under a map, positions under a non-source,
+    /// transactions under a non-sink), are dropped instead of refused. Off by default.
+    /// A window's state under a keyed function (or the reverse) and a changed
+    /// `max_parallelism` under keyed state stay refused.
+    pub allow_non_restored_state: bool,
     /// Failures to inject (tests, the demo).
     #[doc(hidden)]
     pub failures: Vec<InjectedFailure>,
@@ -130,6 +138,7 @@ impl JobConfig {
             channel_capacity: 1024,
             storage,
             restore_from: None,
+            allow_non_restored_state: false,
             failures: Vec::new(),
             log: None,
             progress: None,
@@ -395,7 +404,7 @@ fn run(
     };
     check_parallelism(plan, config)?;
     if let Some(r) = &restore {
-        check_restore_shape(plan, &r.manifest, &r.path)?;
+        check_restore_shape(plan, &r.manifest, &r.path, config.allow_non_restored_state)?;
         check_key_groups(plan, &r.manifest, config.max_parallelism)?;
     }
     let same_dir = |dir: &Path| {
@@ -988,7 +997,7 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 /// operators' watermark entries must decode (`path`, the manifest, names them), and its
 /// in-flight records belong to instances that had input channels. Operators
 /// the checkpoint does not know start empty, as new operators do in Flink.
-fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path) -> Result<()> {
+fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path, allow: bool) -> Result<()> {
     // Every key under a prefix the executor reads, and every value it decodes: a key a
     // reader would skip (`sink/out/00`) would drop what it holds without a word.
     crate::format::entries::check_executor_entries(m, path)?;
@@ -1007,7 +1016,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
             unknown.insert(op.to_string());
             // Only a sink restores transactions: under any other operator of the job they
             // would be skipped, and the sink's leftovers (their pending files) removed.
-            if let Some(n) = plan.nodes.iter().find(|n| n.name == op && n.kind != NodeKind::Sink) {
+            if let Some(n) = plan.nodes.iter().find(|n| n.name == op && n.kind != NodeKind::Sink && !allow) {
                 return Err(Error::InvalidConfig(format!(
                     "checkpoint {} holds sink transactions of {op} (extra entry {k}), which in \
                      this job is not a sink (operators renamed?)",
@@ -1046,9 +1055,9 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
             positions.entry(op).or_default().insert(sub);
         }
     }
-    check_state_kinds(plan, m)?;
+    check_state_kinds(plan, m, allow)?;
     unknown.retain(|op| !names.contains(op.as_str()));
-    if !unknown.is_empty() {
+    if !unknown.is_empty() && !allow {
         return Err(Error::InvalidConfig(format!(
             "checkpoint {} holds state of operators this job does not have: {} (renamed or removed?)",
             m.checkpoint_id,
@@ -1057,7 +1066,8 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
     }
     // Positions belong to sources: under any other operator they would be skipped, and the
     // job's source (renamed) would start from its beginning, reading its input twice.
-    if let Some(n) = plan.nodes.iter().find(|n| !n.is_source && positions.contains_key(n.name.as_str())) {
+    let misplaced = |n: &&super::graph::Node| !n.is_source && positions.contains_key(n.name.as_str());
+    if let Some(n) = plan.nodes.iter().find(misplaced).filter(|_| !allow) {
         return Err(Error::InvalidConfig(format!(
             "checkpoint {} holds source positions of {}, which in this job is not a source (operators renamed?)",
             m.checkpoint_id, n.name
@@ -1098,7 +1108,12 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path)
 /// never one into the other nor into a node of another kind under the same name (renamed
 /// or swapped operators), which would drop it or fire its timers into code that never set
 /// them. And key groups cannot change under restored state.
-fn check_state_kinds(plan: &JobPlan, m: &crate::format::Manifest) -> Result<()> {
+///
+/// With `allow` (`JobConfig::allow_non_restored_state`) keyed state under a node that keeps
+/// none (a source, a stateless operator, a sink) is skipped, as the state of a removed
+/// operator is; a window's under a keyed function and the reverse stay refused (the timers
+/// would fire into the other code).
+fn check_state_kinds(plan: &JobPlan, m: &crate::format::Manifest, allow: bool) -> Result<()> {
     use super::window::WINDOW_STATE;
     let mut held: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for o in m.operators.iter().filter(|o| !o.states.is_empty()) {
@@ -1110,7 +1125,7 @@ fn check_state_kinds(plan: &JobPlan, m: &crate::format::Manifest) -> Result<()> 
         let fits = match n.kind {
             NodeKind::Keyed => !windows,
             NodeKind::Window => windows,
-            _ => false,
+            _ => allow,
         };
         if !fits {
             let was = if windows { "a window operator" } else { "a keyed function" };
