@@ -99,14 +99,20 @@ fn flaky_sink(dir: &Path, faults: &Arc<Faults>, written: Sender<u64>) -> SinkFac
     })
 }
 
-/// The job, and the records its sink writes as they come.
+/// The job, its source, map and sink named `numbers`, `pass` and `out`, and the records
+/// its sink writes as they come.
 fn job_reporting(topic: &Topic<u64>, out: &Path, faults: &Arc<Faults>) -> (Job, Receiver<u64>) {
+    job_named(topic, ["numbers", "pass", "out"], out, faults)
+}
+
+/// The same job with its source, map and sink named `names`.
+fn job_named(topic: &Topic<u64>, names: [&str; 3], out: &Path, faults: &Arc<Faults>) -> (Job, Receiver<u64>) {
     let job = Job::new();
     let t = topic.clone();
     let (tx, rx) = channel();
-    job.source("numbers", 1, move |s, p| Box::new(t.source(s, p)))
-        .map("pass", |x: u64| x)
-        .sink("out", flaky_sink(out, faults, tx));
+    job.source(names[0], 1, move |s, p| Box::new(t.source(s, p)))
+        .map(names[1], |x: u64| x)
+        .sink(names[2], flaky_sink(out, faults, tx));
     (job, rx)
 }
 
@@ -450,13 +456,7 @@ fn a_sink_or_source_entry_under_a_key_no_reader_looks_up_is_refused_up_front() {
     // remove its pending file as a leftover. Found by an outside attack: it returned Ok
     // with records 0..50 lost.
     std::fs::write(&sp, good.encode().unwrap()).unwrap();
-    let swapped = Job::new();
-    let t = topic.clone();
-    let (tx, _written) = channel();
-    swapped
-        .source("numbers", 1, move |s, p| Box::new(t.source(s, p)))
-        .map("out", |x: u64| x)
-        .sink("pass", flaky_sink(&out, &Faults::failing(0), tx));
+    let (swapped, _written) = job_named(&topic, ["numbers", "out", "pass"], &out, &Faults::failing(0));
     let mut c = config(&storage);
     c.restore_from = Some(sp.clone());
     let e = swapped.execute(&c).unwrap_err();
@@ -464,13 +464,7 @@ fn a_sink_or_source_entry_under_a_key_no_reader_looks_up_is_refused_up_front() {
     assert!(e.to_string().contains("sink/out/0") && e.to_string().contains("not a sink"), "{e}");
     // The source and the map swapped names: the position of `numbers` would be skipped and
     // the source, now `pass`, would read its input again from the start.
-    let swapped = Job::new();
-    let t = topic.clone();
-    let (tx, _written) = channel();
-    swapped
-        .source("pass", 1, move |s, p| Box::new(t.source(s, p)))
-        .map("numbers", |x: u64| x)
-        .sink("out", flaky_sink(&out, &Faults::failing(0), tx));
+    let (swapped, _written) = job_named(&topic, ["pass", "numbers", "out"], &out, &Faults::failing(0));
     let e = swapped.execute(&c).unwrap_err();
     assert!(matches!(e, floe::Error::InvalidConfig(_)), "{e}");
     assert!(e.to_string().contains("positions of numbers") && e.to_string().contains("not a source"), "{e}");

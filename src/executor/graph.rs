@@ -50,13 +50,19 @@ pub(crate) struct Node {
     pub name: String,
     pub parallelism: u32,
     pub inputs: Vec<Edge>,
-    pub is_source: bool,
     /// What the operator keeps in checkpoints, so a restore can refuse state that a node
     /// of another kind under the same name would drop or misapply.
     pub kind: NodeKind,
     /// Channel makers of the main and the side output.
     pub ports: [ChannelMaker; 2],
     pub build: Build,
+}
+
+impl Node {
+    /// Whether it is a source (it reads no channel).
+    pub fn is_source(&self) -> bool {
+        self.kind == NodeKind::Source
+    }
 }
 
 /// The kinds of operator, by what they keep in checkpoints.
@@ -190,7 +196,7 @@ impl Job {
         name: &str,
         parallelism: u32,
         inputs: Vec<Edge>,
-        is_source: bool,
+        kind: NodeKind,
         ports: [ChannelMaker; 2],
         build: Build,
     ) -> usize {
@@ -205,25 +211,13 @@ impl Job {
         if parallelism == 0 {
             self.fault(format!("{name}: parallelism 0"));
         }
-        g.push(Node {
-            name: name.to_string(),
-            parallelism: parallelism.max(1),
-            inputs,
-            is_source,
-            kind: if is_source { NodeKind::Source } else { NodeKind::Stateless },
-            ports,
-            build,
-        });
+        g.push(Node { name: name.to_string(), parallelism: parallelism.max(1), inputs, kind, ports, build });
         g.len() - 1
     }
 
     /// Records a mistake in the graph; the first one is the error of every `plan`.
     fn fault(&self, what: String) {
         self.error.borrow_mut().get_or_insert(what);
-    }
-
-    fn set_kind(&self, node: usize, kind: NodeKind) {
-        self.g.borrow_mut()[node].kind = kind;
     }
 
     fn set_parallelism(&self, node: usize, parallelism: u32) {
@@ -275,8 +269,14 @@ impl Job {
         strategy: Option<WatermarkStrategy<T>>,
     ) -> Stream<T> {
         let build: Build = Arc::new(move |w: Wiring| source_body(w, &factory, strategy.clone()));
-        let node =
-            self.add(name, parallelism, vec![], true, [channel_maker::<T>(), channel_maker::<()>()], build);
+        let node = self.add(
+            name,
+            parallelism,
+            vec![],
+            NodeKind::Source,
+            [channel_maker::<T>(), channel_maker::<()>()],
+            build,
+        );
         self.stream(node, 0)
     }
 
@@ -316,7 +316,14 @@ impl<T: Data> Stream<T> {
             operator_body(w, Stateless { f: Box::new(move |r, out, ts| f(r, out, ts)) })
         });
         let p = self.parallelism_of();
-        let node = self.job.add(name, p, inputs, false, [channel_maker::<U>(), channel_maker::<()>()], build);
+        let node = self.job.add(
+            name,
+            p,
+            inputs,
+            NodeKind::Stateless,
+            [channel_maker::<U>(), channel_maker::<()>()],
+            build,
+        );
         self.job.stream(node, 0)
     }
 
@@ -368,9 +375,14 @@ impl<T: Data> Stream<T> {
         let e = self.edge(0, Partitioner::Rebalance, true);
         let build: Build = Arc::new(move |w: Wiring| sink_body(w, Arc::clone(&factory)));
         let p = self.parallelism_of();
-        let node =
-            self.job.add(name, p, vec![e], false, [channel_maker::<()>(), channel_maker::<()>()], build);
-        self.job.set_kind(node, NodeKind::Sink);
+        let node = self.job.add(
+            name,
+            p,
+            vec![e],
+            NodeKind::Sink,
+            [channel_maker::<()>(), channel_maker::<()>()],
+            build,
+        );
         SinkNode { job: self.job.clone(), node }
     }
 }
@@ -402,11 +414,10 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
             name,
             p,
             vec![e],
-            false,
+            NodeKind::Keyed,
             [channel_maker::<O>(), channel_maker::<()>()],
             build,
         );
-        self.stream.job.set_kind(node, NodeKind::Keyed);
         self.stream.job.stream(node, 0)
     }
 
@@ -445,8 +456,8 @@ impl<K: Key, A: Data, B: Data> ConnectedStreams<K, A, B> {
         let p = self.a.stream.parallelism_of();
         let edges = vec![self.a.edge(0, name), self.b.edge(1, name)];
         let job = &self.a.stream.job;
-        let node = job.add(name, p, edges, false, [channel_maker::<O>(), channel_maker::<()>()], build);
-        job.set_kind(node, NodeKind::Keyed);
+        let node =
+            job.add(name, p, edges, NodeKind::Keyed, [channel_maker::<O>(), channel_maker::<()>()], build);
         job.stream(node, 0)
     }
 }
@@ -495,11 +506,10 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
             name,
             p,
             vec![e],
-            false,
+            NodeKind::Window,
             [channel_maker::<Windowed<K, R>>(), channel_maker::<T>()],
             build,
         );
-        job.set_kind(node, NodeKind::Window);
         WindowOutput { results: job.stream(node, 0), late: job.stream(node, 1) }
     }
 

@@ -595,7 +595,7 @@ impl Run<'_> {
         for (ni, n) in plan.nodes.iter().enumerate() {
             for s in 0..n.parallelism {
                 let i = index[&(ni, s)];
-                if n.is_source {
+                if n.is_source() {
                     tasks.sources.push(i);
                 }
                 let (Some(control), Some(priority)) = (control_rx[i].take(), priority_rx[i].take()) else {
@@ -1031,26 +1031,25 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path,
             old_inflight.push((op.to_string(), format!("extra entry {k}")));
         }
     }
-    // A source's position under a key it does not look up (`numbers/01`), or that does not
-    // decode, would fail every attempt the same way.
+    let mut positions: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
     for (k, v) in &m.sources {
         let Some((op, sub)) = k.rsplit_once('/') else { continue };
-        if !plan.nodes.iter().any(|n| n.is_source && n.name == op) {
-            continue;
+        // A position of one of the job's sources under a key it does not look up
+        // (`numbers/01`), or that does not decode, would fail every attempt the same way.
+        if plan.nodes.iter().any(|n| n.is_source() && n.name == op) {
+            let at = path.join(k);
+            if crate::format::sink_state::parse_decimal_u32(sub).is_none() {
+                return Err(Error::corrupt(
+                    &at,
+                    0,
+                    "a source position's key is <operator>/<subtask in decimal>",
+                ));
+            }
+            if crate::format::manifest::hex_decode(v).is_none() {
+                return Err(Error::corrupt(&at, 0, "a source position is hex"));
+            }
         }
-        let at = path.join(k);
-        if crate::format::sink_state::parse_decimal_u32(sub).is_none() {
-            return Err(Error::corrupt(&at, 0, "a source position's key is <operator>/<subtask in decimal>"));
-        }
-        if crate::format::manifest::hex_decode(v).is_none() {
-            return Err(Error::corrupt(&at, 0, "a source position is hex"));
-        }
-    }
-    let mut positions: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    for k in m.sources.keys() {
-        if let Some((op, sub)) = k.rsplit_once('/')
-            && let Ok(sub) = sub.parse::<u32>()
-        {
+        if let Ok(sub) = sub.parse::<u32>() {
             unknown.insert(op.to_string());
             positions.entry(op).or_default().insert(sub);
         }
@@ -1066,14 +1065,14 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path,
     }
     // Positions belong to sources: under any other operator they would be skipped, and the
     // job's source (renamed) would start from its beginning, reading its input twice.
-    let misplaced = |n: &&super::graph::Node| !n.is_source && positions.contains_key(n.name.as_str());
+    let misplaced = |n: &&super::graph::Node| !n.is_source() && positions.contains_key(n.name.as_str());
     if let Some(n) = plan.nodes.iter().find(misplaced).filter(|_| !allow) {
         return Err(Error::InvalidConfig(format!(
             "checkpoint {} holds source positions of {}, which in this job is not a source (operators renamed?)",
             m.checkpoint_id, n.name
         )));
     }
-    for n in plan.nodes.iter().filter(|n| n.is_source) {
+    for n in plan.nodes.iter().filter(|n| n.is_source()) {
         let Some(subs) = positions.get(n.name.as_str()) else { continue };
         if subs.len() != n.parallelism as usize || subs.iter().any(|&s| s >= n.parallelism) {
             return Err(Error::InvalidConfig(format!(
@@ -1092,7 +1091,7 @@ fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path,
         (c.operator.clone(), format!("channel_state entry {}[{}] ({})", c.operator, c.subtask, c.path))
     });
     for (operator, entry) in entries.chain(old_inflight) {
-        if plan.nodes.iter().any(|n| n.is_source && n.name == operator) {
+        if plan.nodes.iter().any(|n| n.is_source() && n.name == operator) {
             return Err(Error::corrupt(path, 0, format!("{entry}: a source has no input channels")));
         }
     }

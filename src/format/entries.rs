@@ -121,12 +121,14 @@ pub fn entry_problems(extra: &BTreeMap<String, String>, origin: &Path) -> Vec<(S
     out
 }
 
+/// The first problem's error, if any.
+fn first(problems: Vec<(String, Error)>) -> Result<()> {
+    problems.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
+}
+
 /// The first of [`entry_problems`] (the `extra` map alone).
 pub fn check_extra(extra: &BTreeMap<String, String>, origin: &Path) -> Result<()> {
-    match entry_problems(extra, origin).into_iter().next() {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
+    first(entry_problems(extra, origin))
 }
 
 /// [`entry_problems`], and the in-flight records of instances the checkpoint did not have:
@@ -156,10 +158,7 @@ pub fn manifest_entry_problems(m: &super::Manifest, origin: &Path) -> Vec<(Strin
 
 /// The first of [`manifest_entry_problems`], as an error naming `origin` (the manifest).
 pub fn check_executor_entries(m: &super::Manifest, origin: &Path) -> Result<()> {
-    match manifest_entry_problems(m, origin).into_iter().next() {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
+    first(manifest_entry_problems(m, origin))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{Passed, Report, human_bytes, iso8601, open_read_only, rel, resolve_noting};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::FileKind;
 use crate::state::{Codec, KeyGroupRange, StateDescriptor};
 
@@ -332,7 +332,7 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
                 Ok(true) => "yes".to_string(),
                 Ok(false) => "no".to_string(),
                 // A record that could not be read (permission, I/O) is not known damaged.
-                Err(e @ Error::Io { .. }) => format!("unreadable: {e}"),
+                Err(e) if super::is_unreadable(&e) => format!("unreadable: {e}"),
                 Err(e) => format!("damaged: {e}"),
             }
         }),
