@@ -190,6 +190,15 @@ enum Command {
     Cancel,
 }
 
+impl Command {
+    /// Answers the request, if it is one, with `why`.
+    fn refuse(self, why: &str) {
+        if let Command::Trigger { reply, .. } | Command::Stop { reply } = self {
+            let _ = reply.send(Err(Error::Cancelled(why.into())));
+        }
+    }
+}
+
 /// A completed savepoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SavepointInfo {
@@ -202,6 +211,9 @@ pub struct SavepointInfo {
 /// A running job ([`Job::start`]).
 pub struct JobHandle {
     commands: Sender<Command>,
+    /// Set by the job's thread once `run` has returned, before its command queue is
+    /// dropped: a request whose reply was dropped after that met the job's end.
+    ended: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Result<JobResult>>>,
     storage: Arc<CheckpointStorage>,
     checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
@@ -220,7 +232,8 @@ impl JobHandle {
         rx.recv().map_err(|_| {
             // Unanswered: the job ended with the request queued, or the attempt failed
             // while handling it (and the job may run on after a restart).
-            Error::Cancelled(if self.is_finished() { ENDED } else { "the job dropped the request" }.into())
+            let ended = self.ended.load(Ordering::SeqCst) || self.is_finished();
+            Error::Cancelled(if ended { ENDED } else { "the job dropped the request" }.into())
         })?
     }
 
@@ -316,13 +329,21 @@ impl Job {
         // Claimed before the job's thread starts: a second job is refused here, whichever
         // thread gets going first.
         let claim = config.storage.claim_for_job()?;
+        let ended = Arc::new(AtomicBool::new(false));
+        let ends = Arc::clone(&ended);
         let thread = crate::fsutil::thread("floe-job")
             .spawn(move || {
                 let _claim = claim;
-                run(&plan, &config, &rx, &shared)
+                let result = run(&plan, &config, &rx, &shared);
+                // Requests still queued, and any sent until `rx` is dropped, met the end.
+                ends.store(true, Ordering::SeqCst);
+                for c in rx.try_iter() {
+                    c.refuse(ENDED);
+                }
+                result
             })
             .map_err(|e| Error::io("the start of the job thread", storage.root(), e))?;
-        Ok(JobHandle { commands: tx, thread: Some(thread), storage, checkpoints })
+        Ok(JobHandle { commands: tx, ended, thread: Some(thread), storage, checkpoints })
     }
 }
 
@@ -430,6 +451,10 @@ fn run(
         run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
         match run.attempt(restore.clone()) {
             Ok(end) => {
+                // Requests still waiting met the job's end.
+                for (_, w) in std::mem::take(&mut run.waiting) {
+                    let _ = w.send(Err(Error::Cancelled(ENDED.into())));
+                }
                 run.result.cancelled = matches!(end, End::Cancelled);
                 if let (End::Finished { clean: true }, Some(b)) = (end, run.ended)
                     && b.kind == BarrierKind::StopSavepoint
