@@ -272,3 +272,177 @@ fn keyed_state_restored_into_an_operator_of_another_kind_is_refused_up_front() {
 fn storage_id(manifest: &std::path::Path) -> u64 {
     floe::checkpoint::layout::parse_manifest_name(manifest.file_name().unwrap().to_str().unwrap()).unwrap()
 }
+
+// ---- A two-input operator whose inputs were swapped --------------------------------------
+
+mod swapped_inputs {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use floe::executor::{
+        Context, Job, JobConfig, KeyedCoProcessFunction, Mode, Poll, Source, SourceWaker, Topic, TopicSource,
+    };
+
+    /// (key, timestamp, value): `a`'s values are 1..=5, `b`'s 100 and up, `b`'s marker -1.
+    type Ev = (u64, i64, i64);
+
+    static HELD: AtomicBool = AtomicBool::new(false);
+    static RELEASED: AtomicBool = AtomicBool::new(false);
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static SNAPPED: AtomicBool = AtomicBool::new(false);
+    static READ_ALL: AtomicBool = AtomicBool::new(false);
+    /// Each record `j` processed, with the side (`'a'` or `'b'`) its input says it is from.
+    static SEEN: Mutex<Vec<(char, i64)>> = Mutex::new(Vec::new());
+
+    fn wait_for(flag: &AtomicBool, what: &str) {
+        for _ in 0..20_000 {
+            if flag.load(SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("{what} never happened");
+    }
+
+    /// `a`'s source: flags when it read its last record (5), and when it is asked for its
+    /// position (its barrier follows) once the test armed it.
+    struct Watched(TopicSource<Ev>);
+
+    impl Source<Ev> for Watched {
+        fn open(&mut self, w: SourceWaker) -> floe::Result<()> {
+            self.0.open(w)
+        }
+        fn poll(&mut self) -> floe::Result<Poll<Ev>> {
+            let p = self.0.poll()?;
+            if matches!(p, Poll::Ready((_, _, 5))) {
+                READ_ALL.store(true, SeqCst);
+            }
+            Ok(p)
+        }
+        fn position(&self) -> Vec<u8> {
+            if ARMED.load(SeqCst) {
+                SNAPPED.store(true, SeqCst);
+            }
+            self.0.position()
+        }
+        fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
+            self.0.seek(p)
+        }
+        fn position_encoding(&self) -> floe::executor::PositionEncoding {
+            self.0.position_encoding()
+        }
+    }
+
+    /// Notes the side of every record; `a_first`: `a` is the first input. Holds on `b`'s
+    /// marker until the test releases it.
+    struct Sides {
+        a_first: bool,
+    }
+
+    impl Sides {
+        fn saw(&self, first: bool, r: Ev) {
+            let side = if first == self.a_first { 'a' } else { 'b' };
+            SEEN.lock().unwrap().push((side, r.2));
+            if r.2 == -1 {
+                HELD.store(true, SeqCst);
+                wait_for(&RELEASED, "the release");
+            }
+        }
+    }
+
+    impl KeyedCoProcessFunction<u64, Ev, Ev, Ev> for Sides {
+        fn process1(&mut self, r: Ev, _: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+            self.saw(true, r);
+            Ok(())
+        }
+        fn process2(&mut self, r: Ev, _: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+            self.saw(false, r);
+            Ok(())
+        }
+    }
+
+    /// Sources `a` and `b` (one record type) into the two-input `j`: `a.connect(b)`, or
+    /// with `!a_first` the same job written `b.connect(a)`.
+    fn job(ta: &Topic<Ev>, tb: &Topic<Ev>, a_first: bool) -> Job {
+        let job = Job::new();
+        let (a1, b1) = (ta.clone(), tb.clone());
+        let a = job.source("a", 1, move |s, p| Box::new(Watched(a1.source(s, p)))).key_by(|e: &Ev| e.0);
+        let b = job.source("b", 1, move |s, p| Box::new(b1.source(s, p))).key_by(|e: &Ev| e.0);
+        let (first, second) = if a_first { (a, b) } else { (b, a) };
+        let _ = first.connect(&second).process("j", move || Sides { a_first }).parallelism(1);
+        job
+    }
+
+    /// Runs `a.connect(b)` unaligned until a checkpoint whose barrier overtook `a`'s five
+    /// records queued at `j` (held on `b`'s marker), then cancels it. The checkpoint's id,
+    /// or `None` when the records were not in flight at the barrier (a slow host).
+    fn checkpoint_with_a_in_flight(storage: &Arc<floe::checkpoint::CheckpointStorage>) -> Option<u64> {
+        for f in [&HELD, &RELEASED, &ARMED, &SNAPPED, &READ_ALL] {
+            f.store(false, SeqCst);
+        }
+        let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+        let mut config = JobConfig::new(Arc::clone(storage));
+        config.mode = Mode::Unaligned;
+        config.checkpoint_interval = None;
+        let handle = job(&ta, &tb, true).start(config).unwrap();
+        tb.push(0, (1, 0, -1));
+        wait_for(&HELD, "j held");
+        for v in 1..=5 {
+            ta.push(0, (1, 0, v));
+        }
+        tb.push(0, (1, 0, 100));
+        wait_for(&READ_ALL, "a read its records");
+        ARMED.store(true, SeqCst);
+        let c = std::thread::scope(|s| {
+            let t = s.spawn(|| handle.checkpoint());
+            wait_for(&SNAPPED, "a's barrier");
+            // Room for the barrier to reach `j` ahead of the queued records; whether it
+            // did is read from the checkpoint.
+            std::thread::sleep(Duration::from_millis(20));
+            RELEASED.store(true, SeqCst);
+            t.join().unwrap().unwrap()
+        });
+        handle.cancel().unwrap();
+        let m = storage.read_manifest(c).unwrap();
+        let mut a_in_flight = 0;
+        floe::checkpoint::read_channel_state(storage.root(), &m, "j", |_, input, _, e| {
+            a_in_flight += usize::from(input == 0 && matches!(e, floe::format::ChannelEntry::Record(_)));
+            Ok(())
+        })
+        .unwrap();
+        (a_in_flight == 5).then_some(c)
+    }
+
+    #[test]
+    fn in_flight_records_go_to_the_input_their_operator_feeds_after_a_swap() {
+        // Found reading the restore (session 41): `a.connect(b)` resumed as
+        // `b.connect(a)` replayed the records captured in flight on `a`'s channels on the
+        // first input, now `b`'s, and `j` took them for `b`'s without a word (one record
+        // type on both inputs).
+        let dir = tempfile::tempdir().unwrap();
+        let storage = super::storage(dir.path());
+        let c = (0..3).find_map(|_| checkpoint_with_a_in_flight(&storage));
+        let c = c.expect("a's records were never in flight at j's barrier");
+        assert!(SEEN.lock().unwrap().iter().all(|&(side, v)| (side == 'a') == (1..=5).contains(&v)));
+        SEEN.lock().unwrap().clear();
+
+        let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
+        let mut config = JobConfig::new(Arc::clone(&storage));
+        config.mode = Mode::Unaligned;
+        config.checkpoint_interval = None;
+        config.restore_from = Some(storage.manifest_path(c));
+        ta.close();
+        tb.close();
+        let r = job(&ta, &tb, false).execute(&config).unwrap();
+        assert_eq!(r.restored_from, [Some(c)]);
+        let mut seen = SEEN.lock().unwrap().clone();
+        seen.sort();
+        // `a`'s five records in flight, replayed as `a`'s; `b`'s 100 as `b`'s if it was in
+        // flight too.
+        let a: Vec<_> = seen.iter().filter(|s| s.0 == 'a').copied().collect();
+        assert_eq!(a, (1..=5).map(|v| ('a', v)).collect::<Vec<_>>(), "{seen:?}");
+        assert!(seen.iter().all(|&(side, v)| side == 'a' || v == 100), "{seen:?}");
+    }
+}

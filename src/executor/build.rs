@@ -75,6 +75,10 @@ pub(crate) struct Wiring {
     pub waker: Sender<Control>,
     /// The shape of the input channels (`format::timers::channel_shape`; 0 for a source).
     pub shape: u64,
+    /// The shape the channels had if the job's two inputs were the other way round (the
+    /// first input's channels labelled second and after the second's); 0 unless the
+    /// instance has both inputs.
+    pub swapped_shape: u64,
 }
 
 fn wiring_error() -> Error {
@@ -123,6 +127,7 @@ fn replay<L: Logic>(
     logic: &L,
     channel_input: &[u8],
     own_channels: bool,
+    swapped: bool,
 ) -> Result<Vec<Replayed<L::In1, L::In2>>> {
     let (mut foreign, mut own) = (Vec::new(), Vec::new());
     let Some(r) = &w.restore else { return Ok(own) };
@@ -168,6 +173,8 @@ fn replay<L: Logic>(
         if input >= inputs {
             return Err(bad(format!("the operator has {inputs} input(s)")));
         }
+        // Captured on the input its upstream operator now feeds on the other side.
+        let input = if swapped { 1 - input } else { input };
         // Its channel, where the instance's channels are those its namesake had.
         let channel = |ch: u32| -> Result<Option<usize>> {
             if old != w.subtask || !own_channels {
@@ -251,7 +258,15 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
         true,
     )?;
     let own_channels = inputs.as_ref().is_some_and(|(_, own)| *own);
-    let replay = replay(w, logic, channel_input, own_channels)?;
+    // The job's two inputs were swapped since the checkpoint (`a.connect(b)` became
+    // `b.connect(a)`): the instances recorded channels of the swapped shape, and their
+    // in-flight records go to the input their upstream operator feeds now (their markers,
+    // on channels that are not the instance's own, are dropped as after a rescale).
+    let swapped = !own_channels
+        && w.swapped_shape != 0
+        && w.swapped_shape != w.shape
+        && crate::format::timers::inputs_recorded_with(&r.manifest.extra, op, w.swapped_shape, &r.path)?;
+    let replay = replay(w, logic, channel_input, own_channels, swapped)?;
     Ok(Restored { watermark, inputs: inputs.map(|(i, _)| i), replay })
 }
 

@@ -657,6 +657,7 @@ impl Run<'_> {
                             layout[i].iter().map(|(c, o, s)| (*c, o.as_str(), *s)),
                         )
                     },
+                    swapped_shape: swapped_shape(&layout[i]),
                 };
                 let name = format!("{}[{s}]", n.name);
                 let body = match (n.build)(w) {
@@ -1022,6 +1023,18 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 /// operators' watermark entries must decode (`path`, the manifest, names them), and its
 /// in-flight records belong to instances that had input channels. Operators
 /// the checkpoint does not know start empty, as new operators do in Flink.
+/// The shape of a task's channels (`layout`, first input's first) had its two inputs been
+/// the other way round; 0 unless it has both.
+fn swapped_shape(layout: &[(u8, String, u32)]) -> u64 {
+    let on = |input: u8| layout.iter().filter(move |c| c.0 == input);
+    if on(0).next().is_none() || on(1).next().is_none() {
+        return 0;
+    }
+    let swapped =
+        on(1).map(|(_, o, s)| (0u8, o.as_str(), *s)).chain(on(0).map(|(_, o, s)| (1u8, o.as_str(), *s)));
+    crate::format::timers::channel_shape(swapped)
+}
+
 fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path, allow: bool) -> Result<()> {
     // Every key under a prefix the executor reads, and every value it decodes: a key a
     // reader would skip (`sink/out/00`) would drop what it holds without a word.
