@@ -446,3 +446,51 @@ mod swapped_inputs {
         assert!(seen.iter().all(|&(side, v)| side == 'a' || v == 100), "{seen:?}");
     }
 }
+
+/// Registers a state named `name` when it opens (`lazily`: at its first record).
+struct Names {
+    name: &'static str,
+    lazily: bool,
+}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64)> for Names {
+    fn open(&mut self, store: &mut floe::state::Store) -> floe::Result<()> {
+        if !self.lazily {
+            store.map_state::<u64, u64, u64>(self.name)?;
+        }
+        Ok(())
+    }
+    fn process(&mut self, r: u64, ctx: &mut Context<'_, u64, (u64, u64)>) -> floe::Result<()> {
+        if self.lazily {
+            ctx.store().value_state::<u64, u64>(self.name)?;
+        }
+        ctx.emit((r, r));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_function_may_not_register_state_under_the_runtimes_names() {
+    // Found by an outside attack (session 40): a keyed function whose own state was named
+    // `__floe_windows` was taken for a window operator on resume, and its unchanged job
+    // was refused; one registering `__floe_timers` with the runtime's types would share
+    // (and could clobber) its timers. The runtime's prefix is its own now.
+    for (name, lazily) in [("__floe_windows", false), ("__floe_timers", false), ("__floe_mine", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let job = Job::new();
+        job.source("nums", 1, |_, _| Box::new(IterSource::new(Arc::new(vec![1u64, 2, 3]))))
+            .key_by(|r: &u64| *r)
+            .process("f", move || Names { name, lazily });
+        let mut config = JobConfig::new(storage(dir.path()));
+        config.restart.max_attempts = 0;
+        let err = job.execute(&config).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains("runtime's own"), "{name}: {err}");
+    }
+    // Other names, the runtime's own states (timers), and windows work as before.
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new();
+    job.source("nums", 1, |_, _| Box::new(IterSource::new(Arc::new(vec![1u64, 2, 3]))))
+        .key_by(|r: &u64| *r)
+        .process("f", || Names { name: "floe_windows", lazily: false });
+    job.execute(&JobConfig::new(storage(dir.path()))).unwrap();
+}

@@ -92,7 +92,9 @@ impl<K: Key, O> Context<'_, K, O> {
 /// A keyed, stateful function of one input (Flink's `KeyedProcessFunction`): records are
 /// routed to the instance owning their key's group; state and timers are per key.
 pub trait KeyedProcessFunction<K, I, O>: Send {
-    /// Registers states (once per task, before any record, also after a restore).
+    /// Registers states (once per task, before any record, also after a restore). Names
+    /// starting with `__floe_` are the runtime's own (its timers and windows): registering
+    /// one, here or later, is an error.
     fn open(&mut self, store: &mut Store) -> Result<()> {
         let _ = store;
         Ok(())
@@ -109,7 +111,8 @@ pub trait KeyedProcessFunction<K, I, O>: Send {
 /// A keyed function of two inputs of different types, both keyed by `K` (Flink's
 /// `KeyedCoProcessFunction`): joins.
 pub trait KeyedCoProcessFunction<K, A, B, O>: Send {
-    /// Registers states.
+    /// Registers states (names starting with `__floe_` are the runtime's own, as for
+    /// [`KeyedProcessFunction::open`]).
     fn open(&mut self, store: &mut Store) -> Result<()> {
         let _ = store;
         Ok(())

@@ -287,7 +287,7 @@ impl<K: Serialize + DeserializeOwned> TimerService<K> {
     /// Registers the timer state and rebuilds the index from what the store holds (after
     /// a restore: the timers of the key groups this instance owns).
     pub fn open(store: &mut Store) -> Result<Self> {
-        let state = store.map_state::<K, (u8, i64), ()>(TIMER_STATE)?;
+        let state = store.as_runtime(|s| s.map_state::<K, (u8, i64), ()>(TIMER_STATE))?;
         let mut t = TimerService { state, event: BTreeSet::new(), processing: BTreeSet::new() };
         let snap = store.snapshot();
         for kg in snap.key_groups().iter() {

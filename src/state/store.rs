@@ -95,7 +95,14 @@ pub struct Store {
     instance: u64,
     pub(super) states: Vec<StateTable>,
     by_name: HashMap<String, StateId>,
+    /// Whether names starting with [`RUNTIME_PREFIX`] are refused: set by the executor on
+    /// the store it hands a user's function (those names are its own states').
+    runtime_names_reserved: bool,
 }
+
+/// The prefix of the executor's own state names (`__floe_timers`, `__floe_windows`): a
+/// restore tells operators apart by them, so a user's function may not register one.
+pub(crate) const RUNTIME_PREFIX: &str = "__floe_";
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,6 +124,7 @@ impl Default for Store {
             instance: next_instance(),
             states: Vec::new(),
             by_name: HashMap::new(),
+            runtime_names_reserved: false,
         }
     }
 }
@@ -180,6 +188,7 @@ impl Store {
     /// their ids. To change a state's types, migrate it ([`Store::migrate_state`], or the
     /// typed `migrate_value_state`, `migrate_list_state`, `migrate_map_state`).
     pub fn register(&mut self, desc: StateDescriptor) -> Result<StateId> {
+        self.check_not_reserved(&desc.name)?;
         if let Some(&id) = self.by_name.get(&desc.name) {
             self.states[id.index()].desc.check_same(&desc)?;
             return Ok(id);
@@ -199,6 +208,29 @@ impl Store {
         self.by_name.insert(desc.name.clone(), id);
         self.states.push(StateTable { desc: Arc::new(desc), groups });
         Ok(id)
+    }
+
+    /// From now on, registering or migrating a state whose name starts with
+    /// [`RUNTIME_PREFIX`] is refused, except inside [`Store::as_runtime`].
+    pub(crate) fn reserve_runtime_names(&mut self) {
+        self.runtime_names_reserved = true;
+    }
+
+    /// Runs `f` (the executor registering its own states) with the runtime's names free.
+    pub(crate) fn as_runtime<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+        let reserved = std::mem::replace(&mut self.runtime_names_reserved, false);
+        let r = f(self);
+        self.runtime_names_reserved = reserved;
+        r
+    }
+
+    fn check_not_reserved(&self, name: &str) -> Result<()> {
+        if self.runtime_names_reserved && name.starts_with(RUNTIME_PREFIX) {
+            return Err(Error::InvalidConfig(format!(
+                "state name {name:?}: names starting with {RUNTIME_PREFIX:?} are the runtime's own"
+            )));
+        }
+        Ok(())
     }
 
     /// The id of a registered state.
@@ -233,6 +265,7 @@ impl Store {
         new: StateDescriptor,
         convert: &mut dyn FnMut(&[u8]) -> Result<Vec<u8>>,
     ) -> Result<StateId> {
+        self.check_not_reserved(&new.name)?;
         let id = self.state_id(&new.name).ok_or_else(|| Error::UnknownState(new.name.clone()))?;
         let table = &self.states[id.index()];
         if *table.desc == new {
