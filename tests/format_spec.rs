@@ -268,6 +268,14 @@ fn sinks_committed_contents_match_the_code() {
             floe::checkpoint::layout::sinks_committed_contents(id)
         );
     }
+    let after = text.split("<!-- spec-table: checkpoint-sinks-committed -->").nth(1).unwrap();
+    let block = after.split("```text\n").nth(1).unwrap().split("```").next().unwrap();
+    for id in [1, 7, 1234, u64::MAX] {
+        assert_eq!(
+            block.replace("<id>", &id.to_string()),
+            floe::checkpoint::layout::checkpoint_sinks_committed_contents(id)
+        );
+    }
 }
 
 #[test]

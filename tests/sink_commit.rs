@@ -478,3 +478,77 @@ fn a_sink_or_source_entry_under_a_key_no_reader_looks_up_is_refused_up_front() {
     assert_eq!(r.restarts, 0, "{:?}", r.failures);
     assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
 }
+
+/// A topic of one partition holding `0..n`, ended.
+fn ended_topic(n: u64) -> Topic<u64> {
+    let topic: Topic<u64> = Topic::new(1);
+    for i in 0..n {
+        topic.push(0, i);
+    }
+    topic.close();
+    topic
+}
+
+#[test]
+fn a_bounded_jobs_final_checkpoint_resumes_into_another_directory() {
+    // A bounded job run again on the next input, writing the next folder. Before: every
+    // attempt failed ("discarded or lost": the final checkpoint's transaction, committed
+    // by the first job, was committed again, into the new folder).
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ckpt");
+    let (a, b) = (dir.path().join("out-a"), dir.path().join("out-b"));
+    let retain_one = || StorageConfig { num_retained: 1, ..StorageConfig::default() };
+    let storage = CheckpointStorage::open(&root, retain_one()).unwrap();
+    let first = job(&ended_topic(50), &a, &Faults::failing(0)).execute(&config(&storage)).unwrap();
+    let last = first.last_checkpoint.expect("the final checkpoint");
+    let marker = root.join(layout::checkpoint_committed_name(last));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), layout::checkpoint_sinks_committed_contents(last));
+    assert_eq!(floe::inspect::show(&root, Some(last)).unwrap().sinks_committed.as_deref(), Some("yes"));
+    assert!(floe::inspect::verify(&root, None).unwrap().ok);
+    assert_eq!(published(&[&a]), (0..50).collect::<Vec<_>>());
+
+    // The next run: the same topic grown to 100, from the final checkpoint, into `b`.
+    let resume = |out: &Path| {
+        let mut c = config(&storage);
+        c.restore_from = Some(storage.manifest_path(last));
+        c.restart.max_attempts = 0;
+        job(&ended_topic(100), out, &Faults::failing(0)).execute(&c)
+    };
+    // Without the record (an older floe's final checkpoint) it fails as before.
+    let kept = std::fs::read(&marker).unwrap();
+    std::fs::remove_file(&marker).unwrap();
+    let e = resume(&b).unwrap_err();
+    assert!(e.to_string().contains("discarded or lost"), "{e}");
+    assert_eq!(floe::inspect::show(&root, Some(last)).unwrap().sinks_committed.as_deref(), Some("no"));
+    std::fs::write(&marker, kept).unwrap();
+    let second = resume(&b).unwrap();
+    assert_eq!(second.restarts, 0, "{:?}", second.failures);
+    assert_eq!(published(&[&a]), (0..50).collect::<Vec<_>>());
+    assert_eq!(published(&[&b]), (50..100).collect::<Vec<_>>());
+    assert!(second.last_checkpoint.unwrap() > last);
+
+    // The record goes with its checkpoint: retention (one retained) removed the first
+    // job's checkpoint and its record; nothing is left over or foreign.
+    assert!(!storage.manifest_path(last).exists() && !marker.exists());
+    let names: Vec<String> =
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    for n in &names {
+        if let Some(id) = layout::parse_checkpoint_committed_name(n) {
+            assert!(root.join(layout::manifest_name(id)).exists(), "{n} outlived its checkpoint: {names:?}");
+        }
+    }
+    let orphans = storage.gc(true).unwrap();
+    assert!(orphans.ours.is_empty() && orphans.foreign.is_empty(), "{orphans:?}");
+
+    // A record whose manifest is gone (removed by hand, or a crash between the two
+    // unlinks) holds its id back and is floe's leftover.
+    let newest = second.last_checkpoint.unwrap();
+    assert!(root.join(layout::checkpoint_committed_name(newest)).exists());
+    drop(storage);
+    std::fs::remove_file(root.join(layout::manifest_name(newest))).unwrap();
+    let storage = CheckpointStorage::open(&root, retain_one()).unwrap();
+    assert!(storage.max_id().unwrap() >= newest, "an id whose record is there would be handed out again");
+    let orphans = storage.gc(false).unwrap();
+    assert_eq!(orphans.ours, [root.join(layout::checkpoint_committed_name(newest))], "{orphans:?}");
+    assert!(!root.join(layout::checkpoint_committed_name(newest)).exists());
+}

@@ -3,6 +3,7 @@
 //! ```text
 //! ROOT/FLOE                                  marker: this directory belongs to floe
 //! ROOT/chk-<id:020>.manifest                 one per completed checkpoint
+//! ROOT/chk-<id:020>.committed                its sinks committed (a bounded job's final one)
 //! ROOT/data/<id:020>-<operator>-<hash>-<subtask>.full|.incr   data files, shared by checkpoints
 //! ROOT/data/<id:020>-<operator>-<hash>-<subtask>.chan        in-flight records (channel state)
 //! ROOT/savepoints/sp-<id:020>/MANIFEST       a savepoint: self-contained
@@ -30,6 +31,24 @@ pub const SINKS_COMMITTED: &str = "COMMITTED";
 /// The exact contents of savepoint `id`'s [`SINKS_COMMITTED`] file.
 pub fn sinks_committed_contents(id: u64) -> String {
     format!("floe sinks committed savepoint {id}\n")
+}
+
+/// `chk-<id>.committed`: beside checkpoint `id`'s manifest, written once every sink of the
+/// job that ended with it (a bounded job's final checkpoint) committed its transactions
+/// (format-spec/layout.md, "Sinks committed").
+pub fn checkpoint_committed_name(id: u64) -> String {
+    format!("chk-{id:020}.committed")
+}
+
+/// The checkpoint id of a [`checkpoint_committed_name`].
+pub fn parse_checkpoint_committed_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("chk-")?.strip_suffix(".committed")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
+}
+
+/// The exact contents of checkpoint `id`'s [`checkpoint_committed_name`] file.
+pub fn checkpoint_sinks_committed_contents(id: u64) -> String {
+    format!("floe sinks committed checkpoint {id}\n")
 }
 
 /// `chk-<id>.manifest`.
@@ -125,6 +144,9 @@ mod tests {
     fn names_round_trip() {
         assert_eq!(parse_manifest_name(&manifest_name(42)), Some(42));
         assert_eq!(parse_manifest_name("chk-42.manifest"), None);
+        assert_eq!(parse_checkpoint_committed_name(&checkpoint_committed_name(42)), Some(42));
+        assert_eq!(parse_checkpoint_committed_name(&manifest_name(42)), None);
+        assert_eq!(parse_manifest_name(&checkpoint_committed_name(42)), None);
         let d = data_file_name(7, "sum/op 1", 3, false);
         let h = crate::state::key_hash(b"sum/op 1") >> 32;
         assert_eq!(d, format!("data/00000000000000000007-sum_op_1-{h:08x}-3.incr"));

@@ -193,6 +193,15 @@ impl CheckpointStorage {
                 }
                 continue;
             }
+            // A checkpoint's record that its sinks committed goes with its manifest.
+            if let Some(id) = layout::parse_checkpoint_committed_name(&e.name) {
+                if e.kind != EntryKind::File {
+                    out.foreign.push(path);
+                } else if ids.binary_search(&id).is_err() && !protect.protects(id) {
+                    out.ours.push(path);
+                }
+                continue;
+            }
             match layout::parse_tmp_name(&e.name) {
                 _ if e.kind != EntryKind::File => out.foreign.push(path),
                 Some(id) if protect.protects(id) => {}

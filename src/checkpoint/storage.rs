@@ -955,21 +955,33 @@ impl CheckpointStorage {
         self.root.join(layout::savepoint_dir(id)).join(SAVEPOINT_MANIFEST)
     }
 
-    /// Records, durably, that every sink committed savepoint `id`'s transactions (the job
-    /// stopped with it): a job resumed from the savepoint then leaves them alone, so its
-    /// sinks may write elsewhere and the published output may have been moved on. Written
-    /// once, after the savepoint's manifest; refused if the savepoint is not there.
+    /// Records, durably, that every sink committed the transactions of savepoint or
+    /// checkpoint `id` (the job ended with it: stopped with the savepoint, or its bounded
+    /// input ended and this was its final checkpoint): a job resumed from it then leaves
+    /// them alone, so its sinks may write elsewhere and the published output may have been
+    /// moved on. Written once, after the manifest; refused if the manifest is not there.
     pub fn mark_sinks_committed(&self, id: u64) -> Result<()> {
-        let w = self.writer("mark a savepoint's sinks committed")?;
+        let w = self.writer("mark a checkpoint's sinks committed")?;
         let _serial = w.commit.lock();
         self.check_in_place()?;
-        let dir = self.root.join(layout::savepoint_dir(id));
-        if !matches!(self.io.stat(&dir.join(SAVEPOINT_MANIFEST)), Ok((EntryKind::File, _))) {
-            return Err(Error::NotFound(format!("{}: savepoint {id} has no manifest", dir.display())));
-        }
-        let path = dir.join(layout::SINKS_COMMITTED);
-        let bytes = layout::sinks_committed_contents(id);
-        publish(&*self.io, &dir, layout::SINKS_COMMITTED, id, WriteOptions::SMALL, |w, _| {
+        let is_file = |p: &Path| matches!(self.io.stat(p), Ok((EntryKind::File, _)));
+        let sp = self.root.join(layout::savepoint_dir(id));
+        let (dir, name, bytes) = if is_file(&sp.join(SAVEPOINT_MANIFEST)) {
+            (sp, layout::SINKS_COMMITTED.to_string(), layout::sinks_committed_contents(id))
+        } else if is_file(&self.manifest_path(id)) {
+            (
+                self.root.clone(),
+                layout::checkpoint_committed_name(id),
+                layout::checkpoint_sinks_committed_contents(id),
+            )
+        } else {
+            return Err(Error::NotFound(format!(
+                "{}: neither savepoint nor checkpoint {id} has a manifest",
+                self.root.display()
+            )));
+        };
+        let path = dir.join(&name);
+        publish(&*self.io, &dir, &name, id, WriteOptions::SMALL, |w, _| {
             w.write_all(bytes.as_bytes()).map_err(|e| Error::io("write", &path, e))
         })
     }
@@ -990,8 +1002,11 @@ impl CheckpointStorage {
         for dir in [self.root.join(DATA_DIR), self.root.clone()] {
             let Ok(entries) = self.io.list_dir(&dir) else { continue };
             for e in entries {
-                if let Some(id) =
-                    layout::parse_data_file_name(&e.name).or_else(|| layout::parse_tmp_name(&e.name))
+                // A checkpoint's sinks-committed record outlives its manifest only until the
+                // next cleanup; its id must not be handed out again meanwhile.
+                if let Some(id) = layout::parse_data_file_name(&e.name)
+                    .or_else(|| layout::parse_tmp_name(&e.name))
+                    .or_else(|| layout::parse_checkpoint_committed_name(&e.name))
                 {
                     files = files.max(id);
                 }
@@ -1096,21 +1111,27 @@ pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
     read_manifest_with(&*io, &path)
 }
 
-/// Whether the job that took the savepoint of `manifest` (read from `path`) recorded that
-/// its sinks committed the savepoint's transactions ([`CheckpointStorage::
-/// mark_sinks_committed`]): false for a checkpoint, or when the savepoint's folder has no
-/// such file. A file there of any other contents, or not a regular file, is damage
-/// ([`Error::Corrupt`] naming it and the first byte that differs).
+/// Whether the job that ended with the savepoint or checkpoint of `manifest` (read from
+/// `path`) recorded that its sinks committed its transactions ([`CheckpointStorage::
+/// mark_sinks_committed`]): false when the folder holds no such record beside the
+/// manifest (`COMMITTED` in a savepoint's folder, `chk-<id>.committed` beside a
+/// checkpoint's manifest). A file there of any other contents, or not a regular file, is
+/// damage ([`Error::Corrupt`] naming it and the first byte that differs).
 pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
-    if manifest.kind != ManifestKind::Savepoint {
-        return Ok(false);
-    }
+    let id = manifest.checkpoint_id;
+    let (name, want) = match manifest.kind {
+        ManifestKind::Savepoint => {
+            (layout::SINKS_COMMITTED.to_string(), layout::sinks_committed_contents(id))
+        }
+        ManifestKind::Full | ManifestKind::Incremental => {
+            (layout::checkpoint_committed_name(id), layout::checkpoint_sinks_committed_contents(id))
+        }
+    };
     let (path, io) = super::object::resolve(path)?;
     let marker = match path.parent() {
-        Some(dir) => dir.join(layout::SINKS_COMMITTED),
-        None => PathBuf::from(layout::SINKS_COMMITTED),
+        Some(dir) => dir.join(&name),
+        None => PathBuf::from(&name),
     };
-    let want = layout::sinks_committed_contents(manifest.checkpoint_id);
     let bad = |at: usize, what: String| Error::corrupt(&marker, at as u64, what);
     match io.stat(&marker) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),

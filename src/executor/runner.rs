@@ -391,6 +391,8 @@ struct Run<'a> {
     /// checkpoint), or the drain with checkpointing off once a sink began to publish at it
     /// (a restart would publish again what it published).
     ended: Option<Barrier>,
+    /// The final checkpoint of the bounded input the attempt ended with.
+    final_checkpoint: Option<u64>,
 }
 
 /// How an attempt ended without failing.
@@ -446,6 +448,7 @@ fn run(
         result: JobResult::default(),
         waiting: BTreeMap::new(),
         ended: None,
+        final_checkpoint: None,
     };
     loop {
         run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
@@ -456,10 +459,17 @@ fn run(
                     let _ = w.send(Err(Error::Cancelled(ENDED.into())));
                 }
                 run.result.cancelled = matches!(end, End::Cancelled);
-                if let (End::Finished { clean: true }, Some(b)) = (end, run.ended)
-                    && b.kind == BarrierKind::StopSavepoint
-                {
-                    run.mark_sinks_committed(b.id);
+                if let End::Finished { clean: true } = end {
+                    match run.ended {
+                        Some(b) if b.kind == BarrierKind::StopSavepoint => run.mark_sinks_committed(b.id),
+                        // Every task ended after the final checkpoint's commits.
+                        None => {
+                            if let Some(id) = run.final_checkpoint {
+                                run.mark_sinks_committed(id);
+                            }
+                        }
+                        Some(_) => {}
+                    }
                 }
                 break;
             }
@@ -745,14 +755,20 @@ impl Run<'_> {
                         }
                     }
                     Action::Commit(p) => {
-                        let id = p.barrier.id;
+                        let (id, kind) = (p.barrier.id, p.barrier.kind);
                         let r = self.complete(tasks, p, restore_stats.as_ref());
                         if r.is_ok()
                             && let Some(w) = self.waiting.remove(&id)
                         {
                             let _ = w.send(Ok(id));
                         }
-                        work.extend(coord.on_committed(id, r.map_err(|e| e.to_string())));
+                        let acts = coord.on_committed(id, r.map_err(|e| e.to_string()));
+                        if kind == BarrierKind::Checkpoint && acts.iter().any(|a| matches!(a, Action::Finish))
+                        {
+                            // The final checkpoint of a bounded input: the job ends with it.
+                            self.final_checkpoint = Some(id);
+                        }
+                        work.extend(acts);
                     }
                     Action::Abort { pending, reason } => {
                         let id = pending.barrier.id;
@@ -971,14 +987,15 @@ impl Run<'_> {
         (primary, clean)
     }
 
-    /// The job stopped with savepoint `id` and every task (every sink's commit) ended
-    /// well: records it in the savepoint. If that fails, the savepoint still restores
-    /// (its sinks then commit again, which needs their output where it was); the failure
-    /// is reported with the savepoint's statistics.
+    /// The job ended with savepoint or checkpoint `id` (a stop-with-savepoint, or its
+    /// bounded input's final checkpoint) and every task (every sink's commit) ended well:
+    /// records it beside the manifest. If that fails, the checkpoint still restores (its
+    /// sinks then commit again, which needs their output where it was); the failure is
+    /// reported with the checkpoint's statistics.
     fn mark_sinks_committed(&mut self, id: u64) {
         let Err(e) = self.config.storage.mark_sinks_committed(id) else { return };
         let note = format!(
-            "the record that savepoint {id}'s sinks committed was not written: {e} (a job resumed from \
+            "the record that checkpoint {id}'s sinks committed was not written: {e} (a job resumed from \
              it commits them again, where its sinks wrote them)"
         );
         for list in [&mut self.result.checkpoints, &mut *self.shared.lock()] {

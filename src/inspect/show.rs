@@ -172,10 +172,11 @@ pub struct ShowReport {
     pub instances: Vec<InstanceInfo>,
     /// In-flight records per operator instance (empty unless the checkpoint is unaligned).
     pub channel_state: Vec<ChannelStateInfo>,
-    /// A savepoint's `COMMITTED` record (format-spec/layout.md, "Sinks committed"): `yes`
-    /// (its job stopped with it and every sink committed: a resume commits nothing again),
-    /// `no`, `damaged: <why>` (a resume refuses it) or `unreadable: <why>` (it could not be
-    /// read; a resume fails on it too); `null` for a checkpoint.
+    /// The record that the job which ended with this savepoint or checkpoint committed
+    /// its sinks' transactions (format-spec/layout.md, "Sinks committed": `COMMITTED` in a
+    /// savepoint's folder, `chk-<id>.committed` beside a checkpoint's manifest): `yes`
+    /// (a resume commits nothing again), `no`, `damaged: <why>` (a resume refuses it) or
+    /// `unreadable: <why>` (it could not be read; a resume fails on it too).
     pub sinks_committed: Option<String>,
     /// The statistics the manifest records (`null`: none).
     pub stats: Option<crate::format::CheckpointStatistics>,
@@ -327,14 +328,12 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
         operators,
         instances,
         channel_state: ChannelStateInfo::of(&m),
-        sinks_committed: (m.kind == crate::format::ManifestKind::Savepoint).then(|| {
-            match crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
-                Ok(true) => "yes".to_string(),
-                Ok(false) => "no".to_string(),
-                // A record that could not be read (permission, I/O) is not known damaged.
-                Err(e) if super::is_unreadable(&e) => format!("unreadable: {e}"),
-                Err(e) => format!("damaged: {e}"),
-            }
+        sinks_committed: Some(match crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
+            Ok(true) => "yes".to_string(),
+            Ok(false) => "no".to_string(),
+            // A record that could not be read (permission, I/O) is not known damaged.
+            Err(e) if super::is_unreadable(&e) => format!("unreadable: {e}"),
+            Err(e) => format!("damaged: {e}"),
         }),
         passed_over,
     })
@@ -426,7 +425,7 @@ impl Report for ShowReport {
             let _ = writeln!(s, "{}", c.line());
         }
         if let Some(c) = &self.sinks_committed {
-            let _ = writeln!(s, "sinks committed (stopped with it): {c}");
+            let _ = writeln!(s, "sinks committed (the job ended with it): {c}");
         }
         let _ = writeln!(s, "statistics:");
         s.push_str(&super::stats::stats_text(self.stats.as_ref(), "  "));
