@@ -694,6 +694,7 @@ impl Run<'_> {
     }
 
     fn attempt(&mut self, restore: Option<Arc<RestoreCtx>>) -> Result<End> {
+        self.final_checkpoint = None;
         let mut tasks = self.spawn(restore.as_ref())?;
         let r = self.coordinate(&mut tasks, restore.as_deref());
         tasks.stop_all();
