@@ -364,12 +364,20 @@ mod swapped_inputs {
     }
 
     /// Sources `a` and `b` (one record type) into the two-input `j`: `a.connect(b)`, or
-    /// with `!a_first` the same job written `b.connect(a)`.
-    fn job(ta: &Topic<Ev>, tb: &Topic<Ev>, a_first: bool) -> Job {
+    /// with `!a_first` the same job written `b.connect(a)`; `maps` inserts a map `ma` after
+    /// `a`, `mb` after `b`.
+    fn job(ta: &Topic<Ev>, tb: &Topic<Ev>, a_first: bool, maps: [bool; 2]) -> Job {
         let job = Job::new();
         let (a1, b1) = (ta.clone(), tb.clone());
-        let a = job.source("a", 1, move |s, p| Box::new(Watched(a1.source(s, p)))).key_by(|e: &Ev| e.0);
-        let b = job.source("b", 1, move |s, p| Box::new(b1.source(s, p))).key_by(|e: &Ev| e.0);
+        let mut a = job.source("a", 1, move |s, p| Box::new(Watched(a1.source(s, p))));
+        let mut b = job.source("b", 1, move |s, p| Box::new(b1.source(s, p)));
+        if maps[0] {
+            a = a.map("ma", |e: Ev| e);
+        }
+        if maps[1] {
+            b = b.map("mb", |e: Ev| e);
+        }
+        let (a, b) = (a.key_by(|e: &Ev| e.0), b.key_by(|e: &Ev| e.0));
         let (first, second) = if a_first { (a, b) } else { (b, a) };
         let _ = first.connect(&second).process("j", move || Sides { a_first }).parallelism(1);
         job
@@ -386,7 +394,7 @@ mod swapped_inputs {
         let mut config = JobConfig::new(Arc::clone(storage));
         config.mode = Mode::Unaligned;
         config.checkpoint_interval = None;
-        let handle = job(&ta, &tb, true).start(config).unwrap();
+        let handle = job(&ta, &tb, true, [false, false]).start(config).unwrap();
         tb.push(0, (1, 0, -1));
         wait_for(&HELD, "j held");
         for v in 1..=5 {
@@ -415,35 +423,55 @@ mod swapped_inputs {
         (a_in_flight == 5).then_some(c)
     }
 
-    #[test]
-    fn in_flight_records_go_to_the_input_their_operator_feeds_after_a_swap() {
-        // Found reading the restore (session 41): `a.connect(b)` resumed as
-        // `b.connect(a)` replayed the records captured in flight on `a`'s channels on the
-        // first input, now `b`'s, and `j` took them for `b`'s without a word (one record
-        // type on both inputs).
-        let dir = tempfile::tempdir().unwrap();
-        let storage = super::storage(dir.path());
-        let c = (0..3).find_map(|_| checkpoint_with_a_in_flight(&storage));
-        let c = c.expect("a's records were never in flight at j's barrier");
-        assert!(SEEN.lock().unwrap().iter().all(|&(side, v)| (side == 'a') == (1..=5).contains(&v)));
+    /// Resumes checkpoint `c` as the job `b.connect(a)` (`a_first`: `a.connect(b)`) with
+    /// `maps` inserted, to the end; what `j` saw after the resume.
+    fn resume(
+        storage: &Arc<floe::checkpoint::CheckpointStorage>,
+        c: u64,
+        a_first: bool,
+        maps: [bool; 2],
+    ) -> floe::Result<Vec<(char, i64)>> {
         SEEN.lock().unwrap().clear();
-
         let (ta, tb): (Topic<Ev>, Topic<Ev>) = (Topic::new(1), Topic::new(1));
-        let mut config = JobConfig::new(Arc::clone(&storage));
+        let mut config = JobConfig::new(Arc::clone(storage));
         config.mode = Mode::Unaligned;
         config.checkpoint_interval = None;
         config.restore_from = Some(storage.manifest_path(c));
         ta.close();
         tb.close();
-        let r = job(&ta, &tb, false).execute(&config).unwrap();
+        let r = job(&ta, &tb, a_first, maps).execute(&config)?;
         assert_eq!(r.restored_from, [Some(c)]);
         let mut seen = SEEN.lock().unwrap().clone();
         seen.sort();
-        // `a`'s five records in flight, replayed as `a`'s; `b`'s 100 as `b`'s if it was in
-        // flight too.
-        let a: Vec<_> = seen.iter().filter(|s| s.0 == 'a').copied().collect();
-        assert_eq!(a, (1..=5).map(|v| ('a', v)).collect::<Vec<_>>(), "{seen:?}");
-        assert!(seen.iter().all(|&(side, v)| side == 'a' || v == 100), "{seen:?}");
+        Ok(seen)
+    }
+
+    #[test]
+    fn in_flight_records_go_to_the_input_their_operator_feeds_after_a_swap() {
+        // Found reading the restore (session 41): `a.connect(b)` resumed as
+        // `b.connect(a)` replayed the records captured in flight on `a`'s channels on the
+        // first input, now `b`'s, and `j` took them for `b`'s without a word (one record
+        // type on both inputs). Then by an outside attack: the same with a map inserted
+        // before the swapped input (the channels' shape then fits neither way).
+        let dir = tempfile::tempdir().unwrap();
+        let storage = super::storage(dir.path());
+        let c = (0..3).find_map(|_| checkpoint_with_a_in_flight(&storage));
+        let c = c.expect("a's records were never in flight at j's barrier");
+        assert!(SEEN.lock().unwrap().iter().all(|&(side, v)| (side == 'a') == (1..=5).contains(&v)));
+        let a_side: Vec<_> = (1..=5).map(|v| ('a', v)).collect();
+        for (a_first, maps) in [(false, [false, false]), (false, [true, false]), (true, [true, false])] {
+            let seen = resume(&storage, c, a_first, maps).unwrap();
+            // `a`'s five records in flight, replayed as `a`'s; `b`'s 100 as `b`'s if it
+            // was in flight too.
+            let a: Vec<_> = seen.iter().filter(|s| s.0 == 'a').copied().collect();
+            assert_eq!(a, a_side, "a first: {a_first}, maps: {maps:?}: {seen:?}");
+            assert!(seen.iter().all(|&(side, v)| side == 'a' || v == 100), "{seen:?}");
+        }
+        // Both inputs' operators replaced: which input a record came on is not known, and
+        // the resume is refused before it starts.
+        let e = resume(&storage, c, true, [true, true]).unwrap_err().to_string();
+        assert!(e.contains("records in flight at the inputs of j") && e.contains("savepoint"), "{e}");
+        assert!(SEEN.lock().unwrap().is_empty(), "j ran");
     }
 }
 
@@ -493,4 +521,64 @@ fn a_function_may_not_register_state_under_the_runtimes_names() {
         .key_by(|r: &u64| *r)
         .process("f", || Names { name: "floe_windows", lazily: false });
     job.execute(&JobConfig::new(storage(dir.path()))).unwrap();
+}
+
+/// Reads value state `name` of each record's key, into `OLD_SEEN`.
+struct Reads {
+    name: &'static str,
+}
+
+static OLD_SEEN: std::sync::Mutex<Vec<(u64, Option<u64>)>> = std::sync::Mutex::new(Vec::new());
+
+impl KeyedProcessFunction<u64, u64, u64> for Reads {
+    fn open(&mut self, store: &mut floe::state::Store) -> floe::Result<()> {
+        store.value_state::<u64, u64>(self.name)?;
+        Ok(())
+    }
+    fn process(&mut self, r: u64, ctx: &mut Context<'_, u64, u64>) -> floe::Result<()> {
+        let s = ctx.store().value_state::<u64, u64>(self.name)?;
+        let v = s.get(ctx.store(), &r)?;
+        OLD_SEEN.lock().unwrap().push((r, v));
+        ctx.emit(r);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_state_named_like_the_runtimes_in_an_older_checkpoint_still_restores() {
+    // Found by an outside attack (session 41): a checkpoint written before the runtime
+    // reserved `__floe_` held a function's own state `__floe_mine`; the same code failed
+    // every attempt, and renaming the state lost its values without a word. Such a state
+    // restored from the checkpoint may be registered again; new ones may not.
+    use floe::checkpoint::{Checkpointer, SourcePositions, Target};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    // Checkpoint 1 as an older floe wrote it for `nums -> key_by -> f`: f's `__floe_mine`
+    // (key 7 -> 70) and the runtime's empty timers; `nums` at its start.
+    let mut store = floe::state::Store::new();
+    let s = store.value_state::<u64, u64>("__floe_mine").unwrap();
+    s.put(&mut store, &7, &70).unwrap();
+    store.map_state::<u64, (u8, i64), ()>("__floe_timers").unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "f", 0);
+    let id = storage.next_id().unwrap();
+    let (handle, _) = cp.snapshot(&mut store, id, Target::Checkpoint).unwrap().wait().unwrap();
+    let mut p = SourcePositions::new();
+    p.set_u64("nums/0", 0);
+    storage.commit_builder(id, Target::Checkpoint).state(handle).positions(p).commit().unwrap();
+    drop(cp);
+    let resume = |name: &'static str| {
+        OLD_SEEN.lock().unwrap().clear();
+        let job = Job::new();
+        job.source("nums", 1, |_, _| Box::new(IterSource::new(Arc::new(vec![7u64]))))
+            .key_by(|r: &u64| *r)
+            .process("f", move || Reads { name });
+        let mut config = JobConfig::new(Arc::clone(&storage));
+        config.restart.max_attempts = 0;
+        config.restore_from = Some(storage.manifest_path(id));
+        job.execute(&config).map(drop)
+    };
+    resume("__floe_mine").unwrap();
+    assert_eq!(*OLD_SEEN.lock().unwrap(), [(7, Some(70))]);
+    let e = resume("__floe_other").unwrap_err().to_string();
+    assert!(e.contains("__floe_other") && e.contains("runtime's own"), "{e}");
 }

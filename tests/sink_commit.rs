@@ -508,21 +508,33 @@ fn a_bounded_jobs_final_checkpoint_resumes_into_another_directory() {
     assert_eq!(published(&[&a]), (0..50).collect::<Vec<_>>());
 
     // The next run: the same topic grown to 100, from the final checkpoint, into `b`.
-    let resume = |out: &Path| {
+    let resume = |out: &Path, fail: bool| {
         let mut c = config(&storage);
         c.restore_from = Some(storage.manifest_path(last));
-        c.restart.max_attempts = 0;
+        if fail {
+            // Before its first checkpoint: the restart restores the final checkpoint again.
+            c.failures = vec![floe::executor::InjectedFailure {
+                operator: "pass".into(),
+                subtask: 0,
+                at: floe::executor::FailAt::Record(10),
+                panic: false,
+            }];
+        } else {
+            c.restart.max_attempts = 0;
+        }
         job(&ended_topic(100), out, &Faults::failing(0)).execute(&c)
     };
     // Without the record (an older floe's final checkpoint) it fails as before.
     let kept = std::fs::read(&marker).unwrap();
     std::fs::remove_file(&marker).unwrap();
-    let e = resume(&b).unwrap_err();
+    let e = resume(&b, false).unwrap_err();
     assert!(e.to_string().contains("discarded or lost"), "{e}");
     assert_eq!(floe::inspect::show(&root, Some(last)).unwrap().sinks_committed.as_deref(), Some("no"));
     std::fs::write(&marker, kept).unwrap();
-    let second = resume(&b).unwrap();
-    assert_eq!(second.restarts, 0, "{:?}", second.failures);
+    // A failure before the resumed job's first checkpoint: its restart restores the same
+    // final checkpoint, record and all (before: it gave the sinks the committables again).
+    let second = resume(&b, true).unwrap();
+    assert_eq!(second.restarts, 1, "{:?}", second.failures);
     assert_eq!(published(&[&a]), (0..50).collect::<Vec<_>>());
     assert_eq!(published(&[&b]), (50..100).collect::<Vec<_>>());
     assert!(second.last_checkpoint.unwrap() > last);

@@ -45,6 +45,9 @@ pub(crate) struct RestoreCtx {
     /// A savepoint whose sinks committed its transactions (its job stopped with it): the
     /// sinks are not given them again.
     pub sinks_committed: bool,
+    /// Two-input operators whose inputs were swapped since the checkpoint: their in-flight
+    /// records go to the other input (`input_sides.rs`).
+    pub swapped_inputs: std::collections::BTreeSet<String>,
 }
 
 /// One downstream subtask of an output edge, erased.
@@ -75,10 +78,6 @@ pub(crate) struct Wiring {
     pub waker: Sender<Control>,
     /// The shape of the input channels (`format::timers::channel_shape`; 0 for a source).
     pub shape: u64,
-    /// The shape the channels had if the job's two inputs were the other way round (the
-    /// first input's channels labelled second and after the second's); 0 unless the
-    /// instance has both inputs.
-    pub swapped_shape: u64,
 }
 
 fn wiring_error() -> Error {
@@ -259,13 +258,10 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
     )?;
     let own_channels = inputs.as_ref().is_some_and(|(_, own)| *own);
     // The job's two inputs were swapped since the checkpoint (`a.connect(b)` became
-    // `b.connect(a)`): the instances recorded channels of the swapped shape, and their
-    // in-flight records go to the input their upstream operator feeds now (their markers,
-    // on channels that are not the instance's own, are dropped as after a rescale).
-    let swapped = !own_channels
-        && w.swapped_shape != 0
-        && w.swapped_shape != w.shape
-        && crate::format::timers::inputs_recorded_with(&r.manifest.extra, op, w.swapped_shape, &r.path)?;
+    // `b.connect(a)`): in-flight records go to the input their upstream operator feeds now
+    // (their markers, on channels that are not the instance's own, are dropped as after a
+    // rescale).
+    let swapped = r.swapped_inputs.contains(op.as_str());
     let replay = replay(w, logic, channel_input, own_channels, swapped)?;
     Ok(Restored { watermark, inputs: inputs.map(|(i, _)| i), replay })
 }

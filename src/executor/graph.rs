@@ -403,7 +403,7 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
             let key = Arc::clone(&key);
             let mut f = factory();
             keyed_body(w, move |mut store, cp, operator| {
-                store.reserve_runtime_names();
+                store.reserve_runtime_names(&[crate::format::timers::TIMER_STATE, WINDOW_STATE]);
                 f.open(&mut store)?;
                 let core = KeyedCore::new(operator, store, cp)?;
                 Ok(Keyed { core, key, f, _types: PhantomData })
@@ -449,7 +449,7 @@ impl<K: Key, A: Data, B: Data> ConnectedStreams<K, A, B> {
             let (key1, key2) = (Arc::clone(&k1), Arc::clone(&k2));
             let mut f = factory();
             keyed_body(w, move |mut store, cp, operator| {
-                store.reserve_runtime_names();
+                store.reserve_runtime_names(&[crate::format::timers::TIMER_STATE, WINDOW_STATE]);
                 f.open(&mut store)?;
                 let core = KeyedCore::new(operator, store, cp)?;
                 Ok(CoKeyed { core, key1, key2, f, _types: PhantomData })

@@ -40,6 +40,7 @@ mod faults;
 mod function;
 mod graph;
 mod inflight;
+mod input_sides;
 mod messages;
 mod operator;
 mod runner;

@@ -413,23 +413,29 @@ fn run(
     shared: &Arc<Mutex<Vec<CheckpointStats>>>,
 ) -> Result<JobResult> {
     let start = Instant::now();
-    let mut restore = match &config.restore_from {
+    let restore = match &config.restore_from {
         Some(p) => {
             let manifest = read_manifest_file(p)?;
+            let sinks_committed = crate::checkpoint::sinks_committed(p, &manifest)?;
+            Some((p, manifest, sinks_committed))
+        }
+        None => None,
+    };
+    check_parallelism(plan, config)?;
+    let mut restore = match restore {
+        Some((p, manifest, sinks_committed)) => {
+            check_restore_shape(plan, &manifest, p, config.allow_non_restored_state)?;
+            check_key_groups(plan, &manifest, config.max_parallelism)?;
             Some(Arc::new(RestoreCtx {
                 dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
                 path: p.clone(),
-                sinks_committed: crate::checkpoint::sinks_committed(p, &manifest)?,
+                sinks_committed,
+                swapped_inputs: super::input_sides::swapped_inputs(plan, &manifest, p)?,
                 manifest,
             }))
         }
         None => None,
     };
-    check_parallelism(plan, config)?;
-    if let Some(r) = &restore {
-        check_restore_shape(plan, &r.manifest, &r.path, config.allow_non_restored_state)?;
-        check_key_groups(plan, &r.manifest, config.max_parallelism)?;
-    }
     let same_dir = |dir: &Path| {
         let canon = |p: &Path| std::fs::canonicalize(p).ok();
         canon(dir).is_some() && canon(dir) == canon(config.storage.root())
@@ -554,16 +560,18 @@ impl Run<'_> {
             }
             storage.read_manifest(id).is_ok_and(|m| m.job.as_deref() == Some(self.job.as_str()))
         };
-        Ok(storage.select_checkpoint(&consider)?.map(|sel| {
-            let path = storage.manifest_path(sel.manifest.checkpoint_id);
-            // A checkpoint (not a savepoint): its sinks' transactions are committed again.
-            Arc::new(RestoreCtx {
-                dir: storage.root().to_path_buf(),
-                path,
-                manifest: sel.manifest,
-                sinks_committed: false,
-            })
-        }))
+        let Some(sel) = storage.select_checkpoint(&consider)? else { return Ok(None) };
+        let path = storage.manifest_path(sel.manifest.checkpoint_id);
+        // The checkpoint the run started from may be another job's, swapped inputs and
+        // final commits included (a record a restart of the first attempt must honour as
+        // its first attempt did); the run's own have neither.
+        Ok(Some(Arc::new(RestoreCtx {
+            dir: storage.root().to_path_buf(),
+            sinks_committed: crate::checkpoint::sinks_committed(&path, &sel.manifest)?,
+            swapped_inputs: super::input_sides::swapped_inputs(self.plan, &sel.manifest, &path)?,
+            path,
+            manifest: sel.manifest,
+        })))
     }
 
     fn spawn(&mut self, restore: Option<&Arc<RestoreCtx>>) -> Result<Tasks> {
@@ -667,7 +675,6 @@ impl Run<'_> {
                             layout[i].iter().map(|(c, o, s)| (*c, o.as_str(), *s)),
                         )
                     },
-                    swapped_shape: swapped_shape(&layout[i]),
                 };
                 let name = format!("{}[{s}]", n.name);
                 let body = match (n.build)(w) {
@@ -1041,18 +1048,6 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 /// operators' watermark entries must decode (`path`, the manifest, names them), and its
 /// in-flight records belong to instances that had input channels. Operators
 /// the checkpoint does not know start empty, as new operators do in Flink.
-/// The shape of a task's channels (`layout`, first input's first) had its two inputs been
-/// the other way round; 0 unless it has both.
-fn swapped_shape(layout: &[(u8, String, u32)]) -> u64 {
-    let on = |input: u8| layout.iter().filter(move |c| c.0 == input);
-    if on(0).next().is_none() || on(1).next().is_none() {
-        return 0;
-    }
-    let swapped =
-        on(1).map(|(_, o, s)| (0u8, o.as_str(), *s)).chain(on(0).map(|(_, o, s)| (1u8, o.as_str(), *s)));
-    crate::format::timers::channel_shape(swapped)
-}
-
 fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path, allow: bool) -> Result<()> {
     // Every key under a prefix the executor reads, and every value it decodes: a key a
     // reader would skip (`sink/out/00`) would drop what it holds without a word.
@@ -1183,7 +1178,16 @@ fn check_state_kinds(plan: &JobPlan, m: &crate::format::Manifest, allow: bool) -
             _ => allow,
         };
         if !fits {
-            let was = if windows { "a window operator" } else { "a keyed function" };
+            let was = if windows {
+                if n.kind == NodeKind::Keyed {
+                    "a window operator (or a keyed function's own state named __floe_windows, \
+                     possible before floe reserved the name, which cannot be told from a window's)"
+                } else {
+                    "a window operator"
+                }
+            } else {
+                "a keyed function"
+            };
             return Err(Error::InvalidConfig(format!(
                 "checkpoint {} holds the state of {op} as {was} ({}), which in this job is {} \
                  (operators renamed?)",

@@ -257,27 +257,6 @@ pub fn restored_inputs(
     Ok(None)
 }
 
-/// Whether some instance of `operator` recorded its inputs with channels of `shape` in a
-/// manifest's `extra` map (`origin` names the manifest in errors). A damaged value is an
-/// error naming the manifest and the key.
-pub fn inputs_recorded_with(
-    extra: &std::collections::BTreeMap<String, String>,
-    operator: &str,
-    shape: u64,
-    origin: &std::path::Path,
-) -> Result<bool> {
-    let prefix = format!("{INPUTS_EXTRA_PREFIX}{operator}/");
-    for (k, v) in extra.range(prefix.clone()..) {
-        if !k.starts_with(&prefix) {
-            break;
-        }
-        if decode_hex_inputs(v, &origin.join(k))?.shape == shape {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
     let bytes =
         super::manifest::hex_decode(v).ok_or_else(|| Error::corrupt(at, 0, "inputs value is not hex"))?;

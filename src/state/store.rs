@@ -95,9 +95,10 @@ pub struct Store {
     instance: u64,
     pub(super) states: Vec<StateTable>,
     by_name: HashMap<String, StateId>,
-    /// Whether names starting with [`RUNTIME_PREFIX`] are refused: set by the executor on
-    /// the store it hands a user's function (those names are its own states').
-    runtime_names_reserved: bool,
+    /// Set by the executor on the store it hands a user's function: names starting with
+    /// [`RUNTIME_PREFIX`] are refused (those are its own states'), but for these (a
+    /// function's own states restored from a checkpoint written before the rule).
+    runtime_names_reserved: Option<std::collections::BTreeSet<String>>,
 }
 
 /// The prefix of the executor's own state names (`__floe_timers`, `__floe_windows`): a
@@ -124,7 +125,7 @@ impl Default for Store {
             instance: next_instance(),
             states: Vec::new(),
             by_name: HashMap::new(),
-            runtime_names_reserved: false,
+            runtime_names_reserved: None,
         }
     }
 }
@@ -211,26 +212,32 @@ impl Store {
     }
 
     /// From now on, registering or migrating a state whose name starts with
-    /// [`RUNTIME_PREFIX`] is refused, except inside [`Store::as_runtime`].
-    pub(crate) fn reserve_runtime_names(&mut self) {
-        self.runtime_names_reserved = true;
+    /// [`RUNTIME_PREFIX`] is refused, except inside [`Store::as_runtime`] and for such
+    /// states registered now (restored from a checkpoint written before the rule) that are
+    /// not one of the `runtime`'s own.
+    pub(crate) fn reserve_runtime_names(&mut self, runtime: &[&str]) {
+        let restored =
+            self.by_name.keys().filter(|n| n.starts_with(RUNTIME_PREFIX) && !runtime.contains(&n.as_str()));
+        self.runtime_names_reserved = Some(restored.cloned().collect());
     }
 
     /// Runs `f` (the executor registering its own states) with the runtime's names free.
     pub(crate) fn as_runtime<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
-        let reserved = std::mem::replace(&mut self.runtime_names_reserved, false);
+        let reserved = self.runtime_names_reserved.take();
         let r = f(self);
         self.runtime_names_reserved = reserved;
         r
     }
 
     fn check_not_reserved(&self, name: &str) -> Result<()> {
-        if self.runtime_names_reserved && name.starts_with(RUNTIME_PREFIX) {
-            return Err(Error::InvalidConfig(format!(
-                "state name {name:?}: names starting with {RUNTIME_PREFIX:?} are the runtime's own"
-            )));
+        match &self.runtime_names_reserved {
+            Some(restored) if name.starts_with(RUNTIME_PREFIX) && !restored.contains(name) => {
+                Err(Error::InvalidConfig(format!(
+                    "state name {name:?}: names starting with {RUNTIME_PREFIX:?} are the runtime's own"
+                )))
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// The id of a registered state.
