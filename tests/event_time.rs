@@ -1614,3 +1614,51 @@ fn in_flight_records_of_no_such_instance_are_refused() {
     }
     std::fs::write(&manifest_path, good.encode().unwrap()).unwrap();
 }
+
+#[test]
+fn a_bounded_job_resumed_from_its_final_checkpoint_on_more_input_is_not_all_late() {
+    // Found by an outside attack (session 41): the final checkpoint holds the end of
+    // input's watermark (i64::MAX) at every task, so the next day's run from it judged
+    // every record late (and, without a late output, published nothing, Ok). The end of
+    // the input now restores as the event time the sources had reached.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let day = |n: i64| {
+        let t: Topic<Ev> = Topic::new(1);
+        for i in 0..n {
+            t.push(0, (1, i, 1));
+        }
+        t.close();
+        t
+    };
+    let build = |topic: &Topic<Ev>, out: &std::path::Path| {
+        let job = Job::new();
+        let t = topic.clone();
+        let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+        let src = job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy);
+        sum_windows(&src, 100, Some(1), out);
+        job
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let (one, two) = (dir.path().join("day1"), dir.path().join("day2"));
+    let first = build(&day(1000), &one).execute(&config).unwrap();
+    let window = |start: i64| Windowed {
+        key: 1u64,
+        window: floe::executor::Window { start, end: start + 100 },
+        value: 100i64,
+    };
+    assert_eq!(
+        read::<Windowed<u64, i64>>(&one.join("results")),
+        (0..10).map(|w| window(w * 100)).collect::<Vec<_>>()
+    );
+    // The next day: the topic grown to 2000, from the final checkpoint, into day2/.
+    config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
+    build(&day(2000), &two).execute(&config).unwrap();
+    let late = read::<Ev>(&two.join("late"));
+    assert!(late.is_empty(), "{} of the next day's records judged late", late.len());
+    assert_eq!(
+        read::<Windowed<u64, i64>>(&two.join("results")),
+        (10..20).map(|w| window(w * 100)).collect::<Vec<_>>()
+    );
+}

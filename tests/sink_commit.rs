@@ -564,3 +564,45 @@ fn a_bounded_jobs_final_checkpoint_resumes_into_another_directory() {
     assert_eq!(orphans.ours, [root.join(layout::checkpoint_committed_name(newest))], "{orphans:?}");
     assert!(!root.join(layout::checkpoint_committed_name(newest)).exists());
 }
+
+#[test]
+fn every_bounded_job_that_ends_well_records_its_final_commit_and_compaction_keeps_it() {
+    // Found by an outside attack (session 41): at parallelism 2 about half the good runs
+    // left no record (a task's harmless "downstream exited" at the stop counted against
+    // the commits), and `floe compact` of the final checkpoint dropped it. The record now
+    // follows every sink instance's report of its commit.
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ckpt");
+        let (out, storage, topic) = bounded(dir.path(), 2);
+        let job = Job::new();
+        let t = topic.clone();
+        job.source("numbers", 2, move |s, p| Box::new(t.source(s, p)))
+            .map("pass", |x: u64| x)
+            .sink("out", FileSink::factory(FileSinkConfig { dir: out.clone(), exactly_once: true }));
+        let r = job.execute(&config(&storage)).unwrap();
+        let last = r.last_checkpoint.unwrap();
+        assert!(root.join(layout::checkpoint_committed_name(last)).exists(), "round {round}: no record");
+        assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
+        if round > 0 {
+            continue;
+        }
+        // Compacted into a checkpoint (and a savepoint), it holds the same transactions:
+        // recorded committed too.
+        let c = storage.compact(last, floe::checkpoint::Target::Checkpoint, &mut |_, _| {}).unwrap();
+        let s =
+            storage.compact(c.checkpoint_id, floe::checkpoint::Target::Savepoint, &mut |_, _| {}).unwrap();
+        for id in [c.checkpoint_id, s.checkpoint_id] {
+            assert_eq!(floe::inspect::show(&root, Some(id)).unwrap().sinks_committed.as_deref(), Some("yes"));
+        }
+        // A damaged record is named as a checkpoint's, and `floe inspect` agrees with the
+        // restore that refuses it.
+        let marker = root.join(layout::checkpoint_committed_name(c.checkpoint_id));
+        std::fs::write(&marker, "floe sinks committed checkpoint 0\n").unwrap();
+        let shown = floe::inspect::show(&root, Some(c.checkpoint_id)).unwrap().sinks_committed.unwrap();
+        assert!(shown.starts_with("damaged: ") && shown.contains("of checkpoint"), "{shown}");
+        let report = floe::inspect::inspect(&root).unwrap();
+        let line = report.checkpoints.iter().find(|l| l.id == c.checkpoint_id).unwrap();
+        assert_eq!(line.status, "damaged", "{line:?}");
+    }
+}

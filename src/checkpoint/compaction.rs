@@ -34,6 +34,10 @@ impl CheckpointStorage {
     ) -> Result<Manifest> {
         self.writer("compact")?;
         let source = self.read_manifest(checkpoint_id)?;
+        // The new checkpoint holds the source's sink transactions: committed if its are
+        // (a bounded job's final checkpoint), and then recorded so (a damaged record is
+        // refused here as a restore refuses it).
+        let committed = super::storage::sinks_committed(&self.manifest_path(checkpoint_id), &source)?;
         let newest = self.checkpoint_ids()?.last().copied().unwrap_or(0);
         if target == Target::Checkpoint && checkpoint_id != newest {
             return Err(Error::InvalidConfig(format!(
@@ -92,7 +96,7 @@ impl CheckpointStorage {
                     source_encodings,
                     stats: None,
                 };
-                self.commit_with_channel_state(
+                let m = self.commit_with_channel_state(
                     new_id,
                     target,
                     handles,
@@ -100,7 +104,11 @@ impl CheckpointStorage {
                     decode(&source.sources),
                     decode(&source.extra),
                     meta,
-                )
+                )?;
+                if committed {
+                    self.mark_sinks_committed(new_id)?;
+                }
+                Ok(m)
             }
             Err(e) => {
                 self.abort(new_id);

@@ -1155,8 +1155,10 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
     Err(bad(
         at,
         format!(
-            "not the record that the sinks of savepoint {} committed (exactly {:?})",
-            manifest.checkpoint_id, want
+            "not the record that the sinks of {} {} committed (exactly {:?})",
+            if manifest.kind == ManifestKind::Savepoint { "savepoint" } else { "checkpoint" },
+            manifest.checkpoint_id,
+            want
         ),
     ))
 }

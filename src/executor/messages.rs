@@ -124,6 +124,8 @@ pub(crate) enum Report {
     },
     /// A source reached the end of its input.
     SourceDone,
+    /// A sink committed every transaction up to this checkpoint's.
+    Committed(u64),
     /// A sink is about to publish its output directly at the drain (checkpointing off): a
     /// restart from the start would publish it again.
     Publishing(Barrier),

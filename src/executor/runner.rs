@@ -393,16 +393,14 @@ struct Run<'a> {
     ended: Option<Barrier>,
     /// The final checkpoint of the bounded input the attempt ended with.
     final_checkpoint: Option<u64>,
+    /// Sink instances of the attempt that committed each checkpoint's transactions.
+    committed: BTreeMap<u64, u32>,
 }
 
 /// How an attempt ended without failing.
 enum End {
-    /// Its terminal checkpoint completed. `clean`: no task reported a failure, not even a
-    /// consequence of another's (every sink handled the completion); read once the tasks
-    /// were joined, so the coordinator's own verdict is `true`.
-    Finished {
-        clean: bool,
-    },
+    /// Its terminal checkpoint completed.
+    Finished,
     Cancelled,
 }
 
@@ -455,6 +453,7 @@ fn run(
         waiting: BTreeMap::new(),
         ended: None,
         final_checkpoint: None,
+        committed: BTreeMap::new(),
     };
     loop {
         run.result.restored_from.push(restore.as_ref().map(|r| r.manifest.checkpoint_id));
@@ -465,16 +464,16 @@ fn run(
                     let _ = w.send(Err(Error::Cancelled(ENDED.into())));
                 }
                 run.result.cancelled = matches!(end, End::Cancelled);
-                if let End::Finished { clean: true } = end {
-                    match run.ended {
-                        Some(b) if b.kind == BarrierKind::StopSavepoint => run.mark_sinks_committed(b.id),
-                        // Every task ended after the final checkpoint's commits.
-                        None => {
-                            if let Some(id) = run.final_checkpoint {
-                                run.mark_sinks_committed(id);
-                            }
-                        }
-                        Some(_) => {}
+                if let End::Finished = end {
+                    let terminal = match run.ended {
+                        Some(b) if b.kind == BarrierKind::StopSavepoint => Some(b.id),
+                        None => run.final_checkpoint,
+                        Some(_) => None,
+                    };
+                    // Every sink committed the terminal checkpoint's transactions (and
+                    // all before): a resume from it leaves them alone.
+                    if let Some(id) = terminal.filter(|id| run.all_sinks_committed(*id)) {
+                        run.mark_sinks_committed(id);
                     }
                 }
                 break;
@@ -702,18 +701,19 @@ impl Run<'_> {
 
     fn attempt(&mut self, restore: Option<Arc<RestoreCtx>>) -> Result<End> {
         self.final_checkpoint = None;
+        self.committed.clear();
         let mut tasks = self.spawn(restore.as_ref())?;
         let r = self.coordinate(&mut tasks, restore.as_deref());
         tasks.stop_all();
         // Whatever the outcome: a sink may have begun to publish at the drain meanwhile.
-        let (primary, clean) = self.leftover_reports(&tasks.report);
+        let primary = self.leftover_reports(&tasks.report);
         match r {
             // The terminal checkpoint's completion (a sink's commit) runs while the tasks
             // are stopped: a failure there must fail the attempt, not vanish with the
             // report. A stop records its sinks committed only if no task reported anything.
-            Ok(End::Finished { .. }) => match primary {
+            Ok(End::Finished) => match primary {
                 Some((task, error)) => Err(failed(task, error)),
-                None => Ok(End::Finished { clean }),
+                None => Ok(End::Finished),
             },
             // The first failure reported may be a consequence (a task whose downstream
             // exited); prefer a primary failure reported meanwhile.
@@ -788,7 +788,7 @@ impl Run<'_> {
                     }
                     Action::Finish => {
                         self.result.restores.extend(restore_stats);
-                        return Ok(End::Finished { clean: true });
+                        return Ok(End::Finished);
                     }
                     Action::Fail(e) => return Err(e),
                 }
@@ -861,6 +861,7 @@ impl Run<'_> {
             };
             match msg {
                 Report::SourceDone => coord.on_source_done(),
+                Report::Committed(id) => self.note_committed(id),
                 Report::Publishing(b) => self.ended = Some(b),
                 Report::Ack(ack) => work.extend(coord.on_ack(ack)),
                 Report::Restored { chain_len, bytes, elapsed } => {
@@ -978,21 +979,36 @@ impl Run<'_> {
     /// Reads the reports left after the tasks were joined: notes a sink that began to
     /// publish at the drain, and returns the first failure that is not a consequence of
     /// another ([`Error::Cancelled`]), and whether no task reported a failure at all.
-    fn leftover_reports(&mut self, reports: &Receiver<Report>) -> (Option<(String, Error)>, bool) {
-        let (mut primary, mut clean) = (None, true);
+    fn leftover_reports(&mut self, reports: &Receiver<Report>) -> Option<(String, Error)> {
+        let mut primary = None;
         while let Ok(m) = reports.try_recv() {
             match m {
-                Report::Failed { task, error } => {
-                    clean = false;
-                    if !matches!(error, Error::Cancelled(_)) {
-                        primary.get_or_insert((task, error));
-                    }
+                Report::Failed { task, error } if !matches!(error, Error::Cancelled(_)) => {
+                    primary.get_or_insert((task, error));
                 }
                 Report::Publishing(b) => self.ended = Some(b),
+                Report::Committed(id) => self.note_committed(id),
                 _ => {}
             }
         }
-        (primary, clean)
+        primary
+    }
+
+    /// A sink instance committed checkpoint `id`'s transactions. Only the newest few ids are
+    /// kept (the terminal one is the attempt's last; a job runs for months).
+    fn note_committed(&mut self, id: u64) {
+        *self.committed.entry(id).or_default() += 1;
+        while self.committed.len() > 16 {
+            self.committed.pop_first();
+        }
+    }
+
+    /// Whether every sink instance of the attempt reported committing checkpoint `id`'s
+    /// transactions (a failure elsewhere, even one caused by the stop, does not matter).
+    fn all_sinks_committed(&self, id: u64) -> bool {
+        let sinks: u32 =
+            self.plan.nodes.iter().filter(|n| n.kind == NodeKind::Sink).map(|n| n.parallelism).sum();
+        self.committed.get(&id).copied().unwrap_or(0) == sinks
     }
 
     /// The job ended with savepoint or checkpoint `id` (a stop-with-savepoint, or its

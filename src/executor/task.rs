@@ -664,6 +664,11 @@ impl<L: Logic> Loop<L> {
                 let h = self.handles.remove(&b.id);
                 self.handles.retain(|&k, _| k > b.id);
                 self.t.logic.complete(b, h.as_ref())?;
+                if self.t.logic.publishes_at_drain() && b.kind.commits() {
+                    // A sink committed: the runner records a terminal checkpoint's sinks
+                    // committed once every sink said so.
+                    let _ = self.t.common.report.send(Report::Committed(b.id));
+                }
                 self.flush()?;
                 if self.events.any() {
                     self.events.completed(&self.t.common.failures, b.kind == BarrierKind::Savepoint)?;

@@ -100,7 +100,37 @@ pub fn restored_watermark(
         all.insert(sub, i64::from_le_bytes(wm));
     }
     let same_shape = all.len() == parallelism as usize && all.keys().all(|&s| s < parallelism);
-    Ok(if same_shape { all.get(&subtask).copied() } else { all.values().copied().min() })
+    let wm = if same_shape { all.get(&subtask).copied() } else { all.values().copied().min() };
+    match wm {
+        Some(END_OF_INPUT) => end_of_input(extra, origin),
+        wm => Ok(wm),
+    }
+}
+
+/// The watermark of the end of a bounded input (every instance holds it in a bounded job's
+/// final checkpoint): every timer fired.
+pub const END_OF_INPUT: i64 = i64::MAX;
+
+/// What a watermark of [`END_OF_INPUT`] restores as: the end of that input is not the end
+/// of the event time of the input a resumed job reads next, so the event time its sources
+/// had reached: the smallest watermark their clocks emitted (`clock/` entries), `None`
+/// without one (no source had event time). A resumed job's records after that are not
+/// late, and every window of the first input has fired.
+fn end_of_input(
+    extra: &std::collections::BTreeMap<String, String>,
+    origin: &std::path::Path,
+) -> Result<Option<i64>> {
+    let mut least: Option<i64> = None;
+    for (k, v) in extra.range(CLOCK_EXTRA_PREFIX.to_string()..) {
+        if !k.starts_with(CLOCK_EXTRA_PREFIX) {
+            break;
+        }
+        let emitted = decode_hex_clock(v, &origin.join(k))?.emitted;
+        if emitted != i64::MIN {
+            least = Some(least.map_or(emitted, |l| l.min(emitted)));
+        }
+    }
+    Ok(least)
 }
 
 /// Prefix of the `extra` keys holding an instance's inputs at a barrier.
@@ -231,10 +261,18 @@ pub fn restored_inputs(
 ) -> Result<Option<(Inputs, bool)>> {
     let fits = |i: &Inputs| i.watermarks.len() == count && i.shape == shape;
     let own = inputs_key(operator, subtask);
+    // A channel at the end of its input restores as the task's watermark does.
+    let resumed = |mut i: Inputs| -> Result<Inputs> {
+        if i.watermarks.contains(&END_OF_INPUT) {
+            let end = end_of_input(extra, origin)?.unwrap_or(i64::MIN);
+            i.watermarks.iter_mut().filter(|w| **w == END_OF_INPUT).for_each(|w| *w = end);
+        }
+        Ok(i)
+    };
     if let Some(v) = extra.get(&own) {
         let inputs = decode_hex_inputs(v, &origin.join(&own))?;
         if fits(&inputs) {
-            return Ok(Some((inputs, true)));
+            return Ok(Some((resumed(inputs)?, true)));
         }
     }
     if !rescalable || instance_existed(extra, operator, subtask) == Some(true) {
@@ -251,7 +289,7 @@ pub fn restored_inputs(
         }
         let inputs = decode_hex_inputs(v, &origin.join(k))?;
         if fits(&inputs) {
-            return Ok(Some((inputs, false)));
+            return Ok(Some((resumed(inputs)?, false)));
         }
     }
     Ok(None)
@@ -355,6 +393,17 @@ mod tests {
         // format-spec/executor-state.md's example.
         let spec = [("watermark/win/0".to_string(), "c700000000000000".to_string())].into_iter().collect();
         assert_eq!(restored_watermark(&spec, "win", 0, 1, origin).unwrap(), Some(199));
+        // The end of a bounded input restores as the event time the sources reached.
+        let clock = |emitted| {
+            super::super::manifest::hex_encode(&encode_clock(&ClockState { max_seen: 0, emitted, since: 0 }))
+        };
+        let mut end = std::collections::BTreeMap::new();
+        end.insert(watermark_key("win", 0), hex(i64::MAX));
+        assert_eq!(restored_watermark(&end, "win", 0, 1, origin).unwrap(), None, "no event time");
+        end.insert(clock_key("a", 0), clock(999));
+        end.insert(clock_key("a", 1), clock(i64::MIN));
+        end.insert(clock_key("b", 0), clock(1499));
+        assert_eq!(restored_watermark(&end, "win", 0, 1, origin).unwrap(), Some(999));
         extra.insert(watermark_key("w", 1), "0102".into());
         let e = restored_watermark(&extra, "w", 0, 2, origin).unwrap_err().to_string();
         assert!(e.contains("watermark/w/1") && e.contains("not 2"), "{e}");

@@ -213,6 +213,12 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
         if problem.is_none() {
             problem = super::entry_problems(&m, &l.manifest_path).into_iter().next().map(|why| (false, why));
         }
+        // Its sinks-committed record, which a restore refuses when damaged.
+        if problem.is_none()
+            && let Err(e) = crate::checkpoint::sinks_committed(&l.manifest_path, &m)
+        {
+            problem = Some((super::is_unreadable(&e), e.to_string()));
+        }
         if problem.is_some() && crate::checkpoint::io::is_absent(storage.io(), &l.manifest_path) {
             // Retired while inspected (its manifest first, then the files only it needed):
             // gone, not damaged.
