@@ -540,7 +540,9 @@ fn a_bounded_jobs_final_checkpoint_resumes_into_another_directory() {
     assert!(second.last_checkpoint.unwrap() > last);
 
     // The record goes with its checkpoint: retention (one retained) removed the first
-    // job's checkpoint and its record; nothing is left over or foreign.
+    // job's checkpoint and its record (the record with the files, on the background
+    // deleter); nothing is left over or foreign.
+    storage.wait_for_cleanup();
     assert!(!storage.manifest_path(last).exists() && !marker.exists());
     let names: Vec<String> =
         std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
