@@ -78,6 +78,9 @@ pub(crate) struct Wiring {
     pub waker: Sender<Control>,
     /// The shape of the input channels (`format::timers::channel_shape`; 0 for a source).
     pub shape: u64,
+    /// The source operators upstream of this one (a restored end of input becomes the event
+    /// time they had reached).
+    pub upstream_sources: Arc<std::collections::BTreeSet<String>>,
 }
 
 fn wiring_error() -> Error {
@@ -231,6 +234,8 @@ fn replay<L: Logic>(
 /// watermarks and idleness, and its in-flight elements.
 struct Restored<L: Logic> {
     watermark: Option<Timestamp>,
+    /// The watermark is what a bounded job's end of input fired (`END_OF_INPUT`).
+    end_of_input: bool,
     inputs: Option<crate::format::timers::Inputs>,
     replay: Vec<Replayed<L::In1, L::In2>>,
 }
@@ -242,12 +247,18 @@ fn channel_inputs(w: &Wiring) -> Vec<u8> {
 
 fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Restored<L>> {
     let Some(r) = &w.restore else {
-        return Ok(Restored { watermark: None, inputs: None, replay: Vec::new() });
+        return Ok(Restored { watermark: None, end_of_input: false, inputs: None, replay: Vec::new() });
     };
     let (op, sub) = (&w.common.operator, w.subtask);
-    let watermark =
+    use crate::format::timers::END_OF_INPUT;
+    // The end of a bounded input (a final checkpoint) restores as the event time the
+    // sources upstream had reached, so more input is not all late.
+    let end = || crate::format::timers::end_of_input(&r.manifest.extra, &w.upstream_sources, &r.path);
+    let restored =
         crate::format::timers::restored_watermark(&r.manifest.extra, op, sub, w.parallelism, &r.path)?;
-    let inputs = crate::format::timers::restored_inputs(
+    let end_of_input = restored == Some(END_OF_INPUT);
+    let watermark = if end_of_input { end()? } else { restored };
+    let mut inputs = crate::format::timers::restored_inputs(
         &r.manifest.extra,
         op,
         sub,
@@ -256,6 +267,12 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
         &r.path,
         true,
     )?;
+    if let Some((i, _)) = inputs.as_mut()
+        && i.watermarks.contains(&END_OF_INPUT)
+    {
+        let to = end()?.unwrap_or(i64::MIN);
+        i.watermarks.iter_mut().filter(|w| **w == END_OF_INPUT).for_each(|w| *w = to);
+    }
     let own_channels = inputs.as_ref().is_some_and(|(_, own)| *own);
     // The job's two inputs were swapped since the checkpoint (`a.connect(b)` became
     // `b.connect(a)`): in-flight records go to the input their upstream operator feeds now
@@ -263,7 +280,7 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
     // rescale).
     let swapped = r.swapped_inputs.contains(op.as_str());
     let replay = replay(w, logic, channel_input, own_channels, swapped)?;
-    Ok(Restored { watermark, inputs: inputs.map(|(i, _)| i), replay })
+    Ok(Restored { watermark, end_of_input, inputs: inputs.map(|(i, _)| i), replay })
 }
 
 /// Builds and runs an operator instance's task. What it cannot restore (a damaged entry or
@@ -283,6 +300,7 @@ fn run_task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<()> {
         channel_input,
         replay: restored.replay,
         restored_watermark: restored.watermark,
+        restored_end_of_input: restored.end_of_input,
         restored_inputs: restored.inputs,
         shape: w.shape,
         restored: w.restore.is_some(),

@@ -497,6 +497,7 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
                     late_to_side,
                     agg,
                     state,
+                    fired_until: Timestamp::MIN,
                     _types: PhantomData,
                 })
             })

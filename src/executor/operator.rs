@@ -63,6 +63,13 @@ pub(crate) trait Logic: Send {
     fn restored_watermark(&mut self, wm: Timestamp) {
         let _ = wm;
     }
+    /// The checkpoint was a bounded job's final one: its end of input fired everything the
+    /// sources had read, up to `t`. Returns the watermark to start from (a window operator
+    /// raises it to the end of the windows holding `t`: they fired and are gone).
+    fn restored_end_of_input(&mut self, t: Timestamp) -> Timestamp {
+        self.restored_watermark(t);
+        t
+    }
     /// Fire processing-time timers due at `now`.
     fn processing_time(&mut self, now: Timestamp, out: &mut Collector<Self::Out, Self::Side>) -> Result<()> {
         let _ = (now, out);

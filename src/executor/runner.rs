@@ -633,6 +633,8 @@ impl Run<'_> {
             }
         }
         drop(priority_tx);
+        let upstream: Vec<Arc<BTreeSet<String>>> =
+            (0..plan.nodes.len()).map(|ni| Arc::new(upstream_sources(plan, ni))).collect();
         let mut tasks = Tasks { controls, sources: Vec::new(), handles: Vec::new(), report: report_rx };
         for (ni, n) in plan.nodes.iter().enumerate() {
             for s in 0..n.parallelism {
@@ -667,6 +669,7 @@ impl Run<'_> {
                     side,
                     restore: restore.cloned(),
                     waker: tasks.controls[i].clone(),
+                    upstream_sources: Arc::clone(&upstream[ni]),
                     shape: if layout[i].is_empty() {
                         0
                     } else {
@@ -1064,6 +1067,22 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
 /// operators' watermark entries must decode (`path`, the manifest, names them), and its
 /// in-flight records belong to instances that had input channels. Operators
 /// the checkpoint does not know start empty, as new operators do in Flink.
+/// The source operators from which records reach node `ni` (itself, for a source).
+fn upstream_sources(plan: &JobPlan, ni: usize) -> BTreeSet<String> {
+    let (mut seen, mut todo, mut out) = (BTreeSet::new(), vec![ni], BTreeSet::new());
+    while let Some(i) = todo.pop() {
+        if !seen.insert(i) {
+            continue;
+        }
+        let Some(n) = plan.nodes.get(i) else { continue };
+        if n.is_source() {
+            out.insert(n.name.clone());
+        }
+        todo.extend(n.inputs.iter().map(|e| e.from));
+    }
+    out
+}
+
 fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path, allow: bool) -> Result<()> {
     // Every key under a prefix the executor reads, and every value it decodes: a key a
     // reader would skip (`sink/out/00`) would drop what it holds without a word.

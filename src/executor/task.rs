@@ -118,6 +118,8 @@ pub(crate) struct OperatorTask<L: Logic> {
     /// The watermark restored from the checkpoint (`None`: a fresh start, or a checkpoint
     /// that recorded none).
     pub restored_watermark: Option<Timestamp>,
+    /// The restored watermark is what a bounded job's end of input fired.
+    pub restored_end_of_input: bool,
     /// The input channels as they were at the checkpoint's barrier (`None`: a fresh start,
     /// or none recorded for these channels).
     pub restored_inputs: Option<crate::format::timers::Inputs>,
@@ -152,6 +154,10 @@ impl<L: Logic> OperatorTask<L> {
     pub fn run(mut self) -> Result<()> {
         let n = self.channel_input.len();
         let wms = match self.restored_watermark {
+            Some(t) if self.restored_end_of_input => {
+                let wm = self.logic.restored_end_of_input(t);
+                InputWatermarks::with_floor(n, wm)
+            }
             Some(wm) => {
                 self.logic.restored_watermark(wm);
                 InputWatermarks::with_floor(n, wm)

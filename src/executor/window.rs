@@ -169,6 +169,9 @@ pub(crate) struct WindowLogic<K, I, A, R, F> {
     pub late_to_side: bool,
     pub agg: F,
     pub state: MapState<K, Window, A>,
+    /// Windows ending at or before this fired at the end of an earlier bounded input and
+    /// were cleaned up, whatever the lateness: records for them are late.
+    pub fired_until: Timestamp,
     pub _types: PhantomData<fn() -> R>,
 }
 
@@ -184,6 +187,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
 
     fn is_late(&self, w: &Window) -> bool {
         self.reached(w.max_timestamp().saturating_add(self.lateness))
+            || (self.fired_until > Timestamp::MIN && w.max_timestamp() <= self.fired_until)
     }
 
     fn register(&mut self, kb: &[u8], w: &Window) -> Result<()> {
@@ -299,6 +303,13 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
 
     fn restored_watermark(&mut self, wm: Timestamp) {
         self.core.watermark = wm;
+    }
+
+    fn restored_end_of_input(&mut self, t: Timestamp) -> Timestamp {
+        let fired = self.windows.assign(t).iter().map(Window::max_timestamp).max().unwrap_or(t).max(t);
+        self.fired_until = fired;
+        self.core.watermark = fired;
+        fired
     }
 
     fn watermark(&mut self, wm: Timestamp, out: &mut Out<K, R, I>) -> Result<()> {

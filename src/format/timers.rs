@@ -100,37 +100,40 @@ pub fn restored_watermark(
         all.insert(sub, i64::from_le_bytes(wm));
     }
     let same_shape = all.len() == parallelism as usize && all.keys().all(|&s| s < parallelism);
-    let wm = if same_shape { all.get(&subtask).copied() } else { all.values().copied().min() };
-    match wm {
-        Some(END_OF_INPUT) => end_of_input(extra, origin),
-        wm => Ok(wm),
-    }
+    Ok(if same_shape { all.get(&subtask).copied() } else { all.values().copied().min() })
 }
 
 /// The watermark of the end of a bounded input (every instance holds it in a bounded job's
 /// final checkpoint): every timer fired.
 pub const END_OF_INPUT: i64 = i64::MAX;
 
-/// What a watermark of [`END_OF_INPUT`] restores as: the end of that input is not the end
-/// of the event time of the input a resumed job reads next, so the event time its sources
-/// had reached: the smallest watermark their clocks emitted (`clock/` entries), `None`
-/// without one (no source had event time). A resumed job's records after that are not
-/// late, and every window of the first input has fired.
-fn end_of_input(
+/// What a watermark of [`END_OF_INPUT`] restores as, for a task downstream of the source
+/// operators `sources` (format-spec/executor-state.md, Watermarks): the end of that input
+/// is not the end of the event time of the input a resumed job reads next; what it fired
+/// is what those sources had read: the largest timestamp their clocks saw (`clock/`
+/// entries' `max_seen`), `None` without one (no such source had event time). A resumed
+/// job's records after it are on time; those at or before it are late (their windows
+/// fired at the end of the first input).
+pub fn end_of_input(
     extra: &std::collections::BTreeMap<String, String>,
+    sources: &std::collections::BTreeSet<String>,
     origin: &std::path::Path,
 ) -> Result<Option<i64>> {
-    let mut least: Option<i64> = None;
+    let mut most: Option<i64> = None;
     for (k, v) in extra.range(CLOCK_EXTRA_PREFIX.to_string()..) {
         if !k.starts_with(CLOCK_EXTRA_PREFIX) {
             break;
         }
-        let emitted = decode_hex_clock(v, &origin.join(k))?.emitted;
-        if emitted != i64::MIN {
-            least = Some(least.map_or(emitted, |l| l.min(emitted)));
+        let of = |op: &str| sources.contains(op);
+        if !super::entries::entry_key(k, CLOCK_EXTRA_PREFIX).is_some_and(|(op, _)| of(op)) {
+            continue;
+        }
+        let seen = decode_hex_clock(v, &origin.join(k))?.max_seen;
+        if seen != i64::MIN {
+            most = Some(most.map_or(seen, |l| l.max(seen)));
         }
     }
-    Ok(least)
+    Ok(most)
 }
 
 /// Prefix of the `extra` keys holding an instance's inputs at a barrier.
@@ -261,18 +264,10 @@ pub fn restored_inputs(
 ) -> Result<Option<(Inputs, bool)>> {
     let fits = |i: &Inputs| i.watermarks.len() == count && i.shape == shape;
     let own = inputs_key(operator, subtask);
-    // A channel at the end of its input restores as the task's watermark does.
-    let resumed = |mut i: Inputs| -> Result<Inputs> {
-        if i.watermarks.contains(&END_OF_INPUT) {
-            let end = end_of_input(extra, origin)?.unwrap_or(i64::MIN);
-            i.watermarks.iter_mut().filter(|w| **w == END_OF_INPUT).for_each(|w| *w = end);
-        }
-        Ok(i)
-    };
     if let Some(v) = extra.get(&own) {
         let inputs = decode_hex_inputs(v, &origin.join(&own))?;
         if fits(&inputs) {
-            return Ok(Some((resumed(inputs)?, true)));
+            return Ok(Some((inputs, true)));
         }
     }
     if !rescalable || instance_existed(extra, operator, subtask) == Some(true) {
@@ -289,7 +284,7 @@ pub fn restored_inputs(
         }
         let inputs = decode_hex_inputs(v, &origin.join(k))?;
         if fits(&inputs) {
-            return Ok(Some((resumed(inputs)?, false)));
+            return Ok(Some((inputs, false)));
         }
     }
     Ok(None)
@@ -393,17 +388,21 @@ mod tests {
         // format-spec/executor-state.md's example.
         let spec = [("watermark/win/0".to_string(), "c700000000000000".to_string())].into_iter().collect();
         assert_eq!(restored_watermark(&spec, "win", 0, 1, origin).unwrap(), Some(199));
-        // The end of a bounded input restores as the event time the sources reached.
-        let clock = |emitted| {
-            super::super::manifest::hex_encode(&encode_clock(&ClockState { max_seen: 0, emitted, since: 0 }))
+        // The end of a bounded input restores as the event time the sources upstream
+        // reached.
+        let clock = |max_seen| {
+            super::super::manifest::hex_encode(&encode_clock(&ClockState { max_seen, emitted: 0, since: 0 }))
         };
         let mut end = std::collections::BTreeMap::new();
-        end.insert(watermark_key("win", 0), hex(i64::MAX));
-        assert_eq!(restored_watermark(&end, "win", 0, 1, origin).unwrap(), None, "no event time");
+        let sources = |s: &[&str]| s.iter().map(|s| s.to_string()).collect();
+        assert_eq!(end_of_input(&end, &sources(&["a"]), origin).unwrap(), None, "no event time");
         end.insert(clock_key("a", 0), clock(999));
         end.insert(clock_key("a", 1), clock(i64::MIN));
         end.insert(clock_key("b", 0), clock(1499));
-        assert_eq!(restored_watermark(&end, "win", 0, 1, origin).unwrap(), Some(999));
+        end.insert(clock_key("c", 0), clock(5));
+        assert_eq!(end_of_input(&end, &sources(&["a", "b"]), origin).unwrap(), Some(1499));
+        assert_eq!(end_of_input(&end, &sources(&["a", "c"]), origin).unwrap(), Some(999));
+        assert_eq!(end_of_input(&end, &sources(&["gone"]), origin).unwrap(), None);
         extra.insert(watermark_key("w", 1), "0102".into());
         let e = restored_watermark(&extra, "w", 0, 2, origin).unwrap_err().to_string();
         assert!(e.contains("watermark/w/1") && e.contains("not 2"), "{e}");
