@@ -1671,6 +1671,24 @@ fn next_day(
     day2: &[std::ops::Range<i64>],
     lateness: i64,
 ) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
+    next_day_of(day1, day2, Windows::tumbling(100), lateness)
+}
+
+/// [`next_day`] with other windows and no lateness.
+fn next_day_with(
+    day1: &[(&str, std::ops::Range<i64>)],
+    day2: &[std::ops::Range<i64>],
+    windows: Windows,
+) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
+    next_day_of(day1, day2, windows, 0)
+}
+
+fn next_day_of(
+    day1: &[(&str, std::ops::Range<i64>)],
+    day2: &[std::ops::Range<i64>],
+    windows: Windows,
+    lateness: i64,
+) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
     let build = |days: Vec<std::ops::Range<i64>>, out: &std::path::Path| {
@@ -1686,7 +1704,7 @@ fn next_day(
             streams.push(job.source_with_watermarks(name, 1, move |s, p| Box::new(t.source(s, p)), strategy));
         }
         let all = streams[0].union("u", &streams[1..]);
-        let w = all.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).allowed_lateness(lateness);
+        let w = all.key_by(|e: &Ev| e.0).window(windows).allowed_lateness(lateness);
         let w = w.aggregate_with_late("win", Sum);
         sink(&w.results, out, "results");
         sink(&w.late, out, "late");
@@ -1719,13 +1737,19 @@ fn a_window_that_fired_at_the_end_of_input_does_not_fire_again_in_part() {
             .collect()
     };
     let records = |r: std::ops::Range<i64>| -> Vec<Ev> { r.map(|i| (1, i, 1)).collect() };
+    let grown = || std::ops::Range { start: 0, end: 2000 };
     for lateness in [0, 1000] {
-        let grown = std::ops::Range { start: 0, end: 2000 };
-        let (results, late) = next_day(&[("a", 0..950)], std::slice::from_ref(&grown), lateness);
+        let (results, late) = next_day(&[("a", 0..950)], std::slice::from_ref(&grown()), lateness);
         assert_eq!(results, windows(10, 20, 100), "lateness {lateness}");
         assert_eq!(late, records(950..1000), "lateness {lateness}");
     }
     let (results, late) = next_day(&[("a", 0..1000), ("b", 0..100)], &[0..2000, 0..2000], 0);
     assert_eq!(results, windows(10, 20, 200));
     assert_eq!(late, records(100..1000));
+    // Sessions (found by a second attack): day 1's [0, 1049) fired; 950..1049 would have
+    // joined it, so they are late, and the next session starts after.
+    let (results, late) =
+        next_day_with(&[("a", 0..950)], std::slice::from_ref(&grown()), Windows::session(100));
+    let session = Windowed { key: 1, window: floe::executor::Window { start: 1050, end: 2099 }, value: 950 };
+    assert_eq!((results, late), (vec![session], records(950..1050)));
 }

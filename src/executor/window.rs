@@ -250,8 +250,12 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
         let mut late = true;
         if let Windows::Session { .. } = self.windows {
             let (w, merged) = self.session_of(&key, assigned[0])?;
+            // A record that would have joined a session fired at the end of an earlier
+            // bounded input (it ends after `fired_until`, touching windows merge) is late:
+            // that session is gone, and a new one would be a second, partial result.
+            let joins_fired = self.fired_until > Timestamp::MIN && ts <= self.fired_until.saturating_add(1);
             // A late record changes nothing (the merge is decided first).
-            if !self.is_late(&w) {
+            if !self.is_late(&w) && !joins_fired {
                 let mut acc = self.agg.create();
                 for (o, a) in merged {
                     self.agg.merge(&mut acc, a);
