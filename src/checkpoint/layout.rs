@@ -42,13 +42,22 @@ pub fn checkpoint_committed_name(id: u64) -> String {
 
 /// The checkpoint id of a [`checkpoint_committed_name`].
 pub fn parse_checkpoint_committed_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("chk-")?.strip_suffix(".committed")?;
-    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
+    parse_chk_name(name, ".committed")
 }
 
 /// The exact contents of checkpoint `id`'s [`checkpoint_committed_name`] file.
 pub fn checkpoint_sinks_committed_contents(id: u64) -> String {
     format!("floe sinks committed checkpoint {id}\n")
+}
+
+/// The name (in the folder of its manifest) and the exact contents of the record that the
+/// sinks of savepoint (`savepoint`) or checkpoint `id` committed.
+pub fn sinks_committed_record(savepoint: bool, id: u64) -> (String, String) {
+    if savepoint {
+        (SINKS_COMMITTED.to_string(), sinks_committed_contents(id))
+    } else {
+        (checkpoint_committed_name(id), checkpoint_sinks_committed_contents(id))
+    }
 }
 
 /// `chk-<id>.manifest`.
@@ -58,7 +67,12 @@ pub fn manifest_name(id: u64) -> String {
 
 /// The checkpoint id of a manifest file name.
 pub fn parse_manifest_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("chk-")?.strip_suffix(".manifest")?;
+    parse_chk_name(name, ".manifest")
+}
+
+/// The id of `chk-<id:020><suffix>`.
+fn parse_chk_name(name: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_prefix("chk-")?.strip_suffix(suffix)?;
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
 }
 

@@ -966,20 +966,17 @@ impl CheckpointStorage {
         self.check_in_place()?;
         let is_file = |p: &Path| matches!(self.io.stat(p), Ok((EntryKind::File, _)));
         let sp = self.root.join(layout::savepoint_dir(id));
-        let (dir, name, bytes) = if is_file(&sp.join(SAVEPOINT_MANIFEST)) {
-            (sp, layout::SINKS_COMMITTED.to_string(), layout::sinks_committed_contents(id))
+        let (dir, savepoint) = if is_file(&sp.join(SAVEPOINT_MANIFEST)) {
+            (sp, true)
         } else if is_file(&self.manifest_path(id)) {
-            (
-                self.root.clone(),
-                layout::checkpoint_committed_name(id),
-                layout::checkpoint_sinks_committed_contents(id),
-            )
+            (self.root.clone(), false)
         } else {
             return Err(Error::NotFound(format!(
                 "{}: neither savepoint nor checkpoint {id} has a manifest",
                 self.root.display()
             )));
         };
+        let (name, bytes) = layout::sinks_committed_record(savepoint, id);
         let path = dir.join(&name);
         publish(&*self.io, &dir, &name, id, WriteOptions::SMALL, |w, _| {
             w.write_all(bytes.as_bytes()).map_err(|e| Error::io("write", &path, e))
@@ -1118,15 +1115,8 @@ pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
 /// checkpoint's manifest). A file there of any other contents, or not a regular file, is
 /// damage ([`Error::Corrupt`] naming it and the first byte that differs).
 pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
-    let id = manifest.checkpoint_id;
-    let (name, want) = match manifest.kind {
-        ManifestKind::Savepoint => {
-            (layout::SINKS_COMMITTED.to_string(), layout::sinks_committed_contents(id))
-        }
-        ManifestKind::Full | ManifestKind::Incremental => {
-            (layout::checkpoint_committed_name(id), layout::checkpoint_sinks_committed_contents(id))
-        }
-    };
+    let savepoint = manifest.kind == ManifestKind::Savepoint;
+    let (name, want) = layout::sinks_committed_record(savepoint, manifest.checkpoint_id);
     let (path, io) = super::object::resolve(path)?;
     let marker = match path.parent() {
         Some(dir) => dir.join(&name),
@@ -1156,7 +1146,7 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
         at,
         format!(
             "not the record that the sinks of {} {} committed (exactly {:?})",
-            if manifest.kind == ManifestKind::Savepoint { "savepoint" } else { "checkpoint" },
+            if savepoint { "savepoint" } else { "checkpoint" },
             manifest.checkpoint_id,
             want
         ),

@@ -251,13 +251,8 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
     };
     let (op, sub) = (&w.common.operator, w.subtask);
     use crate::format::timers::END_OF_INPUT;
-    // The end of a bounded input (a final checkpoint) restores as the event time the
-    // sources upstream had reached, so more input is not all late.
-    let end = || crate::format::timers::end_of_input(&r.manifest.extra, &w.upstream_sources, &r.path);
     let restored =
         crate::format::timers::restored_watermark(&r.manifest.extra, op, sub, w.parallelism, &r.path)?;
-    let end_of_input = restored == Some(END_OF_INPUT);
-    let watermark = if end_of_input { end()? } else { restored };
     let mut inputs = crate::format::timers::restored_inputs(
         &r.manifest.extra,
         op,
@@ -267,10 +262,18 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
         &r.path,
         true,
     )?;
-    if let Some((i, _)) = inputs.as_mut()
-        && i.watermarks.contains(&END_OF_INPUT)
-    {
-        let to = end()?.unwrap_or(i64::MIN);
+    // The end of a bounded input (a final checkpoint) restores as what it fired, the event
+    // time the sources upstream had read, so more input is not all late.
+    let end_of_input = restored == Some(END_OF_INPUT);
+    let channels_ended = inputs.as_ref().is_some_and(|(i, _)| i.watermarks.contains(&END_OF_INPUT));
+    let end = if end_of_input || channels_ended {
+        crate::format::timers::end_of_input(&r.manifest.extra, &w.upstream_sources, &r.path)?
+    } else {
+        None
+    };
+    let watermark = if end_of_input { end } else { restored };
+    if let Some((i, _)) = inputs.as_mut() {
+        let to = end.unwrap_or(i64::MIN);
         i.watermarks.iter_mut().filter(|w| **w == END_OF_INPUT).for_each(|w| *w = to);
     }
     let own_channels = inputs.as_ref().is_some_and(|(_, own)| *own);

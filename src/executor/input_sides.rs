@@ -17,7 +17,7 @@ use super::graph::{JobPlan, Node};
 use crate::error::{Error, Result};
 use crate::format::Manifest;
 use crate::format::entries::entry_key;
-use crate::format::timers::{INPUTS_EXTRA_PREFIX, WATERMARK_EXTRA_PREFIX, channel_shape, decode_inputs};
+use crate::format::timers::{INPUTS_EXTRA_PREFIX, WATERMARK_EXTRA_PREFIX, channel_shape, decode_hex_inputs};
 
 /// How a two-input operator's inputs relate to those the checkpoint recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,10 +113,7 @@ fn recorded_shapes(m: &Manifest, operator: &str, path: &Path) -> Result<BTreeSet
     let mut out = BTreeSet::new();
     for (k, v) in &m.extra {
         if entry_key(k, INPUTS_EXTRA_PREFIX).is_some_and(|(op, _)| op == operator) {
-            let at = path.join(k);
-            let bytes = crate::format::manifest::hex_decode(v)
-                .ok_or_else(|| Error::corrupt(&at, 0, "the value is not hex"))?;
-            out.insert(decode_inputs(&bytes, &at)?.shape);
+            out.insert(decode_hex_inputs(v, &path.join(k))?.shape);
         }
     }
     Ok(out)

@@ -713,7 +713,7 @@ impl Run<'_> {
         match r {
             // The terminal checkpoint's completion (a sink's commit) runs while the tasks
             // are stopped: a failure there must fail the attempt, not vanish with the
-            // report. A stop records its sinks committed only if no task reported anything.
+            // report. The sinks' commits reported meanwhile decide whether it is recorded.
             Ok(End::Finished) => match primary {
                 Some((task, error)) => Err(failed(task, error)),
                 None => Ok(End::Finished),
@@ -980,8 +980,8 @@ impl Run<'_> {
     }
 
     /// Reads the reports left after the tasks were joined: notes a sink that began to
-    /// publish at the drain, and returns the first failure that is not a consequence of
-    /// another ([`Error::Cancelled`]), and whether no task reported a failure at all.
+    /// publish at the drain and the sinks' commits, and returns the first failure that is
+    /// not a consequence of another ([`Error::Cancelled`]).
     fn leftover_reports(&mut self, reports: &Receiver<Report>) -> Option<(String, Error)> {
         let mut primary = None;
         while let Ok(m) = reports.try_recv() {
@@ -1060,13 +1060,6 @@ fn check_parallelism(plan: &JobPlan, config: &JobConfig) -> Result<()> {
     Ok(())
 }
 
-/// A job started from a checkpoint or savepoint (`restore_from`) must have an operator for
-/// every state the checkpoint holds (a renamed or removed operator would silently drop
-/// its state or its sink's transactions), and its sources the parallelism whose positions
-/// the checkpoint recorded (a position dropped would replay its input twice); its
-/// operators' watermark entries must decode (`path`, the manifest, names them), and its
-/// in-flight records belong to instances that had input channels. Operators
-/// the checkpoint does not know start empty, as new operators do in Flink.
 /// The source operators from which records reach node `ni` (itself, for a source).
 fn upstream_sources(plan: &JobPlan, ni: usize) -> BTreeSet<String> {
     let (mut seen, mut todo, mut out) = (BTreeSet::new(), vec![ni], BTreeSet::new());
@@ -1083,6 +1076,13 @@ fn upstream_sources(plan: &JobPlan, ni: usize) -> BTreeSet<String> {
     out
 }
 
+/// A job started from a checkpoint or savepoint (`restore_from`) must have an operator for
+/// every state the checkpoint holds (a renamed or removed operator would silently drop
+/// its state or its sink's transactions), and its sources the parallelism whose positions
+/// the checkpoint recorded (a position dropped would replay its input twice); its
+/// operators' watermark entries must decode (`path`, the manifest, names them), and its
+/// in-flight records belong to instances that had input channels. Operators
+/// the checkpoint does not know start empty, as new operators do in Flink.
 fn check_restore_shape(plan: &JobPlan, m: &crate::format::Manifest, path: &Path, allow: bool) -> Result<()> {
     // Every key under a prefix the executor reads, and every value it decodes: a key a
     // reader would skip (`sink/out/00`) would drop what it holds without a word.

@@ -124,8 +124,7 @@ pub fn end_of_input(
         if !k.starts_with(CLOCK_EXTRA_PREFIX) {
             break;
         }
-        let of = |op: &str| sources.contains(op);
-        if !super::entries::entry_key(k, CLOCK_EXTRA_PREFIX).is_some_and(|(op, _)| of(op)) {
+        if !super::entries::entry_key(k, CLOCK_EXTRA_PREFIX).is_some_and(|(op, _)| sources.contains(op)) {
             continue;
         }
         let seen = decode_hex_clock(v, &origin.join(k))?.max_seen;
@@ -290,7 +289,8 @@ pub fn restored_inputs(
     Ok(None)
 }
 
-fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
+/// [`decode_inputs`] of an `extra` value (hex, as stored); `at` names it in errors.
+pub fn decode_hex_inputs(v: &str, at: &std::path::Path) -> Result<Inputs> {
     let bytes =
         super::manifest::hex_decode(v).ok_or_else(|| Error::corrupt(at, 0, "inputs value is not hex"))?;
     decode_inputs(&bytes, at)
