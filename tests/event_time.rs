@@ -4,12 +4,15 @@
 //! definitions say, an idle source does not hold the watermark back (nor after a restart),
 //! and processing-time timers fire without input.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::{Flagged, wait_for};
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{
     AggregateFunction, CheckpointPaced, CheckpointStats, Context, FailAt, FileSink, FileSinkConfig,
@@ -941,17 +944,6 @@ impl floe::executor::Source<Ev> for FlagX {
     }
 }
 
-/// Waits (bounded) for `flag`.
-fn wait_for(flag: &AtomicBool, what: &str) {
-    for _ in 0..20_000 {
-        if flag.load(SeqCst) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    panic!("{what} never happened");
-}
-
 /// Sources `a` (idle after 1 s) and `b` into a keyed two-input operator `j`, then windows
 /// of 10 (late records to the side) and the probe, unaligned, checkpoints on demand. `a`
 /// goes idle (a checkpoint shows `j` heard it); `b`'s marker stalls `j`; `a` reads X (at 50,
@@ -1225,35 +1217,6 @@ fn hold() {
     wait_for(&RELEASED, "the release");
 }
 
-/// A [`Topic`] source that flags when it is asked for its position (it takes part in a
-/// checkpoint: its barrier follows) once the test armed it.
-struct Snapped(floe::executor::TopicSource<Ev>);
-
-impl floe::executor::Source<Ev> for Snapped {
-    fn open(&mut self, w: floe::executor::SourceWaker) -> floe::Result<()> {
-        self.0.open(w)
-    }
-    fn poll(&mut self) -> floe::Result<floe::executor::Poll<Ev>> {
-        let p = self.0.poll()?;
-        if matches!(p, floe::executor::Poll::Ready((1, 300, 1000))) {
-            READ_ALL.store(true, SeqCst);
-        }
-        Ok(p)
-    }
-    fn position(&self) -> Vec<u8> {
-        if ARMED.load(SeqCst) {
-            SNAPPED.store(true, SeqCst);
-        }
-        self.0.position()
-    }
-    fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
-        self.0.seek(p)
-    }
-    fn position_encoding(&self) -> floe::executor::PositionEncoding {
-        self.0.position_encoding()
-    }
-}
-
 /// Sources `a` (idle after 20 ms) and `b` into a keyed two-input operator `j` (held on
 /// `b`'s marker), then windows of 100 with late records to the side, unaligned. While `j`
 /// is held: `a` delivers 0 and goes idle; `b` delivers 1, 2, 3, 500 and 300; checkpoint 1's
@@ -1279,7 +1242,21 @@ fn idle_in_flight_graph(ta: &Topic<Ev>, tb: &Topic<Ev>, dir: &std::path::Path) -
         move |s, p| Box::new(a1.source(s, p)),
         strategy().with_idleness(Duration::from_millis(20)),
     );
-    let b = job.source_with_watermarks("b", 1, move |s, p| Box::new(Snapped(b1.source(s, p))), strategy());
+    let b = job.source_with_watermarks(
+        "b",
+        1,
+        move |s, p| {
+            let last = |e: &Ev| *e == (1, 300, 1000);
+            Box::new(Flagged {
+                inner: b1.source(s, p),
+                last,
+                read: &READ_ALL,
+                armed: &ARMED,
+                snapped: &SNAPPED,
+            })
+        },
+        strategy(),
+    );
     let j = a
         .key_by(|e: &Ev| e.0)
         .connect(&b.key_by(|e: &Ev| e.0))

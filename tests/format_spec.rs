@@ -259,22 +259,19 @@ fn marker_contents_match_the_code() {
 
 #[test]
 fn sinks_committed_contents_match_the_code() {
+    use floe::checkpoint::layout::{checkpoint_sinks_committed_contents, sinks_committed_contents};
     let text = std::fs::read_to_string(spec_dir().join("layout.md")).unwrap();
-    let after = text.split("<!-- spec-table: sinks-committed -->").nth(1).unwrap();
-    let block = after.split("```text\n").nth(1).unwrap().split("```").next().unwrap();
-    for id in [1, 7, 1234, u64::MAX] {
-        assert_eq!(
-            block.replace("<id>", &id.to_string()),
-            floe::checkpoint::layout::sinks_committed_contents(id)
-        );
-    }
-    let after = text.split("<!-- spec-table: checkpoint-sinks-committed -->").nth(1).unwrap();
-    let block = after.split("```text\n").nth(1).unwrap().split("```").next().unwrap();
-    for id in [1, 7, 1234, u64::MAX] {
-        assert_eq!(
-            block.replace("<id>", &id.to_string()),
-            floe::checkpoint::layout::checkpoint_sinks_committed_contents(id)
-        );
+    type Contents = fn(u64) -> String;
+    let tables: [(&str, Contents); 2] = [
+        ("sinks-committed", sinks_committed_contents),
+        ("checkpoint-sinks-committed", checkpoint_sinks_committed_contents),
+    ];
+    for (table, contents) in tables {
+        let after = text.split(&format!("<!-- spec-table: {table} -->")).nth(1).unwrap();
+        let block = after.split("```text\n").nth(1).unwrap().split("```").next().unwrap();
+        for id in [1, 7, 1234, u64::MAX] {
+            assert_eq!(block.replace("<id>", &id.to_string()), contents(id), "{table}");
+        }
     }
 }
 

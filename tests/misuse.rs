@@ -3,6 +3,8 @@
 //! another shape (a source with fewer instances, a renamed operator), streams of another
 //! job, and a graph mistake reported by every run, not only the first.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -281,9 +283,8 @@ mod swapped_inputs {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use floe::executor::{
-        Context, Job, JobConfig, KeyedCoProcessFunction, Mode, Poll, Source, SourceWaker, Topic, TopicSource,
-    };
+    use super::common::{Flagged, wait_for};
+    use floe::executor::{Context, Job, JobConfig, KeyedCoProcessFunction, Mode, Topic};
 
     /// (key, timestamp, value): `a`'s values are 1..=5, `b`'s 100 and up, `b`'s marker -1.
     type Ev = (u64, i64, i64);
@@ -295,45 +296,6 @@ mod swapped_inputs {
     static READ_ALL: AtomicBool = AtomicBool::new(false);
     /// Each record `j` processed, with the side (`'a'` or `'b'`) its input says it is from.
     static SEEN: Mutex<Vec<(char, i64)>> = Mutex::new(Vec::new());
-
-    fn wait_for(flag: &AtomicBool, what: &str) {
-        for _ in 0..20_000 {
-            if flag.load(SeqCst) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        panic!("{what} never happened");
-    }
-
-    /// `a`'s source: flags when it read its last record (5), and when it is asked for its
-    /// position (its barrier follows) once the test armed it.
-    struct Watched(TopicSource<Ev>);
-
-    impl Source<Ev> for Watched {
-        fn open(&mut self, w: SourceWaker) -> floe::Result<()> {
-            self.0.open(w)
-        }
-        fn poll(&mut self) -> floe::Result<Poll<Ev>> {
-            let p = self.0.poll()?;
-            if matches!(p, Poll::Ready((_, _, 5))) {
-                READ_ALL.store(true, SeqCst);
-            }
-            Ok(p)
-        }
-        fn position(&self) -> Vec<u8> {
-            if ARMED.load(SeqCst) {
-                SNAPPED.store(true, SeqCst);
-            }
-            self.0.position()
-        }
-        fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
-            self.0.seek(p)
-        }
-        fn position_encoding(&self) -> floe::executor::PositionEncoding {
-            self.0.position_encoding()
-        }
-    }
 
     /// Notes the side of every record; `a_first`: `a` is the first input. Holds on `b`'s
     /// marker until the test releases it.
@@ -369,7 +331,16 @@ mod swapped_inputs {
     fn job(ta: &Topic<Ev>, tb: &Topic<Ev>, a_first: bool, maps: [bool; 2]) -> Job {
         let job = Job::new();
         let (a1, b1) = (ta.clone(), tb.clone());
-        let mut a = job.source("a", 1, move |s, p| Box::new(Watched(a1.source(s, p))));
+        let mut a = job.source("a", 1, move |s, p| {
+            let last = |e: &Ev| e.2 == 5;
+            Box::new(Flagged {
+                inner: a1.source(s, p),
+                last,
+                read: &READ_ALL,
+                armed: &ARMED,
+                snapped: &SNAPPED,
+            })
+        });
         let mut b = job.source("b", 1, move |s, p| Box::new(b1.source(s, p)));
         if maps[0] {
             a = a.map("ma", |e: Ev| e);

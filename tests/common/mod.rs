@@ -166,3 +166,50 @@ impl Run {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
     }
 }
+
+/// Waits (at most ~20 s) for `flag`; panics naming `what` if it never came.
+pub fn wait_for(flag: &std::sync::atomic::AtomicBool, what: &str) {
+    for _ in 0..20_000 {
+        if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("{what} never happened");
+}
+
+/// A topic source that raises flags a test waits for: `read` once it has read a record
+/// `last` accepts, and `snapped` when it is asked for its position (it takes part in a
+/// checkpoint: its barrier follows) once the test raised `armed`.
+pub struct Flagged<T> {
+    pub inner: floe::executor::TopicSource<T>,
+    pub last: fn(&T) -> bool,
+    pub read: &'static std::sync::atomic::AtomicBool,
+    pub armed: &'static std::sync::atomic::AtomicBool,
+    pub snapped: &'static std::sync::atomic::AtomicBool,
+}
+
+impl<T: Clone + Send + 'static> floe::executor::Source<T> for Flagged<T> {
+    fn open(&mut self, w: floe::executor::SourceWaker) -> floe::Result<()> {
+        self.inner.open(w)
+    }
+    fn poll(&mut self) -> floe::Result<floe::executor::Poll<T>> {
+        let p = self.inner.poll()?;
+        if matches!(&p, floe::executor::Poll::Ready(r) if (self.last)(r)) {
+            self.read.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(p)
+    }
+    fn position(&self) -> Vec<u8> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            self.snapped.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.position()
+    }
+    fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
+        self.inner.seek(p)
+    }
+    fn position_encoding(&self) -> floe::executor::PositionEncoding {
+        self.inner.position_encoding()
+    }
+}
