@@ -309,10 +309,9 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
         self.core.watermark = wm;
     }
 
-    fn restored_end_of_input(&mut self, t: Timestamp) -> Timestamp {
+    fn restored_fired(&mut self, t: Timestamp) -> Timestamp {
         let fired = self.windows.assign(t).iter().map(Window::max_timestamp).max().unwrap_or(t).max(t);
         self.fired_until = fired;
-        self.core.watermark = fired;
         fired
     }
 

@@ -1,0 +1,416 @@
+//! Proves what a bounded job's end of input leaves for the next run from its final
+//! checkpoint: more input is judged against what that end fired, per operator instance:
+//! after it on time, in a window that fired late (not a second, partial result), also
+//! where an operator is fed later timestamps than its sources read (`emit_at`, windows of
+//! windows), and after a restart before the end of input or after the resume.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::wait_for;
+use floe::checkpoint::{CheckpointStorage, StorageConfig};
+use floe::executor::{
+    AggregateFunction, Context, FailAt, FileSink, FileSinkConfig, InjectedFailure, Job, JobConfig, JobHandle,
+    KeyedProcessFunction, Poll, PositionEncoding, Source, SourceWaker, Stream, Topic, TopicSource,
+    WatermarkStrategy, Windowed, Windows, published_output,
+};
+
+/// (key, event time, value)
+type Ev = (u64, i64, i64);
+
+#[derive(Clone)]
+struct Sum;
+
+impl AggregateFunction<Ev, i64, i64> for Sum {
+    fn create(&self) -> i64 {
+        0
+    }
+    fn add(&self, acc: &mut i64, e: &Ev) {
+        *acc += e.2;
+    }
+    fn merge(&self, acc: &mut i64, o: i64) {
+        *acc += o;
+    }
+    fn result(&self, acc: &i64) -> i64 {
+        *acc
+    }
+}
+
+fn storage(dir: &Path) -> Arc<CheckpointStorage> {
+    CheckpointStorage::open(dir.join("ckpt"), StorageConfig::default()).unwrap()
+}
+
+fn sink<T: floe::executor::Data>(s: &Stream<T>, dir: &Path, name: &str) {
+    let cfg = FileSinkConfig { dir: dir.join(name), exactly_once: true };
+    s.sink(name, FileSink::factory(cfg)).parallelism(1);
+}
+
+fn read<T: serde::de::DeserializeOwned + Ord>(dir: &Path) -> Vec<T> {
+    let mut v: Vec<T> =
+        published_output(dir).unwrap().iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    v.sort();
+    v
+}
+
+/// Tumbling windows of `size` over `s` by key, summing (operator "win", `parallelism`
+/// instances or the job's default), results and late records to the sinks "results" and
+/// "late" in `dir`.
+fn sum_windows(s: &Stream<Ev>, size: i64, parallelism: Option<u32>, dir: &Path) {
+    let out = s.key_by(|e: &Ev| e.0).window(Windows::tumbling(size)).aggregate_with_late("win", Sum);
+    let results = match parallelism {
+        Some(p) => out.results.parallelism(p),
+        None => out.results,
+    };
+    sink(&results, dir, "results");
+    sink(&out.late, dir, "late");
+}
+
+/// Records of key 1, value 1, at each of `r`.
+fn records(r: std::ops::Range<i64>) -> Vec<Ev> {
+    r.map(|i| (1, i, 1)).collect()
+}
+
+/// Windows `[w * size, (w + 1) * size)` of key 1 for `w` in `r`, each holding `value`.
+fn windows(r: std::ops::Range<i64>, size: i64, value: i64) -> Vec<Windowed<u64, i64>> {
+    r.map(|w| Windowed {
+        key: 1,
+        window: floe::executor::Window { start: w * size, end: w * size + size },
+        value,
+    })
+    .collect()
+}
+
+#[test]
+fn a_bounded_job_resumed_from_its_final_checkpoint_on_more_input_is_not_all_late() {
+    // Found by an outside attack (session 41): the final checkpoint holds the end of
+    // input's watermark (i64::MAX) at every task, so the next day's run from it judged
+    // every record late (and, without a late output, published nothing, Ok). The end of
+    // the input now restores as the event time the sources had reached.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let day = |n: i64| {
+        let t: Topic<Ev> = Topic::new(1);
+        for i in 0..n {
+            t.push(0, (1, i, 1));
+        }
+        t.close();
+        t
+    };
+    let build = |topic: &Topic<Ev>, out: &Path| {
+        let job = Job::new();
+        let t = topic.clone();
+        let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+        let src = job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy);
+        sum_windows(&src, 100, Some(1), out);
+        job
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let (one, two) = (dir.path().join("day1"), dir.path().join("day2"));
+    let first = build(&day(1000), &one).execute(&config).unwrap();
+    assert_eq!(read::<Windowed<u64, i64>>(&one.join("results")), windows(0..10, 100, 100));
+    // The next day: the topic grown to 2000, from the final checkpoint, into day2/.
+    config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
+    build(&day(2000), &two).execute(&config).unwrap();
+    let late = read::<Ev>(&two.join("late"));
+    assert!(late.is_empty(), "{} of the next day's records judged late", late.len());
+    assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), windows(10..20, 100, 100));
+}
+
+/// Day 1 reads `day1` of each source (`(source, timestamps)`), day 2 resumes from its
+/// final checkpoint with each grown to `day2`; every source into one union, windows of 100
+/// (allowed lateness `lateness`), late records to the side. Day 2's (results, late).
+fn next_day(
+    day1: &[(&str, std::ops::Range<i64>)],
+    day2: &[std::ops::Range<i64>],
+    lateness: i64,
+) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
+    next_day_of(day1, day2, Windows::tumbling(100), lateness)
+}
+
+/// [`next_day`] with other windows and no lateness.
+fn next_day_with(
+    day1: &[(&str, std::ops::Range<i64>)],
+    day2: &[std::ops::Range<i64>],
+    windows: Windows,
+) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
+    next_day_of(day1, day2, windows, 0)
+}
+
+fn next_day_of(
+    day1: &[(&str, std::ops::Range<i64>)],
+    day2: &[std::ops::Range<i64>],
+    windows: Windows,
+    lateness: i64,
+) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
+    two_days(day1, day2, |all, out| {
+        let w = all.key_by(|e: &Ev| e.0).window(windows).allowed_lateness(lateness);
+        let w = w.aggregate_with_late("win", Sum);
+        sink(&w.results, out, "results");
+        sink(&w.late, out, "late");
+    })
+}
+
+/// Day 1 reads `day1` of each source, day 2 resumes from its final checkpoint with each
+/// grown to `day2`; `part` builds the rest of the job on the union of the sources, into
+/// the sinks "results" and "late" in the folder it is given. Day 2's (results, late).
+fn two_days(
+    day1: &[(&str, std::ops::Range<i64>)],
+    day2: &[std::ops::Range<i64>],
+    part: impl Fn(&Stream<Ev>, &Path),
+) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let build = |days: Vec<std::ops::Range<i64>>, out: &Path| {
+        let job = Job::new();
+        let mut streams = Vec::new();
+        for ((name, _), range) in day1.iter().zip(days) {
+            let t: Topic<Ev> = Topic::new(1);
+            for i in range {
+                t.push(0, (1, i, 1));
+            }
+            t.close();
+            let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+            streams.push(job.source_with_watermarks(name, 1, move |s, p| Box::new(t.source(s, p)), strategy));
+        }
+        part(&streams[0].union("u", &streams[1..]), out);
+        job
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let one = build(day1.iter().map(|(_, r)| r.clone()).collect(), &dir.path().join("day1"));
+    let first = one.execute(&config).unwrap();
+    config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
+    let two = dir.path().join("day2");
+    build(day2.to_vec(), &two).execute(&config).unwrap();
+    (read(&two.join("results")), read(&two.join("late")))
+}
+
+#[test]
+fn a_window_that_fired_at_the_end_of_input_does_not_fire_again_in_part() {
+    // Found by an outside attack (session 41) on the rule above when it restored the
+    // smallest watermark the sources had emitted: a window cut by the end of the first
+    // input ([900, 1000) with 0..949), or filled by a source behind another (b at 99 while
+    // a was at 999), fired a second time on the next day with only the new records, a
+    // second "complete" result. Those records are late now: their windows fired.
+    let grown = || std::ops::Range { start: 0, end: 2000 };
+    for lateness in [0, 1000] {
+        let (results, late) = next_day(&[("a", 0..950)], std::slice::from_ref(&grown()), lateness);
+        assert_eq!(results, windows(10..20, 100, 100), "lateness {lateness}");
+        assert_eq!(late, records(950..1000), "lateness {lateness}");
+    }
+    let (results, late) = next_day(&[("a", 0..1000), ("b", 0..100)], &[0..2000, 0..2000], 0);
+    assert_eq!(results, windows(10..20, 100, 200));
+    assert_eq!(late, records(100..1000));
+    // Sessions (found by a second attack): day 1's [0, 1049) fired; 950..1049 would have
+    // joined it, so they are late, and the next session starts after.
+    let (results, late) =
+        next_day_with(&[("a", 0..950)], std::slice::from_ref(&grown()), Windows::session(100));
+    let session = Windowed { key: 1, window: floe::executor::Window { start: 1050, end: 2099 }, value: 950 };
+    assert_eq!((results, late), (vec![session], records(950..1050)));
+}
+
+/// Stamps every record `SHIFT` later in event time (`emit_at`), as an enrichment step
+/// might: the windows after it see later times than the sources read.
+struct Shift;
+
+const SHIFT: i64 = 5000;
+
+impl KeyedProcessFunction<u64, Ev, Ev> for Shift {
+    fn process(&mut self, e: Ev, ctx: &mut Context<'_, u64, Ev>) -> floe::Result<()> {
+        ctx.emit_at((e.0, e.1 + SHIFT, e.2), e.1 + SHIFT);
+        Ok(())
+    }
+}
+
+/// `s` shifted by [`Shift`] (operator "shift"), summed in tumbling windows of 100 ("win").
+fn shifted_windows(s: &Stream<Ev>, out: &Path) {
+    sum_windows(&s.key_by(|e: &Ev| e.0).process("shift", || Shift), 100, Some(1), out);
+}
+
+#[test]
+fn an_operator_fed_later_times_than_its_sources_read_does_not_fire_again() {
+    // Found by an outside attack (session 41): what an end of input fired was inferred
+    // from the sources' clocks, so windows fed later timestamps than the sources read
+    // fired again, in part, on the next day. Each instance now records what it saw.
+    // Day 1 shifted 5000..5950: [5900, 6000) fired with 50; day 2 reads on from 950, its
+    // records to 1000 are late (they were with the sources' clocks too), and 5950..6000.
+    let (results, late) = two_days(&[("a", 0..950)], std::slice::from_ref(&(0..2000)), shifted_windows);
+    assert_eq!(results, windows(60..70, 100, 100));
+    assert_eq!(late, records(SHIFT + 950..SHIFT + 1000));
+    // Windows of windows: day 1's session [0, 1049) fired, its result stamped 1048 into
+    // [1000, 2000) of tumbling windows over the results, which fired with 1. Day 2's
+    // session [1051, 1599) (records to 1050 would have joined the fired one) gives a
+    // result at 1598: late in the window that fired, not a second result for it.
+    let (results, late) = two_days(&[("a", 0..950)], std::slice::from_ref(&(0..1500)), |all, out| {
+        let s = all.key_by(|e: &Ev| e.0).window(Windows::session(100)).aggregate_with_late("sess", Sum);
+        let ends = s.results.map("ends", |w: Windowed<u64, i64>| (w.key, w.window.end - 1, 1i64));
+        sum_windows(&ends, 1000, Some(1), out);
+    });
+    assert_eq!((results, late), (vec![], vec![(1, 1598, 1)]));
+}
+
+/// A topic source that raises `read` once it read a record at `last`, and counts the
+/// times it was restored (`seek`).
+struct Watched {
+    inner: TopicSource<Ev>,
+    last: i64,
+    read: Arc<AtomicBool>,
+    seeks: Arc<AtomicUsize>,
+}
+
+impl Source<Ev> for Watched {
+    fn open(&mut self, w: SourceWaker) -> floe::Result<()> {
+        self.inner.open(w)
+    }
+    fn poll(&mut self) -> floe::Result<Poll<Ev>> {
+        let p = self.inner.poll()?;
+        if matches!(&p, Poll::Ready(r) if r.1 == self.last) {
+            self.read.store(true, SeqCst);
+        }
+        Ok(p)
+    }
+    fn position(&self) -> Vec<u8> {
+        self.inner.position()
+    }
+    fn seek(&mut self, p: &[u8]) -> floe::Result<()> {
+        self.seeks.fetch_add(1, SeqCst);
+        self.inner.seek(p)
+    }
+    fn position_encoding(&self) -> PositionEncoding {
+        self.inner.position_encoding()
+    }
+}
+
+/// Starts a job reading `topic` ("events", a watermark after every record) into `part`
+/// (as [`two_days`]'), with `config`; its window operator "win" fails once on hearing
+/// that the attempt's first checkpoint completed. Returns the job, the flag raised once
+/// the source read a record at `last`, and its restores.
+fn start_failing_once(
+    topic: &Topic<Ev>,
+    last: i64,
+    part: impl Fn(&Stream<Ev>, &Path),
+    out: &Path,
+    mut config: JobConfig,
+) -> (JobHandle, Arc<AtomicBool>, Arc<AtomicUsize>) {
+    let (read, seeks) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let job = Job::new();
+    let (t, r, n) = (topic.clone(), Arc::clone(&read), Arc::clone(&seeks));
+    let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+    let src = job.source_with_watermarks(
+        "events",
+        1,
+        move |s, p| {
+            let (read, seeks) = (Arc::clone(&r), Arc::clone(&n));
+            Box::new(Watched { inner: t.source(s, p), last, read, seeks })
+        },
+        strategy,
+    );
+    part(&src, out);
+    let at = FailAt::AfterCheckpoint { completed: 1, records: 0 };
+    config.failures = vec![InjectedFailure { operator: "win".into(), subtask: 0, at, panic: false }];
+    (job.start(config).unwrap(), read, seeks)
+}
+
+/// Waits (at most ~20 s) until `n` is at least `at_least`.
+fn wait_count(n: &AtomicUsize, at_least: usize, what: &str) {
+    let reached = AtomicBool::new(false);
+    for _ in 0..20_000 {
+        if n.load(SeqCst) >= at_least {
+            reached.store(true, SeqCst);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_for(&reached, what);
+}
+
+fn topic(r: std::ops::Range<i64>, close: bool) -> Topic<Ev> {
+    let t: Topic<Ev> = Topic::new(1);
+    for i in r {
+        t.push(0, (1, i, 1));
+    }
+    if close {
+        t.close();
+    }
+    t
+}
+
+#[test]
+fn what_an_end_of_input_fired_is_kept_through_a_restart_before_it() {
+    // Every record of day 1 was taken before its first checkpoint, the window failed, and
+    // the end of input came after the restart: what the window had seen before the
+    // failure is part of what that end fired (recorded in every checkpoint, not only the
+    // final one), so day 2 does not fire [5000, 6000) again.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let day1 = topic(0..950, false);
+    let (job, got, seeks) =
+        start_failing_once(&day1, 949, shifted_windows, &dir.path().join("day1"), config.clone());
+    wait_for(&got, "day 1 read");
+    job.checkpoint().unwrap();
+    wait_count(&seeks, 1, "the restart");
+    day1.close();
+    let first = job.join().unwrap();
+    assert_eq!(first.restarts, 1, "{:?}", first.failures);
+    config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
+    let two = dir.path().join("day2");
+    let job = Job::new();
+    let t = topic(0..2000, true);
+    let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+    shifted_windows(
+        &job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy),
+        &two,
+    );
+    job.execute(&config).unwrap();
+    assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), windows(60..70, 100, 100));
+    assert_eq!(read::<Ev>(&two.join("late")), records(SHIFT + 950..SHIFT + 1000));
+}
+
+#[test]
+fn windows_that_fired_stay_fired_after_a_restart_of_the_resumed_job() {
+    // With allowed lateness, records for windows that fired at the end of day 1 are late
+    // whatever the lateness; a restart of day 2's job from its own checkpoint used to
+    // forget that, and [900, 1000) fired a second time with records that came after it.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let part = |s: &Stream<Ev>, out: &Path| {
+        let w = s.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).allowed_lateness(1000);
+        let w = w.aggregate_with_late("win", Sum);
+        sink(&w.results, out, "results");
+        sink(&w.late, out, "late");
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let job = Job::new();
+    let t = topic(0..1000, true);
+    let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+    part(
+        &job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy),
+        &dir.path().join("day1"),
+    );
+    let first = job.execute(&config).unwrap();
+    config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
+    // Day 2 reads on (1000..1500), checkpoints, its window fails and restarts from that
+    // checkpoint; then 900..1000 come, within the lateness of the watermark (1499).
+    let day2 = topic(0..1500, false);
+    let two = dir.path().join("day2");
+    let (job, got, seeks) = start_failing_once(&day2, 1499, part, &two, config);
+    wait_for(&got, "day 2 read");
+    job.checkpoint().unwrap();
+    wait_count(&seeks, 2, "the restart");
+    for i in 900..1000 {
+        day2.push(0, (1, i, 1));
+    }
+    day2.close();
+    let r = job.join().unwrap();
+    assert_eq!(r.restarts, 1, "{:?}", r.failures);
+    assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), windows(10..15, 100, 100));
+    assert_eq!(read::<Ev>(&two.join("late")), records(900..1000));
+}
