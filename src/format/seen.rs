@@ -148,12 +148,11 @@ mod tests {
         assert_eq!(restored_seen(&e, "w", 0, 2, origin).unwrap(), Some(both), "rescaled 3 -> 2");
         assert_eq!(restored_seen(&e, "w", 3, 4, origin).unwrap(), Some(both), "rescaled 3 -> 4");
         assert_eq!(restored_seen(&extra(&[], &[0]), "w", 0, 1, origin).unwrap(), None);
-        // Spec example: max_seen 1999, fired 999.
-        let spec = Seen::decode(
-            &crate::format::manifest::hex_decode("cf07000000000000e703000000000000").unwrap(),
-            origin,
-        );
-        assert_eq!(spec.unwrap(), Seen { max_seen: 1999, fired: 999 });
+        // format-spec/executor-state.md's example: max_seen 1999, fired 999.
+        let example = hex_encode(&Seen { max_seen: 1999, fired: 999 }.encode());
+        assert_eq!(example, "cf07000000000000e703000000000000");
+        let spec = include_str!("../../format-spec/executor-state.md");
+        assert!(spec.contains(&format!("`\"seen/win/0\": \"{example}\"`")), "the spec's example");
     }
 
     #[test]
