@@ -1545,6 +1545,12 @@ fn in_flight_records_on_no_such_input_or_channel_are_refused() {
         let err = restore_error(&manifest_path, what);
         let msg = err.to_string();
         assert!(msg.contains(says) && msg.contains(&cs.path), "{what}: {msg}");
+        if says.contains("record") || says == "codec error" {
+            assert!(
+                msg.contains("type: has it changed") || msg.contains("type (has it changed"),
+                "{what}: {msg}"
+            );
+        }
         // Where: the record's block (the file's first, after its 40-byte header) and the
         // record's place in it, not offset 0.
         assert!(msg.contains("offset 40") && msg.contains("record at +"), "{what}: {msg}");

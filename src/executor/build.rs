@@ -148,7 +148,12 @@ fn replay<L: Logic>(
         Ok(if rest.is_empty() {
             Ok(r)
         } else {
-            Err(format!("{} bytes after the record's {}", rest.len(), bytes.len() - rest.len()))
+            Err(format!(
+                "{} bytes after the record's {} (not one record of the input's type: has it changed \
+                 since the checkpoint? a savepoint holds no records in flight)",
+                rest.len(),
+                bytes.len() - rest.len()
+            ))
         })
     }
     // The file an old instance's in-flight log is in (the manifest for logs of older
@@ -201,7 +206,11 @@ fn replay<L: Logic>(
                     channel(ch)?;
                 }
                 let codec = |e| Error::Codec {
-                    state: format!("in-flight record {n} of {op}[{old}] in {}", file_of(old).display()),
+                    state: format!(
+                        "in-flight record {n} of {op}[{old}] in {}, read as the input's type (has it changed \
+                         since the checkpoint? a savepoint holds no records in flight)",
+                        file_of(old).display()
+                    ),
                     source: e,
                 };
                 if input == 0 {
