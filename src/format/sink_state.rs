@@ -160,10 +160,12 @@ pub fn extra_key(operator: &str, subtask: u32) -> String {
 
 /// The operator and subtask of a sink state key ([`extra_key`]'s inverse): `None` for a
 /// key of anything else. The subtask is the part after the last `/`, in canonical decimal
-/// (an operator id may hold `/`).
+/// (an operator id may hold `/`, and is not empty): [`super::entries::entry_key`]'s rule.
 pub fn parse_extra_key(key: &str) -> Option<(&str, u32)> {
-    let (operator, subtask) = key.strip_prefix(SINK_EXTRA_PREFIX)?.rsplit_once('/')?;
-    Some((operator, parse_decimal_u32(subtask)?))
+    match super::entries::entry_key(key, SINK_EXTRA_PREFIX)? {
+        (operator, Some(subtask)) => Some((operator, subtask)),
+        _ => None,
+    }
 }
 
 /// A `u32` in canonical decimal: digits only, no sign, no leading zero (but `0` itself).
@@ -437,9 +439,15 @@ mod tests {
     fn sink_state_extra_keys_parse_strictly() {
         assert_eq!(extra_key("out/a", 12), "sink/out/a/12");
         assert_eq!(parse_extra_key("sink/out/a/12"), Some(("out/a", 12)));
-        for k in
-            ["inflight/out/1", "sink/out/01", "sink/out/-1", "sink/out/", "sink/out", "sink/o/99999999999"]
-        {
+        for k in [
+            "inflight/out/1",
+            "sink/out/01",
+            "sink/out/-1",
+            "sink/out/",
+            "sink/out",
+            "sink/o/99999999999",
+            "sink//0",
+        ] {
             assert_eq!(parse_extra_key(k), None, "{k}");
         }
         let mut extra = BTreeMap::new();
