@@ -115,10 +115,37 @@ fn a_bounded_job_resumed_from_its_final_checkpoint_on_more_input_is_not_all_late
     assert_eq!(read::<Windowed<u64, i64>>(&one.join("results")), windows(0..10, 100, 100));
     // The next day: the topic grown to 2000, from the final checkpoint, into day2/.
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
-    build(&day(2000), &two).execute(&config).unwrap();
+    let second = build(&day(2000), &two).execute(&config).unwrap();
     let late = read::<Ev>(&two.join("late"));
     assert!(late.is_empty(), "{} of the next day's records judged late", late.len());
     assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), windows(10..20, 100, 100));
+    // Each final checkpoint keeps the windows its end fired; day 1's went as day 2's
+    // watermark passed them.
+    let fired = |id: Option<u64>| -> Vec<floe::executor::Window> {
+        let m = storage.read_manifest(id.unwrap()).unwrap();
+        let (mut store, _) =
+            floe::checkpoint::restore_operator(storage.root(), &m, "win", floe::StoreConfig::default())
+                .unwrap();
+        let f: floe::MapState<u64, floe::executor::Window, ()> = store.map_state("__floe_fired").unwrap();
+        f.keys(&store, &1).unwrap().map(|w| w.unwrap()).collect()
+    };
+    let ends = |v: Vec<floe::executor::Window>| -> Vec<i64> { v.iter().map(|w| w.end).collect() };
+    assert_eq!(ends(fired(first.last_checkpoint)), vec![1000], "day 1's end fired [900, 1000)");
+    assert_eq!(ends(fired(second.last_checkpoint)), vec![2000], "day 2's end fired [1900, 2000)");
+    // A final checkpoint written before tasks recorded the watermark before the end holds
+    // the end itself, i64::MAX, at every task: restored as the time the sources read.
+    let path = storage.manifest_path(first.last_checkpoint.unwrap());
+    let mut m = storage.read_manifest(first.last_checkpoint.unwrap()).unwrap();
+    for (k, v) in m.extra.iter_mut() {
+        if k.starts_with("watermark/") {
+            *v = "ffffffffffffff7f".into();
+        }
+    }
+    std::fs::write(&path, m.encode().unwrap()).unwrap();
+    let old = dir.path().join("day2-old");
+    build(&day(2000), &old).execute(&config).unwrap();
+    assert_eq!(read::<Ev>(&old.join("late")), vec![]);
+    assert_eq!(read::<Windowed<u64, i64>>(&old.join("results")), windows(10..20, 100, 100));
 }
 
 /// Day 1 reads `day1` of each source (`(source, timestamps)`), day 2 resumes from its
@@ -163,14 +190,25 @@ fn two_days(
     day2: &[std::ops::Range<i64>],
     part: impl Fn(&Stream<Ev>, &Path),
 ) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
+    let day1: Vec<(&str, Vec<i64>)> = day1.iter().map(|(n, r)| (*n, r.clone().collect())).collect();
+    two_days_of(&day1, day2.iter().map(|r| r.clone().collect()).collect(), part)
+}
+
+/// [`two_days`] with the timestamps of each source's records given one by one (day 2's
+/// include day 1's: the sources read on from where day 1 ended).
+fn two_days_of(
+    day1: &[(&str, Vec<i64>)],
+    day2: Vec<Vec<i64>>,
+    part: impl Fn(&Stream<Ev>, &Path),
+) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
-    let build = |days: Vec<std::ops::Range<i64>>, out: &Path| {
+    let build = |days: Vec<Vec<i64>>, out: &Path| {
         let job = Job::new();
         let mut streams = Vec::new();
-        for ((name, _), range) in day1.iter().zip(days) {
+        for ((name, _), times) in day1.iter().zip(days) {
             let t: Topic<Ev> = Topic::new(1);
-            for i in range {
+            for i in times {
                 t.push(0, (1, i, 1));
             }
             t.close();
@@ -186,7 +224,7 @@ fn two_days(
     let first = one.execute(&config).unwrap();
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
     let two = dir.path().join("day2");
-    build(day2.to_vec(), &two).execute(&config).unwrap();
+    build(day2, &two).execute(&config).unwrap();
     (read(&two.join("results")), read(&two.join("late")))
 }
 
@@ -413,4 +451,81 @@ fn windows_that_fired_stay_fired_after_a_restart_of_the_resumed_job() {
     assert_eq!(r.restarts, 1, "{:?}", r.failures);
     assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), windows(10..15, 100, 100));
     assert_eq!(read::<Ev>(&two.join("late")), records(900..1000));
+}
+
+#[test]
+fn records_for_windows_that_never_held_one_are_on_time() {
+    // Found by an outside attack (session 42) on a rule that judged, per operator
+    // instance, every window ending before the latest one the end of input fired as fired:
+    // one window operator fed a source both as it is and shifted by 5000 lost day 2's
+    // [1000, 2000) to the late output, windows that never held a record. Each fired window
+    // is kept by key now; those are on time, as in an uninterrupted run.
+    let (results, late) = two_days(&[("a", 0..950)], std::slice::from_ref(&(0..2000)), |s, out| {
+        let shifted = s.key_by(|e: &Ev| e.0).process("shift", || Shift);
+        sum_windows(&shifted.union("both", std::slice::from_ref(s)), 100, Some(1), out);
+    });
+    let mut expected = windows(10..20, 100, 100);
+    expected.extend(windows(60..70, 100, 100));
+    assert_eq!(results, expected);
+    let mut fired = records(950..1000);
+    fired.extend(records(SHIFT + 950..SHIFT + 1000));
+    assert_eq!(late, fired);
+}
+
+#[test]
+fn a_window_at_the_start_of_time_that_fired_does_not_fire_again() {
+    // Found by the same attack: i64::MIN, "nothing seen" to the rule then, was a record's
+    // time on day 1, and its window [MIN, MIN + 100) fired again on day 2.
+    const MIN: i64 = i64::MIN;
+    let day2 = vec![vec![MIN, MIN + 5, 1000]];
+    for w in [Windows::tumbling(100), Windows::session(100)] {
+        let (results, late) = two_days_of(&[("a", vec![MIN])], day2.clone(), |s, out| {
+            let w = s.key_by(|e: &Ev| e.0).window(w).aggregate_with_late("win", Sum);
+            sink(&w.results, out, "results");
+            sink(&w.late, out, "late");
+        });
+        assert_eq!(late, vec![(1, MIN + 5, 1)], "{w:?}");
+        assert!(
+            results.iter().all(|r| r.window.start != MIN && r.window.start != MIN + 5),
+            "{w:?}: {results:?}"
+        );
+        assert_eq!(results.len(), 1, "{w:?}: {results:?}");
+    }
+}
+
+#[test]
+fn a_resumed_job_judges_lateness_by_the_watermark_before_the_end_of_input() {
+    // Records out of order by up to 100 ms: day 1's watermark stood at 899 when its input
+    // (key 1, 0..1000) ended. Day 2's records of key 2 at 950..1050 are for windows that
+    // never held one, and were not late then: they are not now (the end of input itself,
+    // i64::MAX, restored as the largest time the sources read, made them late).
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let build = |t: Topic<Ev>, out: &Path| {
+        let job = Job::new();
+        let strategy = WatermarkStrategy::bounded_out_of_orderness(100, |e: &Ev| e.1).emit_every(1);
+        let src = job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy);
+        sum_windows(&src, 100, Some(1), out);
+        job
+    };
+    let t: Topic<Ev> = Topic::new(1);
+    (0..1000).for_each(|i| t.push(0, (1, i, 1)));
+    t.close();
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let first = build(t.clone(), &dir.path().join("day1")).execute(&config).unwrap();
+    let day2: Topic<Ev> = Topic::new(1);
+    (0..1000).for_each(|i| day2.push(0, (1, i, 1)));
+    (950..1050).for_each(|i| day2.push(0, (2, i, 1)));
+    day2.close();
+    config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
+    let two = dir.path().join("day2");
+    build(day2, &two).execute(&config).unwrap();
+    assert_eq!(read::<Ev>(&two.join("late")), vec![]);
+    let key2 = |start: i64, value: i64| Windowed {
+        key: 2,
+        window: floe::executor::Window { start, end: start + 100 },
+        value,
+    };
+    assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), vec![key2(900, 50), key2(1000, 50)]);
 }

@@ -21,7 +21,6 @@ use super::time::{SourceClock, WatermarkStrategy};
 use crate::checkpoint::{Checkpointer, restore_operator};
 use crate::error::{Error, Result};
 use crate::format::Manifest;
-use crate::format::seen::{Seen, restored_seen};
 use crate::state::{KeyGroupRange, Store, StoreConfig};
 
 /// What a task runs.
@@ -244,9 +243,8 @@ fn replay<L: Logic>(
 /// watermarks and idleness, and its in-flight elements.
 struct Restored<L: Logic> {
     watermark: Option<Timestamp>,
-    /// What the instance has seen of event time; its `fired` is `i64::MIN` if no end of
-    /// input fired anything it holds.
-    seen: Seen,
+    /// The watermark is what a bounded job's end of input fired (`END_OF_INPUT`).
+    end_of_input: bool,
     inputs: Option<crate::format::timers::Inputs>,
     replay: Vec<Replayed<L::In1, L::In2>>,
 }
@@ -258,7 +256,7 @@ fn channel_inputs(w: &Wiring) -> Vec<u8> {
 
 fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Restored<L>> {
     let Some(r) = &w.restore else {
-        return Ok(Restored { watermark: None, seen: Seen::NONE, inputs: None, replay: Vec::new() });
+        return Ok(Restored { watermark: None, end_of_input: false, inputs: None, replay: Vec::new() });
     };
     let (op, sub) = (&w.common.operator, w.subtask);
     use crate::format::timers::END_OF_INPUT;
@@ -273,9 +271,9 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
         &r.path,
         true,
     )?;
-    // The end of a bounded input (a final checkpoint) restores as the event time the
-    // sources upstream had read, so more input is not all late; what it fired is what this
-    // instance had seen (the sources' time, from a checkpoint older than `seen/` entries).
+    // The end of a bounded input, in a final checkpoint written before tasks recorded the
+    // watermark they had before it, restores as what it fired, the event time the sources
+    // upstream had read, so more input is not all late.
     let end_of_input = restored == Some(END_OF_INPUT);
     let channels_ended = inputs.as_ref().is_some_and(|(i, _)| i.watermarks.contains(&END_OF_INPUT));
     let end = if end_of_input || channels_ended {
@@ -284,15 +282,6 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
         None
     };
     let watermark = if end_of_input { end } else { restored };
-    let own = restored_seen(&r.manifest.extra, op, sub, w.parallelism, &r.path)?;
-    let mut seen = own.unwrap_or(Seen::NONE);
-    if end_of_input {
-        seen.fired = match own {
-            Some(s) => s.max_seen,
-            None => end.unwrap_or(i64::MIN),
-        };
-        seen.max_seen = seen.max_seen.max(seen.fired);
-    }
     if let Some((i, _)) = inputs.as_mut() {
         let to = end.unwrap_or(i64::MIN);
         i.watermarks.iter_mut().filter(|w| **w == END_OF_INPUT).for_each(|w| *w = to);
@@ -304,7 +293,7 @@ fn restored<L: Logic>(w: &Wiring, logic: &L, channel_input: &[u8]) -> Result<Res
     // rescale).
     let swapped = r.swapped_inputs.contains(op.as_str());
     let replay = replay(w, logic, channel_input, own_channels, swapped)?;
-    Ok(Restored { watermark, seen, inputs: inputs.map(|(i, _)| i), replay })
+    Ok(Restored { watermark, end_of_input, inputs: inputs.map(|(i, _)| i), replay })
 }
 
 /// Builds and runs an operator instance's task. What it cannot restore (a damaged entry or
@@ -324,7 +313,7 @@ fn run_task<L: Logic + 'static>(w: Wiring, logic: L) -> Result<()> {
         channel_input,
         replay: restored.replay,
         restored_watermark: restored.watermark,
-        restored_seen: restored.seen,
+        restored_end_of_input: restored.end_of_input,
         restored_inputs: restored.inputs,
         shape: w.shape,
         restored: w.restore.is_some(),

@@ -24,7 +24,7 @@ use super::operator::{CoKeyed, Keyed, KeyedCore, Stateless};
 use super::sinks::SinkFactory;
 use super::source::Source;
 use super::time::WatermarkStrategy;
-use super::window::{AggregateFunction, WINDOW_STATE, WindowLogic, Windowed, Windows};
+use super::window::{AggregateFunction, FIRED_STATE, WINDOW_STATE, WindowLogic, Windowed, Windows};
 use crate::error::{Error, Result};
 
 /// Builds a task from its wiring.
@@ -403,7 +403,7 @@ impl<K: Key, T: Data> KeyedStream<K, T> {
             let key = Arc::clone(&key);
             let mut f = factory();
             keyed_body(w, move |mut store, cp, operator| {
-                store.reserve_runtime_names(&[crate::format::timers::TIMER_STATE, WINDOW_STATE]);
+                store.reserve_runtime_names(&[crate::format::timers::TIMER_STATE, WINDOW_STATE, FIRED_STATE]);
                 f.open(&mut store)?;
                 let core = KeyedCore::new(operator, store, cp)?;
                 Ok(Keyed { core, key, f, _types: PhantomData })
@@ -449,7 +449,7 @@ impl<K: Key, A: Data, B: Data> ConnectedStreams<K, A, B> {
             let (key1, key2) = (Arc::clone(&k1), Arc::clone(&k2));
             let mut f = factory();
             keyed_body(w, move |mut store, cp, operator| {
-                store.reserve_runtime_names(&[crate::format::timers::TIMER_STATE, WINDOW_STATE]);
+                store.reserve_runtime_names(&[crate::format::timers::TIMER_STATE, WINDOW_STATE, FIRED_STATE]);
                 f.open(&mut store)?;
                 let core = KeyedCore::new(operator, store, cp)?;
                 Ok(CoKeyed { core, key1, key2, f, _types: PhantomData })
@@ -487,7 +487,12 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
             let key = Arc::clone(&key);
             let agg = agg.clone();
             keyed_body(w, move |mut store, cp, operator| {
+                let any_fired = match store.state_id(FIRED_STATE) {
+                    Some(id) => store.iter_entries(id)?.next().is_some(),
+                    None => false,
+                };
                 let state = store.map_state(WINDOW_STATE)?;
+                let fired = store.map_state(FIRED_STATE)?;
                 let core = KeyedCore::new(operator, store, cp)?;
                 Ok(WindowLogic {
                     core,
@@ -497,6 +502,8 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
                     late_to_side,
                     agg,
                     state,
+                    fired,
+                    any_fired,
                     fired_until: Timestamp::MIN,
                     _types: PhantomData,
                 })

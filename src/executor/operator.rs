@@ -63,12 +63,12 @@ pub(crate) trait Logic: Send {
     fn restored_watermark(&mut self, wm: Timestamp) {
         let _ = wm;
     }
-    /// An end of input this task was restored through (a bounded job's final checkpoint,
-    /// or one taken after a job resumed from it) fired everything the instance held, up to
-    /// event time `t`. Returns the watermark that implies, at least (a window operator: the
-    /// end of the windows holding `t`; they fired and are gone, whatever the lateness).
-    /// Called before [`Logic::restored_watermark`].
-    fn restored_fired(&mut self, t: Timestamp) -> Timestamp {
+    /// The checkpoint was a bounded job's final one written before window operators kept
+    /// what their end of input fired (its watermark entries hold `i64::MAX`): that end
+    /// fired everything the sources had read, up to `t`. Returns the watermark to start from (a window operator
+    /// raises it to the end of the windows holding `t`: they fired and are gone).
+    fn restored_end_of_input(&mut self, t: Timestamp) -> Timestamp {
+        self.restored_watermark(t);
         t
     }
     /// Fire processing-time timers due at `now`.

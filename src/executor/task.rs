@@ -118,9 +118,8 @@ pub(crate) struct OperatorTask<L: Logic> {
     /// The watermark restored from the checkpoint (`None`: a fresh start, or a checkpoint
     /// that recorded none).
     pub restored_watermark: Option<Timestamp>,
-    /// What the instance had seen of event time at the checkpoint restored from, and what
-    /// an end of input fired (`Seen::NONE`: a fresh start).
-    pub restored_seen: crate::format::seen::Seen,
+    /// The restored watermark is what a bounded job's end of input fired.
+    pub restored_end_of_input: bool,
     /// The input channels as they were at the checkpoint's barrier (`None`: a fresh start,
     /// or none recorded for these channels).
     pub restored_inputs: Option<crate::format::timers::Inputs>,
@@ -144,8 +143,6 @@ struct Loop<L: Logic> {
     rr: usize,
     snapshots: u64,
     counted: u64,
-    /// What the instance has seen of event time (recorded in each checkpoint).
-    seen: crate::format::seen::Seen,
 }
 
 enum Next {
@@ -156,9 +153,11 @@ enum Next {
 impl<L: Logic> OperatorTask<L> {
     pub fn run(mut self) -> Result<()> {
         let n = self.channel_input.len();
-        let seen = self.restored_seen;
-        let fired = (seen.fired > Timestamp::MIN).then(|| self.logic.restored_fired(seen.fired));
-        let wms = match self.restored_watermark.max(fired) {
+        let wms = match self.restored_watermark {
+            Some(t) if self.restored_end_of_input => {
+                let wm = self.logic.restored_end_of_input(t);
+                InputWatermarks::with_floor(n, wm)
+            }
             Some(wm) => {
                 self.logic.restored_watermark(wm);
                 InputWatermarks::with_floor(n, wm)
@@ -184,7 +183,6 @@ impl<L: Logic> OperatorTask<L> {
             rr: 0,
             snapshots: 0,
             counted: 0,
-            seen,
             t: self,
         };
         let r = l.run();
@@ -202,7 +200,8 @@ impl<L: Logic> Loop<L> {
         // record after the watermarks its channel delivered before it.
         for e in std::mem::take(&mut self.t.replay) {
             match e {
-                Replayed::Record(r, ts) => self.take(r, ts)?,
+                Replayed::Record(In::A(r), ts) => self.t.logic.record1(r, ts, &mut self.col)?,
+                Replayed::Record(In::B(r), ts) => self.t.logic.record2(r, ts, &mut self.col)?,
                 Replayed::Watermark(ch, w) => {
                     let c = self.wms.watermark(ch, w);
                     self.on_watermark_change(c)?;
@@ -368,17 +367,6 @@ impl<L: Logic> Loop<L> {
         Ok(())
     }
 
-    /// Gives the function a record.
-    fn take(&mut self, r: In<L::In1, L::In2>, ts: Option<Timestamp>) -> Result<()> {
-        if let Some(t) = ts {
-            self.seen.max_seen = self.seen.max_seen.max(t);
-        }
-        match r {
-            In::A(r) => self.t.logic.record1(r, ts, &mut self.col),
-            In::B(r) => self.t.logic.record2(r, ts, &mut self.col),
-        }
-    }
-
     fn on_record(&mut self, ch: usize, r: In<L::In1, L::In2>, ts: Option<Timestamp>) -> Result<()> {
         // An unaligned barrier sent before this record is in the priority channel by now:
         // take it first, so the record lands on the right side of it.
@@ -386,7 +374,10 @@ impl<L: Logic> Loop<L> {
         if self.aligner.on_record(ch) {
             self.capture_record(ch, &r, ts)?;
         }
-        self.take(r, ts)?;
+        match r {
+            In::A(r) => self.t.logic.record1(r, ts, &mut self.col)?,
+            In::B(r) => self.t.logic.record2(r, ts, &mut self.col)?,
+        }
         self.flush()?;
         self.counted += 1;
         if self.counted >= 4096 {
@@ -601,30 +592,22 @@ impl<L: Logic> Loop<L> {
         // would have after the barrier (format-spec/executor-state.md).
         let mut extra = parts.extra;
         let (op, sub) = (&self.t.common.operator, self.t.common.subtask);
-        let wm = crate::format::timers::encode_watermark(self.wms.current());
-        extra.push((crate::format::timers::watermark_key(op, sub), wm));
-        // What the instance has seen of event time, and what an end of input fired (at
-        // the end of a bounded input, all it saw): a job resumed from this checkpoint
-        // takes records for what fired as late (executor-state.md, Event time seen).
-        let mut seen = self.seen;
-        if self.wms.current() == crate::format::timers::END_OF_INPUT {
-            seen.fired = seen.max_seen;
-        }
-        if seen != crate::format::seen::Seen::NONE {
-            extra.push((crate::format::seen::seen_key(op, sub), seen.encode().to_vec()));
-        }
+        // After the end of input, as it was before (the windows that end fired are kept as
+        // fired: `window::FIRED_STATE`).
+        let (at, wms) = self.wms.recorded();
+        extra.push((
+            crate::format::timers::watermark_key(op, sub),
+            crate::format::timers::encode_watermark(at),
+        ));
         // And each channel's watermark and idleness, where they say more than the task's
         // watermark (some channel idle or ahead of it): a restore starts the channels so,
         // so that they hold the watermark back no more than before the failure. Always at
         // an unaligned barrier: the entry tells a restore that its channels are those the
         // in-flight watermarks and changes of idleness were captured on.
-        let (wms, idle) = (self.wms.channel_watermarks(), self.wms.idle());
-        if overtake || idle.contains(&true) || wms.iter().any(|&w| w > self.wms.current()) {
-            let inputs = crate::format::timers::Inputs {
-                shape: self.t.shape,
-                watermarks: wms.to_vec(),
-                idle: idle.to_vec(),
-            };
+        let idle = self.wms.idle();
+        if overtake || idle.contains(&true) || wms.iter().any(|&w| w > at) {
+            let inputs =
+                crate::format::timers::Inputs { shape: self.t.shape, watermarks: wms, idle: idle.to_vec() };
             if let Some(v) = crate::format::timers::encode_inputs(&inputs) {
                 extra.push((crate::format::timers::inputs_key(op, sub), v));
             }

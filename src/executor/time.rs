@@ -131,6 +131,10 @@ pub(crate) struct InputWatermarks {
     idle: Vec<bool>,
     current: Timestamp,
     all_idle: bool,
+    /// The task's watermark, and each channel's, before the end of input (`MAX_WATERMARK`)
+    /// came: what a checkpoint after it records.
+    before_end: Timestamp,
+    channels_before_end: Vec<Timestamp>,
 }
 
 /// What a change of an input's watermark or status means for the task.
@@ -149,7 +153,19 @@ impl InputWatermarks {
             idle: vec![false; channels],
             current: i64::MIN,
             all_idle: false,
+            before_end: i64::MIN,
+            channels_before_end: vec![i64::MIN; channels],
         }
+    }
+
+    /// The task's watermark and each channel's as a checkpoint records them: after the end
+    /// of input, as they were before it (format-spec/executor-state.md, Watermarks): a job
+    /// resumed from a bounded job's final checkpoint judges lateness as the first job did
+    /// before its end, which fired and cleaned up windows it keeps as fired instead.
+    pub fn recorded(&self) -> (Timestamp, Vec<Timestamp>) {
+        let before = |w: Timestamp, b: Timestamp| if w == MAX_WATERMARK { b } else { w };
+        let channels = self.wm.iter().zip(&self.channels_before_end).map(|(&w, &b)| before(w, b)).collect();
+        (before(self.current, self.before_end), channels)
     }
 
     /// Channels that start at `floor` (a restored task's watermark at the checkpoint's
@@ -174,6 +190,7 @@ impl InputWatermarks {
     }
 
     /// The latest watermark each channel delivered.
+    #[cfg(test)]
     pub fn channel_watermarks(&self) -> &[Timestamp] {
         &self.wm
     }
@@ -200,6 +217,12 @@ impl InputWatermarks {
             return WatermarkChange::default();
         }
         if let Some(w) = self.wm.get_mut(ch) {
+            if wm == MAX_WATERMARK
+                && *w < MAX_WATERMARK
+                && let Some(b) = self.channels_before_end.get_mut(ch)
+            {
+                *b = *w;
+            }
             *w = (*w).max(wm);
         }
         // A watermark means the channel is active.
@@ -235,6 +258,9 @@ impl InputWatermarks {
             active.iter().map(|&c| self.wm[c]).min().unwrap_or(i64::MIN)
         };
         if combined > self.current {
+            if combined == MAX_WATERMARK {
+                self.before_end = self.current;
+            }
             self.current = combined;
             change.advanced = Some(combined);
         }
@@ -471,5 +497,23 @@ mod tests {
         assert_eq!(c.flush(), None, "no new maximum: nothing to emit");
         c.on_record(&120);
         assert_eq!(c.flush(), Some(114));
+    }
+
+    #[test]
+    fn a_checkpoint_after_the_end_of_input_records_the_watermarks_before_it() {
+        let mut w = InputWatermarks::new(2);
+        w.watermark(0, 300);
+        w.watermark(1, 100);
+        assert_eq!(w.recorded(), (100, vec![300, 100]));
+        w.watermark(0, MAX_WATERMARK);
+        assert_eq!(w.recorded(), (100, vec![300, 100]), "one channel ended");
+        w.watermark(1, 200);
+        w.watermark(1, MAX_WATERMARK);
+        assert_eq!(w.current(), MAX_WATERMARK);
+        assert_eq!(w.recorded(), (200, vec![300, 200]), "both ended: as they were before");
+        // A channel that delivered no watermark before its end records none.
+        let mut v = InputWatermarks::new(1);
+        v.watermark(0, MAX_WATERMARK);
+        assert_eq!(v.recorded(), (i64::MIN, vec![i64::MIN]));
     }
 }

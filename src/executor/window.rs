@@ -23,6 +23,12 @@ use crate::state::MapState;
 /// The name of the window contents state of a window operator.
 pub const WINDOW_STATE: &str = "__floe_windows";
 
+/// The name of the state of a window operator that holds, per key, the windows the end of a
+/// bounded input fired (key → window → ()): a job resumed from that final checkpoint takes
+/// records for them as late, whatever the lateness (format-spec/executor-state.md,
+/// Windows). Each goes when the watermark passes its end and lateness, as the window would.
+pub const FIRED_STATE: &str = "__floe_fired";
+
 /// A window: the event times `start <= t < end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Window {
@@ -169,8 +175,15 @@ pub(crate) struct WindowLogic<K, I, A, R, F> {
     pub late_to_side: bool,
     pub agg: F,
     pub state: MapState<K, Window, A>,
-    /// Windows ending at or before this fired at the end of an earlier bounded input and
-    /// were cleaned up, whatever the lateness: records for them are late.
+    /// The windows the end of an earlier bounded input fired ([`FIRED_STATE`]).
+    pub fired: MapState<K, Window, ()>,
+    /// Whether `fired` may hold any (it was restored with entries, or the end of input
+    /// put some): records look there only then.
+    pub any_fired: bool,
+    /// Restored from a final checkpoint written before [`FIRED_STATE`] (its watermark
+    /// entries hold the end of input itself): windows ending at or before this fired at the
+    /// end of its input and were cleaned up, whatever the lateness: records for them are
+    /// late.
     pub fired_until: Timestamp,
     pub _types: PhantomData<fn() -> R>,
 }
@@ -185,9 +198,24 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
         self.core.watermark > Timestamp::MIN && t <= self.core.watermark
     }
 
-    fn is_late(&self, w: &Window) -> bool {
-        self.reached(w.max_timestamp().saturating_add(self.lateness))
+    fn is_late(&self, key: &K, w: &Window) -> Result<bool> {
+        Ok(self.reached(w.max_timestamp().saturating_add(self.lateness))
             || (self.fired_until > Timestamp::MIN && w.max_timestamp() <= self.fired_until)
+            || (self.any_fired && self.fired.contains(&self.core.store, key, w)?))
+    }
+
+    /// Whether session `w` of `key` meets a session the end of an earlier bounded input
+    /// fired: it would have merged with it.
+    fn meets_fired(&self, key: &K, w: &Window) -> Result<bool> {
+        if !self.any_fired {
+            return Ok(false);
+        }
+        for o in self.fired.keys(&self.core.store, key)? {
+            if o?.intersects(w) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn register(&mut self, kb: &[u8], w: &Window) -> Result<()> {
@@ -251,11 +279,13 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
         if let Windows::Session { .. } = self.windows {
             let (w, merged) = self.session_of(&key, assigned[0])?;
             // A record that would have joined a session fired at the end of an earlier
-            // bounded input (it ends after `fired_until`, touching windows merge) is late:
-            // that session is gone, and a new one would be a second, partial result.
-            let joins_fired = self.fired_until > Timestamp::MIN && ts <= self.fired_until.saturating_add(1);
+            // bounded input (one of its key in `fired`, or, from an older final checkpoint,
+            // one ending after `fired_until`: touching windows merge) is late: that session
+            // is gone, and a new one would be a second, partial result.
+            let joins_fired = (self.fired_until > Timestamp::MIN && ts <= self.fired_until.saturating_add(1))
+                || self.meets_fired(&key, &w)?;
             // A late record changes nothing (the merge is decided first).
-            if !self.is_late(&w) && !joins_fired {
+            if !self.is_late(&key, &w)? && !joins_fired {
                 let mut acc = self.agg.create();
                 for (o, a) in merged {
                     self.agg.merge(&mut acc, a);
@@ -274,7 +304,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
             assigned.clear();
         }
         for w in assigned {
-            if self.is_late(&w) {
+            if self.is_late(&key, &w)? {
                 continue;
             }
             late = false;
@@ -309,14 +339,20 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
         self.core.watermark = wm;
     }
 
-    fn restored_fired(&mut self, t: Timestamp) -> Timestamp {
+    fn restored_end_of_input(&mut self, t: Timestamp) -> Timestamp {
         let fired = self.windows.assign(t).iter().map(Window::max_timestamp).max().unwrap_or(t).max(t);
         self.fired_until = fired;
+        self.core.watermark = fired;
         fired
     }
 
     fn watermark(&mut self, wm: Timestamp, out: &mut Out<K, R, I>) -> Result<()> {
         self.core.watermark = wm;
+        // The end of a bounded input fires and cleans up every window: each is kept in
+        // `fired`, so a job resumed from the final checkpoint knows it fired.
+        let end = wm == super::messages::MAX_WATERMARK;
+        let mut ended = Vec::new();
+        let mut unmarked = false;
         while let Some((t, kb)) = self.core.timers.pop_due(&mut self.core.store, TimeDomain::EventTime, wm)? {
             let key: K = super::time::decode_key(&self.core.operator, &kb)?;
             for (w, acc) in self.state.entries(&self.core.store, &key)? {
@@ -326,8 +362,37 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
                 }
                 if w.max_timestamp().saturating_add(self.lateness) <= t {
                     self.state.remove(&mut self.core.store, &key, &w)?;
+                    if end {
+                        ended.push((key.clone(), kb.clone(), w));
+                    }
                 }
             }
+            if self.any_fired {
+                let marked: Vec<Window> = self.fired.keys(&self.core.store, &key)?.collect::<Result<_>>()?;
+                for w in marked {
+                    let cleanup = w.max_timestamp().saturating_add(self.lateness);
+                    if end && cleanup == t {
+                        // Restored from a checkpoint taken after an end of input, which came
+                        // again: still fired, its timer set again below.
+                        ended.push((key.clone(), kb.clone(), w));
+                    } else if !end && cleanup <= t {
+                        self.fired.remove(&mut self.core.store, &key, &w)?;
+                        unmarked = true;
+                    }
+                }
+            }
+        }
+        // Once none is left, records stop looking.
+        if unmarked && self.core.store.iter_entries(self.fired.id())?.next().is_none() {
+            self.any_fired = false;
+        }
+        // Each goes, in the resumed job, when its window would have been cleaned up (its
+        // timer is due already at this watermark, the last).
+        for (key, kb, w) in ended {
+            self.fired.put(&mut self.core.store, &key, &w, &())?;
+            let cleanup = w.max_timestamp().saturating_add(self.lateness);
+            self.core.timers.register(&mut self.core.store, &kb, TimeDomain::EventTime, cleanup)?;
+            self.any_fired = true;
         }
         Ok(())
     }

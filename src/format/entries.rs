@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::manifest::hex_decode;
-use super::seen::{SEEN_EXTRA_PREFIX, Seen};
 use super::sink_state::{SINK_EXTRA_PREFIX, SinkState, parse_decimal_u32};
 use super::timers::{
     CLOCK_EXTRA_PREFIX, INPUTS_EXTRA_PREFIX, WATERMARK_EXTRA_PREFIX, decode_clock, decode_inputs,
@@ -23,11 +22,10 @@ pub const INFLIGHT_EXTRA_PREFIX: &str = "inflight/";
 
 /// Every prefix of `extra` keys the executor reads. Keys under other prefixes are an
 /// embedder's own and are not looked at.
-pub const EXECUTOR_EXTRA_PREFIXES: [&str; 6] = [
+pub const EXECUTOR_EXTRA_PREFIXES: [&str; 5] = [
     WATERMARK_EXTRA_PREFIX,
     INPUTS_EXTRA_PREFIX,
     CLOCK_EXTRA_PREFIX,
-    SEEN_EXTRA_PREFIX,
     SINK_EXTRA_PREFIX,
     INFLIGHT_EXTRA_PREFIX,
 ];
@@ -67,9 +65,6 @@ fn check_entry(prefix: &str, key: &str, value: &str, origin: &Path) -> Result<()
         }
         CLOCK_EXTRA_PREFIX => {
             decode_clock(&bytes()?, &at)?;
-        }
-        SEEN_EXTRA_PREFIX => {
-            Seen::decode(&bytes()?, &at)?;
         }
         SINK_EXTRA_PREFIX => {
             SinkState::decode(&bytes()?, &at)?;
@@ -177,8 +172,6 @@ mod tests {
         let mut extra = BTreeMap::new();
         extra.insert(watermark_key("a/b", 0), hex_encode(&encode_watermark(7)));
         extra.insert(extra_key("out", 3), hex_encode(&SinkState::default().encode().unwrap()));
-        let seen = crate::format::seen::Seen { max_seen: 5, fired: i64::MIN };
-        extra.insert("seen/a/0".into(), hex_encode(&seen.encode()));
         extra.insert("inflight/m/1".into(), "00".into());
         // One (input 0, channel 1, record [7]), as postcard.
         extra.insert("inflight/m/2".into(), "0100010107".into());
@@ -218,8 +211,6 @@ mod tests {
             (extra_key("out", 0), "01", "sink state"),
             ("inputs/w/0".into(), "0200", "4-byte count"),
             ("clock/s/0".into(), "00", "24 bytes"),
-            ("seen/w/0".into(), "00", "16 bytes"),
-            ("seen/w/0".into(), &*format!("{}{}", "00".repeat(8), "01".repeat(8)), "after the largest"),
             ("inflight/w/0".into(), "z", "not hex"),
             ("inflight/w/0".into(), "ff", "not a postcard sequence"),
             ("inflight/w/0".into(), "05", "not a postcard sequence"),

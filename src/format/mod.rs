@@ -8,7 +8,6 @@ pub mod datafile;
 pub mod entries;
 pub mod manifest;
 pub mod positions;
-pub mod seen;
 pub mod sink_state;
 pub mod time;
 pub mod timers;
