@@ -529,3 +529,38 @@ fn a_resumed_job_judges_lateness_by_the_watermark_before_the_end_of_input() {
     };
     assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), vec![key2(900, 50), key2(1000, 50)]);
 }
+
+#[test]
+fn a_fired_session_goes_once_the_watermark_passes_it_also_when_a_new_one_grows_across_its_timer() {
+    // Found by an outside attack (session 42): day 1's session [0, 1049) is kept as fired
+    // with its timer at 1348 (lateness 300); day 2's session, growing record by record,
+    // once had its firing timer at 1348 too, and moving it on took the fired one's: that
+    // entry stayed for good, one more every day.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = storage(dir.path());
+    let build = |t: Topic<Ev>, out: &Path| {
+        let job = Job::new();
+        let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
+        let src = job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy);
+        let w = src.key_by(|e: &Ev| e.0).window(Windows::session(100)).allowed_lateness(300);
+        let w = w.aggregate_with_late("win", Sum);
+        sink(&w.results, out, "results");
+        sink(&w.late, out, "late");
+        job
+    };
+    let mut config = JobConfig::new(Arc::clone(&storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let first = build(topic(0..950, true), &dir.path().join("day1")).execute(&config).unwrap();
+    config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
+    let two = dir.path().join("day2");
+    let second = build(topic(0..2000, true), &two).execute(&config).unwrap();
+    assert_eq!(read::<Ev>(&two.join("late")), records(950..1050));
+    let session = Windowed { key: 1, window: floe::executor::Window { start: 1050, end: 2099 }, value: 950 };
+    assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), vec![session]);
+    let m = storage.read_manifest(second.last_checkpoint.unwrap()).unwrap();
+    let (mut store, _) =
+        floe::checkpoint::restore_operator(storage.root(), &m, "win", floe::StoreConfig::default()).unwrap();
+    let f: floe::MapState<u64, floe::executor::Window, ()> = store.map_state("__floe_fired").unwrap();
+    let fired: Vec<floe::executor::Window> = f.keys(&store, &1).unwrap().map(|w| w.unwrap()).collect();
+    assert_eq!(fired, vec![floe::executor::Window { start: 1050, end: 2099 }], "only day 2's");
+}

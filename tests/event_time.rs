@@ -1597,3 +1597,19 @@ fn in_flight_records_of_no_such_instance_are_refused() {
     }
     std::fs::write(&manifest_path, good.encode().unwrap()).unwrap();
 }
+
+#[test]
+fn a_session_merge_does_not_take_another_windows_timer() {
+    // Found by an outside attack (session 42): a key has one timer per time, and a late
+    // record within the lateness that grew [0, 100) to [0, 150) removed [0, 100)'s
+    // timers, among them 399 (its end of lateness, 99 + 300), which was also [300, 400)'s
+    // firing time: [300, 400) never fired and was removed at its end of lateness, its
+    // record in neither output.
+    let events = vec![(1, 0, 1), (1, 300, 1), (1, 50, 1), (1, 420, 1), (1, 2000, 1)];
+    let dir = tempfile::tempdir().unwrap();
+    windowed(events, Windows::session(100), 300, dir.path());
+    let results: Vec<Windowed<u64, i64>> = read(&dir.path().join("results"));
+    let got: Vec<(i64, i64, i64)> = results.iter().map(|w| (w.window.start, w.window.end, w.value)).collect();
+    assert_eq!(got, [(0, 100, 1), (0, 150, 2), (300, 400, 1), (420, 520, 1), (2000, 2100, 1)]);
+    assert_eq!(read::<Ev>(&dir.path().join("late")), vec![]);
+}

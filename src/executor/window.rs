@@ -240,6 +240,25 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
         self.core.timers.delete(store, kb, TimeDomain::EventTime, cleanup)
     }
 
+    /// Sets again the timers of `key`'s windows and fired windows. A key has one timer per
+    /// time: removing a merged session's timers removed any other window's due at the same
+    /// time (a session's firing time equal to another's end of lateness), which then never
+    /// fired, or was never removed.
+    fn reregister_others(&mut self, key: &K, kb: &[u8]) -> Result<()> {
+        let held: Vec<Window> = self.state.keys(&self.core.store, key)?.collect::<Result<_>>()?;
+        for w in held {
+            self.register(kb, &w)?;
+        }
+        if self.any_fired {
+            let fired: Vec<Window> = self.fired.keys(&self.core.store, key)?.collect::<Result<_>>()?;
+            for w in fired {
+                let cleanup = w.max_timestamp().saturating_add(self.lateness);
+                self.core.timers.register(&mut self.core.store, kb, TimeDomain::EventTime, cleanup)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The session window `w` merged with every window of the key it touches (directly
     /// or through another), and those windows.
     fn session_of(&self, key: &K, mut w: Window) -> Result<(Window, Vec<(Window, A)>)> {
@@ -287,6 +306,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
             // A late record changes nothing (the merge is decided first).
             if !self.is_late(&key, &w)? && !joins_fired {
                 let mut acc = self.agg.create();
+                let moved = !merged.is_empty();
                 for (o, a) in merged {
                     self.agg.merge(&mut acc, a);
                     self.state.remove(&mut self.core.store, &key, &o)?;
@@ -299,6 +319,9 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
                     out.main.push((Windowed { key: key.clone(), window: w, value }, Some(w.max_timestamp())));
                 }
                 self.register(&kb, &w)?;
+                if moved {
+                    self.reregister_others(&key, &kb)?;
+                }
                 late = false;
             }
             assigned.clear();
