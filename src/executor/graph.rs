@@ -487,10 +487,7 @@ impl<K: Key, T: Data> WindowedStream<K, T> {
             let key = Arc::clone(&key);
             let agg = agg.clone();
             keyed_body(w, move |mut store, cp, operator| {
-                let any_fired = match store.state_id(FIRED_STATE) {
-                    Some(id) => store.iter_entries(id)?.next().is_some(),
-                    None => false,
-                };
+                let any_fired = store.state_id(FIRED_STATE).is_some_and(|id| !store.is_empty(id));
                 let state = store.map_state(WINDOW_STATE)?;
                 let fired = store.map_state(FIRED_STATE)?;
                 let core = KeyedCore::new(operator, store, cp)?;

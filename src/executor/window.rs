@@ -198,8 +198,19 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
         self.core.watermark > Timestamp::MIN && t <= self.core.watermark
     }
 
+    /// When window `w` is removed: the end of its allowed lateness.
+    fn cleanup_time(&self, w: &Window) -> Timestamp {
+        w.max_timestamp().saturating_add(self.lateness)
+    }
+
+    /// Sets the timer that removes fired window `w` from `fired`, at its cleanup time.
+    fn register_fired(&mut self, kb: &[u8], w: &Window) -> Result<()> {
+        let cleanup = self.cleanup_time(w);
+        self.core.timers.register(&mut self.core.store, kb, TimeDomain::EventTime, cleanup)
+    }
+
     fn is_late(&self, key: &K, w: &Window) -> Result<bool> {
-        Ok(self.reached(w.max_timestamp().saturating_add(self.lateness))
+        Ok(self.reached(self.cleanup_time(w))
             || (self.fired_until > Timestamp::MIN && w.max_timestamp() <= self.fired_until)
             || (self.any_fired && self.fired.contains(&self.core.store, key, w)?))
     }
@@ -220,6 +231,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
 
     fn register(&mut self, kb: &[u8], w: &Window) -> Result<()> {
         let fired = self.reached(w.max_timestamp());
+        let cleanup = self.cleanup_time(w);
         let store = &mut self.core.store;
         // A window that fired already (a late update within the lateness) has fired again
         // with the update; only its cleanup is left.
@@ -227,16 +239,15 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
             self.core.timers.register(store, kb, TimeDomain::EventTime, w.max_timestamp())?;
         }
         if self.lateness > 0 {
-            let cleanup = w.max_timestamp().saturating_add(self.lateness);
             self.core.timers.register(store, kb, TimeDomain::EventTime, cleanup)?;
         }
         Ok(())
     }
 
     fn unregister(&mut self, kb: &[u8], w: &Window) -> Result<()> {
+        let cleanup = self.cleanup_time(w);
         let store = &mut self.core.store;
         self.core.timers.delete(store, kb, TimeDomain::EventTime, w.max_timestamp())?;
-        let cleanup = w.max_timestamp().saturating_add(self.lateness);
         self.core.timers.delete(store, kb, TimeDomain::EventTime, cleanup)
     }
 
@@ -252,8 +263,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> WindowLog
         if self.any_fired {
             let fired: Vec<Window> = self.fired.keys(&self.core.store, key)?.collect::<Result<_>>()?;
             for w in fired {
-                let cleanup = w.max_timestamp().saturating_add(self.lateness);
-                self.core.timers.register(&mut self.core.store, kb, TimeDomain::EventTime, cleanup)?;
+                self.register_fired(kb, &w)?;
             }
         }
         Ok(())
@@ -383,7 +393,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
                     let value = self.agg.result(&acc);
                     out.main.push((Windowed { key: key.clone(), window: w, value }, Some(t)));
                 }
-                if w.max_timestamp().saturating_add(self.lateness) <= t {
+                if self.cleanup_time(&w) <= t {
                     self.state.remove(&mut self.core.store, &key, &w)?;
                     if end {
                         ended.push((key.clone(), kb.clone(), w));
@@ -393,7 +403,7 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
             if self.any_fired {
                 let marked: Vec<Window> = self.fired.keys(&self.core.store, &key)?.collect::<Result<_>>()?;
                 for w in marked {
-                    let cleanup = w.max_timestamp().saturating_add(self.lateness);
+                    let cleanup = self.cleanup_time(&w);
                     if end && cleanup == t {
                         // Restored from a checkpoint taken after an end of input, which came
                         // again: still fired, its timer set again below.
@@ -406,15 +416,14 @@ impl<K: Key, I: Data, A: Data, R: Data, F: AggregateFunction<I, A, R>> Logic for
             }
         }
         // Once none is left, records stop looking.
-        if unmarked && self.core.store.iter_entries(self.fired.id())?.next().is_none() {
+        if unmarked && self.core.store.is_empty(self.fired.id()) {
             self.any_fired = false;
         }
         // Each goes, in the resumed job, when its window would have been cleaned up (its
         // timer is due already at this watermark, the last).
         for (key, kb, w) in ended {
             self.fired.put(&mut self.core.store, &key, &w, &())?;
-            let cleanup = w.max_timestamp().saturating_add(self.lateness);
-            self.core.timers.register(&mut self.core.store, &kb, TimeDomain::EventTime, cleanup)?;
+            self.register_fired(&kb, &w)?;
             self.any_fired = true;
         }
         Ok(())
