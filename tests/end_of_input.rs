@@ -12,61 +12,42 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::wait_for;
-use floe::checkpoint::{CheckpointStorage, StorageConfig};
+use common::windows::{Ev, Sum, read, sink, storage, sum_windows};
+use floe::checkpoint::CheckpointStorage;
 use floe::executor::{
-    AggregateFunction, Context, FailAt, FileSink, FileSinkConfig, InjectedFailure, Job, JobConfig, JobHandle,
-    KeyedProcessFunction, Poll, PositionEncoding, Source, SourceWaker, Stream, Topic, TopicSource,
-    WatermarkStrategy, Windowed, Windows, published_output,
+    Context, FailAt, InjectedFailure, Job, JobConfig, JobHandle, KeyedProcessFunction, Poll,
+    PositionEncoding, Source, SourceWaker, Stream, Topic, TopicSource, WatermarkStrategy, Windowed, Windows,
 };
 
-/// (key, event time, value)
-type Ev = (u64, i64, i64);
-
-#[derive(Clone)]
-struct Sum;
-
-impl AggregateFunction<Ev, i64, i64> for Sum {
-    fn create(&self) -> i64 {
-        0
-    }
-    fn add(&self, acc: &mut i64, e: &Ev) {
-        *acc += e.2;
-    }
-    fn merge(&self, acc: &mut i64, o: i64) {
-        *acc += o;
-    }
-    fn result(&self, acc: &i64) -> i64 {
-        *acc
-    }
+/// A config whose checkpoints come only at the end of input or on command (the interval is
+/// never reached), so every one is an event the test chose.
+fn config(storage: &Arc<CheckpointStorage>) -> JobConfig {
+    let mut config = JobConfig::new(Arc::clone(storage));
+    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    config
 }
 
-fn storage(dir: &Path) -> Arc<CheckpointStorage> {
-    CheckpointStorage::open(dir.join("ckpt"), StorageConfig::default()).unwrap()
+/// A job reading `t` as source "events" (a watermark after every record, `out_of_order` ms
+/// behind the largest time read) into what `part` builds, with its sinks in `out`.
+fn events_job(t: Topic<Ev>, out_of_order: u64, part: impl FnOnce(&Stream<Ev>, &Path), out: &Path) -> Job {
+    let job = Job::new();
+    let strategy = WatermarkStrategy::bounded_out_of_orderness(out_of_order, |e: &Ev| e.1).emit_every(1);
+    part(&job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy), out);
+    job
 }
 
-fn sink<T: floe::executor::Data>(s: &Stream<T>, dir: &Path, name: &str) {
-    let cfg = FileSinkConfig { dir: dir.join(name), exactly_once: true };
-    s.sink(name, FileSink::factory(cfg)).parallelism(1);
+/// Tumbling windows of 100, one instance ([`sum_windows`]), as a part of [`events_job`].
+fn windows_of_100(s: &Stream<Ev>, out: &Path) {
+    sum_windows(s, 100, Some(1), out);
 }
 
-fn read<T: serde::de::DeserializeOwned + Ord>(dir: &Path) -> Vec<T> {
-    let mut v: Vec<T> =
-        published_output(dir).unwrap().iter().map(|l| serde_json::from_str(l).unwrap()).collect();
-    v.sort();
-    v
-}
-
-/// Tumbling windows of `size` over `s` by key, summing (operator "win", `parallelism`
-/// instances or the job's default), results and late records to the sinks "results" and
-/// "late" in `dir`.
-fn sum_windows(s: &Stream<Ev>, size: i64, parallelism: Option<u32>, dir: &Path) {
-    let out = s.key_by(|e: &Ev| e.0).window(Windows::tumbling(size)).aggregate_with_late("win", Sum);
-    let results = match parallelism {
-        Some(p) => out.results.parallelism(p),
-        None => out.results,
-    };
-    sink(&results, dir, "results");
-    sink(&out.late, dir, "late");
+/// The windows of key 1 that checkpoint `id`'s window operator "win" keeps as fired.
+fn fired_windows(storage: &CheckpointStorage, id: Option<u64>) -> Vec<floe::executor::Window> {
+    let m = storage.read_manifest(id.unwrap()).unwrap();
+    let (mut store, _) =
+        floe::checkpoint::restore_operator(storage.root(), &m, "win", floe::StoreConfig::default()).unwrap();
+    let f: floe::MapState<u64, floe::executor::Window, ()> = store.map_state("__floe_fired").unwrap();
+    f.keys(&store, &1).unwrap().map(|w| w.unwrap()).collect()
 }
 
 /// Records of key 1, value 1, at each of `r`.
@@ -92,46 +73,22 @@ fn a_bounded_job_resumed_from_its_final_checkpoint_on_more_input_is_not_all_late
     // the input now restores as the event time the sources had reached.
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
-    let day = |n: i64| {
-        let t: Topic<Ev> = Topic::new(1);
-        for i in 0..n {
-            t.push(0, (1, i, 1));
-        }
-        t.close();
-        t
-    };
-    let build = |topic: &Topic<Ev>, out: &Path| {
-        let job = Job::new();
-        let t = topic.clone();
-        let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
-        let src = job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy);
-        sum_windows(&src, 100, Some(1), out);
-        job
-    };
-    let mut config = JobConfig::new(Arc::clone(&storage));
-    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let day = |n: i64, out: &Path| events_job(topic(0..n, true), 0, windows_of_100, out);
+    let mut config = config(&storage);
     let (one, two) = (dir.path().join("day1"), dir.path().join("day2"));
-    let first = build(&day(1000), &one).execute(&config).unwrap();
+    let first = day(1000, &one).execute(&config).unwrap();
     assert_eq!(read::<Windowed<u64, i64>>(&one.join("results")), windows(0..10, 100, 100));
     // The next day: the topic grown to 2000, from the final checkpoint, into day2/.
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
-    let second = build(&day(2000), &two).execute(&config).unwrap();
+    let second = day(2000, &two).execute(&config).unwrap();
     let late = read::<Ev>(&two.join("late"));
     assert!(late.is_empty(), "{} of the next day's records judged late", late.len());
     assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), windows(10..20, 100, 100));
     // Each final checkpoint keeps the windows its end fired; day 1's went as day 2's
     // watermark passed them.
-    let fired = |id: Option<u64>| -> Vec<floe::executor::Window> {
-        let m = storage.read_manifest(id.unwrap()).unwrap();
-        let (mut store, _) =
-            floe::checkpoint::restore_operator(storage.root(), &m, "win", floe::StoreConfig::default())
-                .unwrap();
-        let f: floe::MapState<u64, floe::executor::Window, ()> = store.map_state("__floe_fired").unwrap();
-        f.keys(&store, &1).unwrap().map(|w| w.unwrap()).collect()
-    };
-    let ends = |v: Vec<floe::executor::Window>| -> Vec<i64> { v.iter().map(|w| w.end).collect() };
-    assert_eq!(ends(fired(first.last_checkpoint)), vec![1000], "day 1's end fired [900, 1000)");
-    assert_eq!(ends(fired(second.last_checkpoint)), vec![2000], "day 2's end fired [1900, 2000)");
+    let ends = |id| -> Vec<i64> { fired_windows(&storage, id).iter().map(|w| w.end).collect() };
+    assert_eq!(ends(first.last_checkpoint), vec![1000], "day 1's end fired [900, 1000)");
+    assert_eq!(ends(second.last_checkpoint), vec![2000], "day 2's end fired [1900, 2000)");
     // A final checkpoint written before tasks recorded the watermark before the end holds
     // the end itself, i64::MAX, at every task: restored as the time the sources read.
     let path = storage.manifest_path(first.last_checkpoint.unwrap());
@@ -143,7 +100,7 @@ fn a_bounded_job_resumed_from_its_final_checkpoint_on_more_input_is_not_all_late
     }
     std::fs::write(&path, m.encode().unwrap()).unwrap();
     let old = dir.path().join("day2-old");
-    build(&day(2000), &old).execute(&config).unwrap();
+    day(2000, &old).execute(&config).unwrap();
     assert_eq!(read::<Ev>(&old.join("late")), vec![]);
     assert_eq!(read::<Windowed<u64, i64>>(&old.join("results")), windows(10..20, 100, 100));
 }
@@ -218,8 +175,7 @@ fn two_days_of(
         part(&streams[0].union("u", &streams[1..]), out);
         job
     };
-    let mut config = JobConfig::new(Arc::clone(&storage));
-    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let mut config = config(&storage);
     let one = build(day1.iter().map(|(_, r)| r.clone()).collect(), &dir.path().join("day1"));
     let first = one.execute(&config).unwrap();
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
@@ -386,8 +342,7 @@ fn what_an_end_of_input_fired_is_kept_through_a_restart_before_it() {
     // final one), so day 2 does not fire [5000, 6000) again.
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
-    let mut config = JobConfig::new(Arc::clone(&storage));
-    config.checkpoint_interval = Some(Duration::from_secs(3600));
+    let mut config = config(&storage);
     let day1 = topic(0..950, false);
     let (job, got, seeks) =
         start_failing_once(&day1, 949, shifted_windows, &dir.path().join("day1"), config.clone());
@@ -399,14 +354,7 @@ fn what_an_end_of_input_fired_is_kept_through_a_restart_before_it() {
     assert_eq!(first.restarts, 1, "{:?}", first.failures);
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
     let two = dir.path().join("day2");
-    let job = Job::new();
-    let t = topic(0..2000, true);
-    let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
-    shifted_windows(
-        &job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy),
-        &two,
-    );
-    job.execute(&config).unwrap();
+    events_job(topic(0..2000, true), 0, shifted_windows, &two).execute(&config).unwrap();
     assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), windows(60..70, 100, 100));
     assert_eq!(read::<Ev>(&two.join("late")), records(SHIFT + 950..SHIFT + 1000));
 }
@@ -424,16 +372,8 @@ fn windows_that_fired_stay_fired_after_a_restart_of_the_resumed_job() {
         sink(&w.results, out, "results");
         sink(&w.late, out, "late");
     };
-    let mut config = JobConfig::new(Arc::clone(&storage));
-    config.checkpoint_interval = Some(Duration::from_secs(3600));
-    let job = Job::new();
-    let t = topic(0..1000, true);
-    let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
-    part(
-        &job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy),
-        &dir.path().join("day1"),
-    );
-    let first = job.execute(&config).unwrap();
+    let mut config = config(&storage);
+    let first = events_job(topic(0..1000, true), 0, part, &dir.path().join("day1")).execute(&config).unwrap();
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
     // Day 2 reads on (1000..1500), checkpoints, its window fails and restarts from that
     // checkpoint; then 900..1000 come, within the lateness of the watermark (1499).
@@ -501,26 +441,15 @@ fn a_resumed_job_judges_lateness_by_the_watermark_before_the_end_of_input() {
     // i64::MAX, restored as the largest time the sources read, made them late).
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
-    let build = |t: Topic<Ev>, out: &Path| {
-        let job = Job::new();
-        let strategy = WatermarkStrategy::bounded_out_of_orderness(100, |e: &Ev| e.1).emit_every(1);
-        let src = job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy);
-        sum_windows(&src, 100, Some(1), out);
-        job
-    };
-    let t: Topic<Ev> = Topic::new(1);
-    (0..1000).for_each(|i| t.push(0, (1, i, 1)));
-    t.close();
-    let mut config = JobConfig::new(Arc::clone(&storage));
-    config.checkpoint_interval = Some(Duration::from_secs(3600));
-    let first = build(t.clone(), &dir.path().join("day1")).execute(&config).unwrap();
-    let day2: Topic<Ev> = Topic::new(1);
-    (0..1000).for_each(|i| day2.push(0, (1, i, 1)));
+    let mut config = config(&storage);
+    let day1 = events_job(topic(0..1000, true), 100, windows_of_100, &dir.path().join("day1"));
+    let first = day1.execute(&config).unwrap();
+    let day2 = topic(0..1000, false);
     (950..1050).for_each(|i| day2.push(0, (2, i, 1)));
     day2.close();
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
     let two = dir.path().join("day2");
-    build(day2, &two).execute(&config).unwrap();
+    events_job(day2, 100, windows_of_100, &two).execute(&config).unwrap();
     assert_eq!(read::<Ev>(&two.join("late")), vec![]);
     let key2 = |start: i64, value: i64| Windowed {
         key: 2,
@@ -538,29 +467,24 @@ fn a_fired_session_goes_once_the_watermark_passes_it_also_when_a_new_one_grows_a
     // entry stayed for good, one more every day.
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
-    let build = |t: Topic<Ev>, out: &Path| {
-        let job = Job::new();
-        let strategy = WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1);
-        let src = job.source_with_watermarks("events", 1, move |s, p| Box::new(t.source(s, p)), strategy);
-        let w = src.key_by(|e: &Ev| e.0).window(Windows::session(100)).allowed_lateness(300);
+    let sessions = |s: &Stream<Ev>, out: &Path| {
+        let w = s.key_by(|e: &Ev| e.0).window(Windows::session(100)).allowed_lateness(300);
         let w = w.aggregate_with_late("win", Sum);
         sink(&w.results, out, "results");
         sink(&w.late, out, "late");
-        job
     };
-    let mut config = JobConfig::new(Arc::clone(&storage));
-    config.checkpoint_interval = Some(Duration::from_secs(3600));
-    let first = build(topic(0..950, true), &dir.path().join("day1")).execute(&config).unwrap();
+    let mut config = config(&storage);
+    let first =
+        events_job(topic(0..950, true), 0, sessions, &dir.path().join("day1")).execute(&config).unwrap();
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
     let two = dir.path().join("day2");
-    let second = build(topic(0..2000, true), &two).execute(&config).unwrap();
+    let second = events_job(topic(0..2000, true), 0, sessions, &two).execute(&config).unwrap();
     assert_eq!(read::<Ev>(&two.join("late")), records(950..1050));
     let session = Windowed { key: 1, window: floe::executor::Window { start: 1050, end: 2099 }, value: 950 };
     assert_eq!(read::<Windowed<u64, i64>>(&two.join("results")), vec![session]);
-    let m = storage.read_manifest(second.last_checkpoint.unwrap()).unwrap();
-    let (mut store, _) =
-        floe::checkpoint::restore_operator(storage.root(), &m, "win", floe::StoreConfig::default()).unwrap();
-    let f: floe::MapState<u64, floe::executor::Window, ()> = store.map_state("__floe_fired").unwrap();
-    let fired: Vec<floe::executor::Window> = f.keys(&store, &1).unwrap().map(|w| w.unwrap()).collect();
-    assert_eq!(fired, vec![floe::executor::Window { start: 1050, end: 2099 }], "only day 2's");
+    assert_eq!(
+        fired_windows(&storage, second.last_checkpoint),
+        vec![floe::executor::Window { start: 1050, end: 2099 }],
+        "only day 2's"
+    );
 }

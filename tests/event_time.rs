@@ -12,57 +12,15 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::windows::{Ev, Sum, read, sink, storage, sum_windows};
 use common::{Flagged, wait_for};
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{
-    AggregateFunction, CheckpointPaced, CheckpointStats, Context, FailAt, FileSink, FileSinkConfig,
-    InjectedFailure, IterSource, Job, JobConfig, JobResult, KeyedCoProcessFunction, KeyedProcessFunction,
-    Stream, Timer, Topic, WatermarkStrategy, Windowed, Windows, published_output,
+    CheckpointPaced, CheckpointStats, Context, FailAt, InjectedFailure, IterSource, Job, JobConfig,
+    JobResult, KeyedCoProcessFunction, KeyedProcessFunction, Timer, Topic, WatermarkStrategy, Windowed,
+    Windows, published_output,
 };
 use floe::format::timers::decode_inputs;
-
-/// (key, event time, value)
-type Ev = (u64, i64, i64);
-
-#[derive(Clone)]
-struct Sum;
-
-impl AggregateFunction<Ev, i64, i64> for Sum {
-    fn create(&self) -> i64 {
-        0
-    }
-    fn add(&self, acc: &mut i64, e: &Ev) {
-        *acc += e.2;
-    }
-    fn merge(&self, acc: &mut i64, o: i64) {
-        *acc += o;
-    }
-    fn result(&self, acc: &i64) -> i64 {
-        *acc
-    }
-}
-
-fn storage(dir: &std::path::Path) -> Arc<CheckpointStorage> {
-    CheckpointStorage::open(dir.join("ckpt"), StorageConfig::default()).unwrap()
-}
-
-fn sink<T: floe::executor::Data>(s: &Stream<T>, dir: &std::path::Path, name: &str) {
-    let cfg = FileSinkConfig { dir: dir.join(name), exactly_once: true };
-    s.sink(name, FileSink::factory(cfg)).parallelism(1);
-}
-
-/// Tumbling windows of `size` over `s` by key, summing (operator "win", `parallelism`
-/// instances or the job's default), results and late records to the sinks "results" and
-/// "late" in `dir`.
-fn sum_windows(s: &Stream<Ev>, size: i64, parallelism: Option<u32>, dir: &std::path::Path) {
-    let out = s.key_by(|e: &Ev| e.0).window(Windows::tumbling(size)).aggregate_with_late("win", Sum);
-    let results = match parallelism {
-        Some(p) => out.results.parallelism(p),
-        None => out.results,
-    };
-    sink(&results, dir, "results");
-    sink(&out.late, dir, "late");
-}
 
 /// Storage that keeps every checkpoint, so a test can read the one a restart restored.
 fn keep_all_storage(dir: &std::path::Path) -> Arc<CheckpointStorage> {
@@ -74,13 +32,6 @@ fn keep_all_storage(dir: &std::path::Path) -> Arc<CheckpointStorage> {
 /// (late when watermarks come every 64 records from the start).
 fn cadence_events() -> Arc<Vec<Ev>> {
     Arc::new((0..6000).map(|i| (1, if i % 64 == 20 { i - 40 } else { i }, 1)).collect())
-}
-
-fn read<T: serde::de::DeserializeOwned + Ord>(dir: &std::path::Path) -> Vec<T> {
-    let mut v: Vec<T> =
-        published_output(dir).unwrap().iter().map(|l| serde_json::from_str(l).unwrap()).collect();
-    v.sort();
-    v
 }
 
 /// One source in order, a watermark after every record, windows of 100.

@@ -7,45 +7,13 @@
 //! other or more cases (`FLOE_MODEL_NARROW` the narrower generator).
 
 use std::collections::BTreeMap;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe::checkpoint::{CheckpointStorage, StorageConfig};
-use floe::executor::{
-    AggregateFunction, FileSink, FileSinkConfig, IterSource, Job, JobConfig, Stream, WatermarkStrategy,
-    Window, Windowed, Windows, published_output,
-};
-
-type Ev = (u64, i64, i64);
-
-#[derive(Clone)]
-struct Sum;
-impl AggregateFunction<Ev, i64, i64> for Sum {
-    fn create(&self) -> i64 {
-        0
-    }
-    fn add(&self, acc: &mut i64, e: &Ev) {
-        *acc += e.2;
-    }
-    fn merge(&self, acc: &mut i64, o: i64) {
-        *acc += o;
-    }
-    fn result(&self, acc: &i64) -> i64 {
-        *acc
-    }
-}
-
-fn sink<T: floe::executor::Data>(s: &Stream<T>, dir: &std::path::Path, name: &str) {
-    let cfg = FileSinkConfig { dir: dir.join(name), exactly_once: true };
-    s.sink(name, FileSink::factory(cfg)).parallelism(1);
-}
-
-fn read<T: serde::de::DeserializeOwned + Ord>(dir: &std::path::Path) -> Vec<T> {
-    let mut v: Vec<T> =
-        published_output(dir).unwrap().iter().map(|l| serde_json::from_str(l).unwrap()).collect();
-    v.sort();
-    v
-}
+use common::windows::{Ev, Sum, read, sink, storage};
+use floe::executor::{IterSource, Job, JobConfig, WatermarkStrategy, Window, Windowed, Windows};
 
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
@@ -76,8 +44,7 @@ pub fn run_floe(events: &[Ev], kind: Kind, lateness: i64, bound: u64) -> Out {
     let results = out.results.parallelism(1);
     sink(&results, d, "results");
     sink(&out.late, d, "late");
-    let storage = CheckpointStorage::open(d.join("ckpt"), StorageConfig::default()).unwrap();
-    let mut cfg = JobConfig::new(storage);
+    let mut cfg = JobConfig::new(storage(d));
     cfg.checkpoint_interval = Some(Duration::from_secs(3600));
     job.execute(&cfg).unwrap();
     let res: Vec<Windowed<u64, i64>> = read(&d.join("results"));

@@ -3,6 +3,7 @@
 
 pub mod chain;
 pub mod collide;
+pub mod windows;
 
 /// SplitMix64: small, fast, and good enough to drive randomized tests reproducibly.
 #[derive(Clone, Debug)]
