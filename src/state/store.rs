@@ -926,7 +926,7 @@ pub(super) fn delete_key(trie: &mut Trie, hash: u64, key: &[u8], epoch: u64) -> 
         return false;
     }
     if e.stamp == epoch && e.prev == Prev::NEW {
-        trie.remove(hash, key);
+        trie.remove_found(hash, key, true);
         return true;
     }
     trie.set(hash, key, epoch, Value::Tomb);

@@ -1154,18 +1154,25 @@ impl Trie {
     }
 
     /// Physically removes `key`'s entry. Returns whether it was there.
+    #[cfg(test)]
     pub fn remove(&mut self, hash: u64, key: &[u8]) -> bool {
         // A miss copies nothing.
         let Some(was) = self.get(hash, key).map(|e| e.is_live()) else { return false };
-        let Some(root) = self.root.as_mut() else { return false };
+        self.remove_found(hash, key, was);
+        true
+    }
+
+    /// [`Trie::remove`] of a key the caller has just found (`was_live`: whether its entry
+    /// is live), without looking it up again.
+    pub fn remove_found(&mut self, hash: u64, key: &[u8], was_live: bool) {
+        let Some(root) = self.root.as_mut() else { return };
         remove_in(root, 0, hash, key);
         if root.is_empty() {
             self.root = None;
         }
-        if was {
+        if was_live {
             self.live -= 1;
         }
-        true
     }
 
     /// Visits every entry (tombstones included) in `(hash, key)` order.
