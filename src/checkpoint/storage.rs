@@ -16,7 +16,7 @@ use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVE
 use super::lifecycle::{AfterWrite, IdBook};
 use super::lock::{DirLock, LOCK_FILE};
 use super::publish::{ChunkPool, DiskModel, WriteOptions, publish};
-use super::writer::write_snapshot_file;
+use super::writer::{BufferPool, write_snapshot_file};
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
 use crate::format::positions::PositionEncoding;
@@ -108,6 +108,8 @@ pub struct CheckpointStorage {
     pub(crate) disk: DiskModel,
     /// The aligned buffers of direct data files, reused by the next file.
     pub(crate) chunks: ChunkPool,
+    /// The block buffers of data files' encoders, reused by the next file.
+    pub(crate) blocks: BufferPool,
     /// Cleanup (retention, unlinks, removal of aborted files) that failed since the last
     /// [`CheckpointStorage::take_cleanup_errors`].
     pub(crate) cleanup_errors: Arc<Mutex<Vec<String>>>,
@@ -319,6 +321,7 @@ impl CheckpointStorage {
             deleter,
             disk: DiskModel::default(),
             chunks: ChunkPool::default(),
+            blocks: BufferPool::default(),
             cleanup_errors,
         }
     }
@@ -567,7 +570,7 @@ impl CheckpointStorage {
             snapshot,
             parent.map(|p| p.epoch),
             &self.config,
-            (&self.disk, &self.chunks),
+            (&self.disk, &self.chunks, &self.blocks),
         )?;
         let own = FileRef::data(rel.clone(), &summary, checkpoint_id);
         let mut files = parent.map(|p| p.files.clone()).unwrap_or_default();
