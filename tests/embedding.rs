@@ -366,6 +366,53 @@ fn checkpointed_chains_increments_runs_retention_and_restores() {
     assert_eq!(c.len(job.store()), 2000);
 }
 
+/// A compaction committed on the job's own handle (a new full checkpoint) can make
+/// retention remove the checkpoint the job's checkpointer would chain its next increment
+/// on, and that chain's files: the next checkpoint is then full, not an increment on
+/// deleted files (before: every later checkpoint failed, for good), and what it restores
+/// equals the store.
+#[test]
+fn a_compaction_that_retires_the_jobs_chain_makes_its_next_checkpoint_full() {
+    for retained in [1usize, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StorageConfig { num_retained: retained, ..StorageConfig::default() };
+        let mut job = Checkpointed::open(dir.path(), "op", config.clone()).unwrap();
+        let c = job.store_mut().value_state::<u64, u64>("c").unwrap();
+        for i in 1000..3000 {
+            c.put(job.store_mut(), &i, &i).unwrap();
+        }
+        let mut step = 0u64;
+        for _ in 0..3 {
+            step += 1;
+            c.put(job.store_mut(), &step, &step).unwrap();
+            job.checkpoint(SourcePositions::new().set_u64("in", step)).unwrap();
+        }
+        // `retained` compactions in a row push every checkpoint of the job's chain out.
+        for _ in 0..retained {
+            let newest = *job.storage().checkpoint_ids().unwrap().last().unwrap();
+            job.storage().compact(newest, Target::Checkpoint, &mut |_, _| {}).unwrap();
+        }
+        job.storage().wait_for_cleanup();
+        for _ in 0..3 {
+            step += 1;
+            c.put(job.store_mut(), &step, &step).unwrap();
+            let id = job.checkpoint(SourcePositions::new().set_u64("in", step)).unwrap();
+            job.storage().wait_for_cleanup();
+            let m = job.storage().read_manifest(id).unwrap();
+            assert!(
+                m.kind.as_str() == "full" || step > 4,
+                "retained {retained}: checkpoint {id} is {}",
+                m.kind.as_str()
+            );
+        }
+        drop(job);
+        let job = Checkpointed::open(dir.path(), "op", config).unwrap();
+        assert_eq!(job.positions().get_u64("in").unwrap(), Some(step), "retained {retained}");
+        assert_eq!(c.len(job.store()), 2000 + step);
+        assert_eq!(c.get(job.store(), &step).unwrap(), Some(step));
+    }
+}
+
 #[test]
 fn a_forgotten_notify_complete_is_counted() {
     let dir = tempfile::tempdir().unwrap();

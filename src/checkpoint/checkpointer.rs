@@ -137,9 +137,14 @@ impl Checkpointer {
         self.unconfirmed_full
     }
 
-    /// Whether the next checkpoint must be full under the chain policy.
+    /// The parent of the next checkpoint: none (a full one) under the chain policy, or when
+    /// retention removed the confirmed checkpoint (a compaction committed on this handle,
+    /// or `retain`, with few retained: its chain's files may be gone).
     fn parent_for_next(&self) -> Option<ParentChain> {
         let c = self.confirmed.as_ref()?;
+        if self.storage.retired(c.checkpoint_id) {
+            return None;
+        }
         let policy = self.storage.config().policy;
         let increments = c.files.len().saturating_sub(1);
         let base = c.files.first().map_or(0, |f| f.size);

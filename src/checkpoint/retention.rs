@@ -88,6 +88,8 @@ impl CheckpointStorage {
         let keep_from = ids.len().saturating_sub(self.config().num_retained);
         for &id in &ids[..keep_from] {
             let p = self.manifest_path(id);
+            // Noted first: a failed removal may have removed it all the same.
+            self.note_retired(id);
             self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
             report.removed_checkpoints.push(id);
         }

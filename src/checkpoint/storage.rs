@@ -92,6 +92,10 @@ pub(crate) struct Writer {
     /// writers of one operator instance and id never write the same object (the
     /// create-only manifest alone decides; layout.md, "Names").
     pub(crate) name_token: Option<String>,
+    /// The newest checkpoint id whose manifest retention removed (0: none yet): a
+    /// checkpointer whose last confirmed checkpoint is at or below it writes a full file
+    /// next, as the chain's files may be gone ([`CheckpointStorage::retired`]).
+    retired: std::sync::atomic::AtomicU64,
 }
 
 /// A checkpoint directory: read-only ([`CheckpointStorage::open_existing`]) or the one
@@ -265,6 +269,7 @@ impl CheckpointStorage {
             book: Mutex::new(IdBook::new(max_used, newest)),
             commit: Mutex::new(()),
             name_token,
+            retired: std::sync::atomic::AtomicU64::new(0),
         });
         Ok(Arc::new(storage))
     }
@@ -405,6 +410,20 @@ impl CheckpointStorage {
     }
 
     /// The I/O layer (for writers in other modules).
+    /// Whether retention (after a commit on this handle, a compaction's included, or
+    /// [`CheckpointStorage::retain`]) removed checkpoint `id`'s manifest: the files of its
+    /// chain may be gone with it, so nothing may be written as an increment on it.
+    pub(crate) fn retired(&self, id: u64) -> bool {
+        self.writer.as_ref().is_some_and(|w| id <= w.retired.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Notes that retention removed checkpoint `id`'s manifest.
+    pub(crate) fn note_retired(&self, id: u64) {
+        if let Some(w) = &self.writer {
+            w.retired.fetch_max(id, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+
     pub(crate) fn io(&self) -> &dyn Io {
         &*self.io
     }
