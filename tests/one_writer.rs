@@ -722,6 +722,47 @@ fn a_dead_writers_temp_file_on_a_full_disk_does_not_stop_the_next_checkpoint() {
     assert!(!tmp.exists());
 }
 
+/// As above, in a directory without its `LOCK` (a copy, a restore: it is part of no
+/// checkpoint): the new writer cannot write the lock's holder line on the full disk, and
+/// goes on without it, to remove the temp file (before, the open failed with `NoSpace`,
+/// and so did `floe gc`, until someone removed files by hand).
+#[test]
+fn a_full_disk_and_no_lock_file_do_not_stop_the_next_writer() {
+    let Some(fs) = Tmpfs::mount("3m") else {
+        eprintln!("no tmpfs can be mounted here: lock.rs's injected failure covers this");
+        return;
+    };
+    let root = fs.0.path().join("ckpt");
+    let storage = open(&root);
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 2000);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    let state = materialize(&store.snapshot());
+    drop(cp);
+    drop(storage);
+    std::fs::remove_file(root.join("LOCK")).unwrap();
+    let tmp = root.join(DEAD_TEMPS[0]);
+    let mut f = std::fs::File::create(&tmp).unwrap();
+    let chunk = vec![0x5a; 4 << 10];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    drop(f);
+    let out = Command::new(BIN).arg("gc").arg(&root).arg("--json").output().unwrap();
+    assert!(
+        out.status.success(),
+        "gc on a full disk without a LOCK: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!tmp.exists(), "the dead writer's temp file stayed");
+    let storage = open(&root);
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    let mut r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(materialize(&r.store.snapshot()), state);
+    put_round(&mut store, 2, 2000);
+    let id = storage.next_id().unwrap();
+    checkpoint(&storage, &mut cp, &mut store, id);
+}
+
 #[test]
 fn a_directory_removed_under_its_writer_never_gets_a_completed_checkpoint() {
     let parent = tempfile::tempdir().unwrap();

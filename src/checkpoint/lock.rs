@@ -50,11 +50,15 @@ impl DirLock {
         }
         // Ours now: say who holds it. Not durable on purpose: after a crash the lock is
         // free anyway, and a stale holder line is only ever shown next to a live lock.
+        // Only informational (the lock, not the line, is the truth): a line that cannot be
+        // written (a full disk, where a LOCK without a line needs a new page) leaves the
+        // file empty, and the writer goes on, so that it can remove what a killed writer
+        // left and free the space (a second writer then names no holder).
         let since = crate::format::time::iso8601(unix_ms());
         let line = format!("pid {} on host {} since {since}\n", std::process::id(), host_name());
-        file.set_len(0).map_err(|e| Error::io("truncate", &path, e))?;
-        file.rewind().map_err(|e| Error::io("seek", &path, e))?;
-        file.write_all(line.as_bytes()).map_err(|e| Error::io("write", &path, e))?;
+        if write_holder(&mut file, &line).is_err() {
+            let _ = file.set_len(0);
+        }
         Ok(DirLock { _file: file, path })
     }
 
@@ -116,10 +120,21 @@ impl DirLock {
 fn describe(holder: &str) -> String {
     let h = holder.trim();
     if h.is_empty() {
-        "holder unknown: it has not written its LOCK line yet".into()
+        "holder unknown: it has not written its LOCK line yet (or could not: a full disk)".into()
     } else {
         h.chars().take(200).collect()
     }
+}
+
+/// Replaces the lock file's contents with `line`.
+fn write_holder(file: &mut File, line: &str) -> std::io::Result<()> {
+    #[cfg(test)]
+    if tests::FAIL_HOLDER.with(std::cell::Cell::get) {
+        return Err(std::io::Error::from_raw_os_error(28));
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    file.write_all(line.as_bytes())
 }
 
 fn open_lock_file(path: &Path) -> Result<File> {
@@ -200,6 +215,29 @@ fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Makes this thread's writes of the holder line fail with ENOSPC.
+        pub(super) static FAIL_HOLDER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// The holder line is informational: a writer that cannot write it (a full disk, where
+    /// a new or empty LOCK needs a page) still gets the lock, and a second writer is still
+    /// refused (naming no holder), so the first can clean up a killed writer's temp files.
+    #[test]
+    fn a_holder_line_that_cannot_be_written_does_not_stop_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        FAIL_HOLDER.with(|f| f.set(true));
+        let got = DirLock::acquire(dir.path());
+        FAIL_HOLDER.with(|f| f.set(false));
+        let first = got.unwrap();
+        assert_eq!(std::fs::read(dir.path().join(LOCK_FILE)).unwrap(), b"");
+        match DirLock::acquire(dir.path()) {
+            Err(Error::Locked { holder, .. }) => assert!(holder.contains("holder unknown"), "{holder}"),
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(first);
+    }
 
     #[test]
     fn a_second_lock_is_refused_and_names_the_holder() {
