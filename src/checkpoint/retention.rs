@@ -146,11 +146,13 @@ impl CheckpointStorage {
     fn orphans_inner(&self) -> Result<Orphans> {
         // One listing serves both: a manifest appearing between two listings could otherwise
         // be newer than `newest` while its files were not counted as referenced.
-        let ids = self.checkpoint_ids()?;
+        // Only regular files named like manifests: a link, FIFO or directory of that name is
+        // foreign (listed as such below), never a checkpoint (recovery refuses to read it),
+        // and holds nothing up, as in retention. A regular manifest that cannot be read
+        // fails this: nothing can be proven unreferenced.
+        let ids = self.manifest_ids(true)?;
         let mut referenced = BTreeSet::new();
         for &id in &ids {
-            // A manifest name that is not a regular file (a link, FIFO, directory) makes
-            // this fail like a damaged manifest: nothing can be proven unreferenced.
             let m = match self.read_manifest(id) {
                 // Removed since the listing (a read-only handle beside a running job's
                 // retention): that checkpoint is gone, and its files with it.

@@ -687,8 +687,20 @@ impl CheckpointStorage {
             // Retention failing does not undo the checkpoint; it is retried next time and
             // reported through `take_cleanup_errors`. The files it frees are unlinked in
             // the background (`wait_for_cleanup`).
-            if let Err(e) = self.retain_inner(true) {
-                self.note_cleanup_error(format!("retention after checkpoint {checkpoint_id}: {e}"));
+            match self.retain_inner(true) {
+                Err(e) => self.note_cleanup_error(format!("retention after checkpoint {checkpoint_id}: {e}")),
+                // Orphans cannot be told apart while a manifest cannot be read: none is
+                // removed, commit after commit, until it is fixed. Reported once until
+                // the errors are taken (not once per commit).
+                Ok(r) => {
+                    if let Some(why) = r.skipped {
+                        let why = format!("orphaned files are not removed: {why}");
+                        let mut errors = self.cleanup_errors.lock();
+                        if !errors.iter().any(|e| e.ends_with(&why)) {
+                            errors.push(format!("retention after checkpoint {checkpoint_id}: {why}"));
+                        }
+                    }
+                }
             }
         }
         result
