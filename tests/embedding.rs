@@ -197,6 +197,47 @@ fn list_pop_and_trim_keep_increments_appends_where_the_format_allows() {
     assert_eq!(store.len(l.id()), 0, "an emptied list removes the key");
 }
 
+/// A typed handle used on a store other than the one it was registered on is refused when
+/// that store's state at its index is another one (before: it read and wrote that state,
+/// whatever its types, and decoded what it found there); on a store that registered the
+/// same state (by name) it works, as after a restore.
+#[test]
+fn a_typed_handle_of_another_store_is_refused() {
+    use floe::state::{TtlConfig, TtlUpdate};
+    let mut a = Store::new();
+    let words = a.value_state::<u64, String>("words").unwrap();
+    let recent =
+        a.ttl_value_state::<u64, String>("recent", TtlConfig::new(10, TtlUpdate::OnCreateAndWrite)).unwrap();
+    let tags = a.list_state::<u64, String>("tags").unwrap();
+    let mut b = Store::new();
+    let counts = b.value_state::<u64, u64>("counts").unwrap();
+    let seen = b.value_state::<u64, u64>("seen").unwrap();
+    let lists = b.list_state::<u64, u64>("lists").unwrap();
+    counts.put(&mut b, &1, &5).unwrap();
+    let snap = b.snapshot();
+    for e in [
+        words.put(&mut b, &1, &"five".to_string()).unwrap_err(),
+        words.get(&b, &1).unwrap_err(),
+        words.get_at(&snap, &1).unwrap_err(),
+        words.remove(&mut b, &1).unwrap_err(),
+        recent.put(&mut b, &1, &"x".to_string(), 0).unwrap_err(),
+        recent.get(&mut b, &1, 0).unwrap_err(),
+        tags.add(&mut b, &1, &"t".to_string()).unwrap_err(),
+    ] {
+        let msg = e.to_string();
+        assert!(msg.contains("registered on another store"), "{msg}");
+    }
+    assert_eq!(words.len(&b), 0);
+    assert_eq!(counts.get(&b, &1).unwrap(), Some(5), "the other store's state was written");
+    assert_eq!(seen.len(&b), 0);
+    assert_eq!(lists.get(&b, &1).unwrap(), Vec::<u64>::new());
+    // The same state registered on another store: the handle serves both.
+    let mut c = Store::new();
+    let words_c = c.value_state::<u64, String>("words").unwrap();
+    words.put(&mut c, &2, &"two".to_string()).unwrap();
+    assert_eq!(words_c.get(&c, &2).unwrap().as_deref(), Some("two"));
+}
+
 #[test]
 fn update_is_one_call_read_modify_write() {
     let mut store = Store::new();

@@ -121,6 +121,13 @@ impl Snapshot {
     pub fn key_groups(&self) -> KeyGroupRange {
         self.0.key_groups
     }
+    /// As [`crate::state::Store::check_handle`], for this snapshot's states.
+    pub(crate) fn check_handle(&self, id: StateId, name: &str) -> Result<StateId> {
+        match self.0.states.get(id.index()) {
+            Some(t) if t.desc.name == name => Ok(id),
+            other => Err(super::store::handle_mismatch(id, name, other.map(|t| t.desc.name.as_str()))),
+        }
+    }
 
     /// Descriptors of the states, in registration order (the index is the [`StateId`]).
     pub fn descriptors(&self) -> impl Iterator<Item = &StateDescriptor> {

@@ -101,6 +101,21 @@ pub struct Store {
     runtime_names_reserved: Option<std::collections::BTreeSet<String>>,
 }
 
+/// The error of a typed handle used on a store (or snapshot) whose state at its index is
+/// another (`found`) or none.
+#[cold]
+#[inline(never)]
+pub(crate) fn handle_mismatch(id: StateId, name: &str, found: Option<&str>) -> Error {
+    let there = match found {
+        Some(other) => format!("state #{} there is {other:?}", id.0),
+        None => format!("it has no state #{}", id.0),
+    };
+    Error::UnknownState(format!(
+        "{name:?}: the handle was registered on another store ({there}); register the state on \
+         this store and use the handle that returns"
+    ))
+}
+
 /// The prefix of the executor's own state names (`__floe_timers`, `__floe_windows`): a
 /// restore tells operators apart by them, so a user's function may not register one.
 pub(crate) const RUNTIME_PREFIX: &str = "__floe_";
@@ -237,6 +252,17 @@ impl Store {
                 )))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// `id` if this store's state of that index is the one named `name`: a typed handle
+    /// asks before each call, as one registered on another store would otherwise read and
+    /// write whatever state sits at its index here.
+    #[inline]
+    pub(crate) fn check_handle(&self, id: StateId, name: &str) -> Result<StateId> {
+        match self.states.get(id.index()) {
+            Some(t) if t.desc.name == name => Ok(id),
+            other => Err(handle_mismatch(id, name, other.map(|t| t.desc.name.as_str()))),
         }
     }
 

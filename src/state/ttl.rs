@@ -182,6 +182,14 @@ struct TtlCore {
     cursor: Mutex<CleanupCursor>,
 }
 
+impl TtlCore {
+    /// The raw id in `store`, whose state of that index must be this one.
+    #[inline]
+    fn id_in(&self, store: &Store) -> Result<StateId> {
+        store.check_handle(self.id, &self.name)
+    }
+}
+
 impl Clone for TtlCore {
     fn clone(&self) -> Self {
         TtlCore {
@@ -263,6 +271,7 @@ impl TtlCore {
         if max_keys == 0 {
             return Err(Error::InvalidConfig("a TTL cleanup budget must be at least one key".into()));
         }
+        let id = self.id_in(store)?;
         let range = store.config().key_groups;
         let (mut kg, mut after) = if range.contains(from.key_group) {
             (from.key_group, from.after.clone())
@@ -277,7 +286,7 @@ impl TtlCore {
         while !range.is_empty() {
             let mut last: Option<(u64, Vec<u8>)> = None;
             let at = after.as_ref().map(|(h, k)| (*h, &k[..]));
-            let complete = store.visit_group_after(self.id, kg, at, &mut |hash, e| {
+            let complete = store.visit_group_after(id, kg, at, &mut |hash, e| {
                 if visited == max_keys {
                     return false;
                 }
@@ -316,14 +325,14 @@ impl TtlCore {
         let mut removed = 0u64;
         for fix in fixes {
             match fix {
-                Fix::Delete(key) => removed += u64::from(store.delete(self.id, &key)?),
+                Fix::Delete(key) => removed += u64::from(store.delete(id, &key)?),
                 Fix::MapRemove(key, map_keys) => {
                     for mk in map_keys {
-                        removed += u64::from(store.map_remove(self.id, &key, &mk)?);
+                        removed += u64::from(store.map_remove(id, &key, &mk)?);
                     }
                 }
                 Fix::ListKeep(key, keep, n) => {
-                    store.list_replace(self.id, &key, keep.iter().map(Vec::as_slice))?;
+                    store.list_replace(id, &key, keep.iter().map(Vec::as_slice))?;
                     removed += n;
                 }
             }
@@ -370,7 +379,7 @@ macro_rules! impl_ttl_common {
             pub fn config(&self) -> TtlConfig {
                 self.core.config
             }
-            /// Incremental cleanup: looks at up to `max_keys` keys (at least 1) from where the
+            /// Incremental cleanup: looks at up to `max_keys` keys (0 is [`Error::InvalidConfig`]) from where the
             /// previous call of this handle stopped (the start of the state for a new handle)
             /// and deletes their expired entries, as a read would; repeated calls cover every
             /// key, wrapping at the end. A map or list key counts as one key, whatever its
@@ -455,18 +464,18 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlValueState<K, V> {
     pub fn get(&self, store: &mut Store, key: &K, now_ms: i64) -> Result<Option<V>> {
         let c = &self.core;
         let k = encode(&c.name, key)?;
-        let found = match store.get(c.id, &k)? {
+        let found = match store.get(c.id_in(store)?, &k)? {
             None => return Ok(None),
             Some(stored) => c.judge::<V>(stored, now_ms)?,
         };
         match found {
             Found::Expired => {
-                store.delete(c.id, &k)?;
+                store.delete(c.id_in(store)?, &k)?;
                 Ok(None)
             }
             Found::Live(v, refresh) => {
                 if let Some(bytes) = refresh {
-                    store.put(c.id, &k, &bytes)?;
+                    store.put(c.id_in(store)?, &k, &bytes)?;
                 }
                 Ok(Some(v))
             }
@@ -478,18 +487,18 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlValueState<K, V> {
         let c = &self.core;
         let k = encode(&c.name, key)?;
         let v = encode(&c.name, value)?;
-        store.put(c.id, &k, &wrap(now_ms, &v))
+        store.put(c.id_in(store)?, &k, &wrap(now_ms, &v))
     }
 
     /// Removes `key`; returns whether it held a value that had not expired at `now_ms`.
     pub fn remove(&self, store: &mut Store, key: &K, now_ms: i64) -> Result<bool> {
         let c = &self.core;
         let k = encode(&c.name, key)?;
-        let live = match store.get(c.id, &k)? {
+        let live = match store.get(c.id_in(store)?, &k)? {
             None => return Ok(false),
             Some(stored) => !c.expired(split(&c.name, stored)?.0, now_ms),
         };
-        store.delete(c.id, &k)?;
+        store.delete(c.id_in(store)?, &k)?;
         Ok(live)
     }
 
@@ -497,7 +506,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlValueState<K, V> {
     pub fn get_at(&self, snapshot: &Snapshot, key: &K, now_ms: i64) -> Result<Option<V>> {
         let c = &self.core;
         let k = encode(&c.name, key)?;
-        match snapshot.get(c.id, &k)? {
+        match snapshot.get(snapshot.check_handle(c.id, &c.name)?, &k)? {
             Some(ValueRef::Bytes(stored)) => {
                 let (ts, body) = split(&c.name, stored)?;
                 if c.expired(ts, now_ms) { Ok(None) } else { decode(&c.name, body).map(Some) }
@@ -515,18 +524,18 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         let c = &self.core;
         let k = encode(&c.name, key)?;
         let mk = encode(&c.name, map_key)?;
-        let found = match store.map_get(c.id, &k, &mk)? {
+        let found = match store.map_get(c.id_in(store)?, &k, &mk)? {
             None => return Ok(None),
             Some(stored) => c.judge::<V>(stored, now_ms)?,
         };
         match found {
             Found::Expired => {
-                store.map_remove(c.id, &k, &mk)?;
+                store.map_remove(c.id_in(store)?, &k, &mk)?;
                 Ok(None)
             }
             Found::Live(v, refresh) => {
                 if let Some(bytes) = refresh {
-                    store.map_put(c.id, &k, &mk, &bytes)?;
+                    store.map_put(c.id_in(store)?, &k, &mk, &bytes)?;
                 }
                 Ok(Some(v))
             }
@@ -539,7 +548,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         let k = encode(&c.name, key)?;
         let mk = encode(&c.name, map_key)?;
         let v = encode(&c.name, value)?;
-        store.map_put(c.id, &k, &mk, &wrap(now_ms, &v))
+        store.map_put(c.id_in(store)?, &k, &mk, &wrap(now_ms, &v))
     }
 
     /// Removes `map_key` from `key`'s map; returns whether it held a value that had not
@@ -548,11 +557,11 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         let c = &self.core;
         let k = encode(&c.name, key)?;
         let mk = encode(&c.name, map_key)?;
-        let live = match store.map_get(c.id, &k, &mk)? {
+        let live = match store.map_get(c.id_in(store)?, &k, &mk)? {
             None => return Ok(false),
             Some(stored) => !c.expired(split(&c.name, stored)?.0, now_ms),
         };
-        store.map_remove(c.id, &k, &mk)?;
+        store.map_remove(c.id_in(store)?, &k, &mk)?;
         Ok(live)
     }
 
@@ -565,7 +574,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         let mut out = Vec::new();
         let mut expired = Vec::new();
         let mut refresh = Vec::new();
-        for (mk, stored) in store.map_iter(c.id, &k)? {
+        for (mk, stored) in store.map_iter(c.id_in(store)?, &k)? {
             match c.judge::<V>(stored, now_ms)? {
                 Found::Expired => expired.push(mk.to_vec()),
                 Found::Live(v, bytes) => {
@@ -577,10 +586,10 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
             }
         }
         for mk in expired {
-            store.map_remove(c.id, &k, &mk)?;
+            store.map_remove(c.id_in(store)?, &k, &mk)?;
         }
         for (mk, bytes) in refresh {
-            store.map_put(c.id, &k, &mk, &bytes)?;
+            store.map_put(c.id_in(store)?, &k, &mk, &bytes)?;
         }
         Ok(out)
     }
@@ -588,7 +597,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     /// Removes the whole map, expired entries included; returns whether the key held one.
     pub fn clear(&self, store: &mut Store, key: &K) -> Result<bool> {
         let c = &self.core;
-        store.delete(c.id, &encode(&c.name, key)?)
+        store.delete(c.id_in(store)?, &encode(&c.name, key)?)
     }
 }
 
@@ -601,7 +610,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlListState<K, V> {
         let c = &self.core;
         let k = encode(&c.name, key)?;
         let (values, rewrite) = {
-            let Some(items) = store.list_get(c.id, &k)? else { return Ok(Vec::new()) };
+            let Some(items) = store.list_get(c.id_in(store)?, &k)? else { return Ok(Vec::new()) };
             let mut values = Vec::new();
             let mut kept: Vec<(i64, &[u8])> = Vec::new();
             let mut any_expired = false;
@@ -623,7 +632,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlListState<K, V> {
             (values, rewrite)
         };
         if let Some(items) = rewrite {
-            store.list_replace(c.id, &k, items.iter().map(Vec::as_slice))?;
+            store.list_replace(c.id_in(store)?, &k, items.iter().map(Vec::as_slice))?;
         }
         Ok(values)
     }
@@ -633,7 +642,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlListState<K, V> {
         let c = &self.core;
         let k = encode(&c.name, key)?;
         let v = encode(&c.name, item)?;
-        store.list_append(c.id, &k, &wrap(now_ms, &v))
+        store.list_append(c.id_in(store)?, &k, &wrap(now_ms, &v))
     }
 
     /// Replaces the whole list, every item last updated at `now_ms` (an empty list removes
@@ -643,13 +652,13 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlListState<K, V> {
         let k = encode(&c.name, key)?;
         let enc: Vec<Vec<u8>> =
             items.iter().map(|v| Ok(wrap(now_ms, &encode(&c.name, v)?))).collect::<Result<_>>()?;
-        store.list_replace(c.id, &k, enc.iter().map(Vec::as_slice))
+        store.list_replace(c.id_in(store)?, &k, enc.iter().map(Vec::as_slice))
     }
 
     /// Removes the list, expired items included; returns whether the key held one.
     pub fn clear(&self, store: &mut Store, key: &K) -> Result<bool> {
         let c = &self.core;
-        store.delete(c.id, &encode(&c.name, key)?)
+        store.delete(c.id_in(store)?, &encode(&c.name, key)?)
     }
 }
 

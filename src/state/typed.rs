@@ -107,6 +107,16 @@ macro_rules! impl_clone_id {
             pub fn name(&self) -> &str {
                 &self.name
             }
+            /// The raw id in `store`, whose state of that index must be this one.
+            #[inline]
+            fn id_in(&self, store: &Store) -> Result<StateId> {
+                store.check_handle(self.id, &self.name)
+            }
+            /// The raw id in `snapshot`, whose state of that index must be this one.
+            #[inline]
+            fn id_at(&self, snapshot: &Snapshot) -> Result<StateId> {
+                snapshot.check_handle(self.id, &self.name)
+            }
         }
     };
 }
@@ -195,7 +205,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     /// The value of `key` (a borrowed form serves: a `String`-keyed state takes `&str`).
     pub fn get<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
-        store.get(self.id, &k)?.map(|b| decode(&self.name, b)).transpose()
+        store.get(self.id_in(store)?, &k)?.map(|b| decode(&self.name, b)).transpose()
     }
 
     /// Sets the value of `key`.
@@ -207,7 +217,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     ) -> Result<()> {
         let k = encode(&self.name, key)?;
         let v = encode(&self.name, value)?;
-        store.put(self.id, &k, &v)
+        store.put(self.id_in(store)?, &k, &v)
     }
 
     /// Read-modify-write: `f` gets the current value of `key` (`None`: absent) and returns
@@ -224,7 +234,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     {
         let k = encode(&self.name, key)?;
         let mut out = None;
-        store.update(self.id, &k, |old| {
+        store.update(self.id_in(store)?, &k, |old| {
             let old = old.map(|b| decode::<V>(&self.name, b)).transpose()?;
             let new = f(old);
             let bytes = new.as_ref().map(|v| encode(&self.name, v)).transpose()?;
@@ -237,23 +247,23 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
     /// Removes `key`; returns whether it was present.
     pub fn remove<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
-        store.delete(self.id, &k)
+        store.delete(self.id_in(store)?, &k)
     }
 
     /// Whether `key` has a value (nothing is decoded).
     pub fn contains<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
-        Ok(store.get(self.id, &k)?.is_some())
+        Ok(store.get(self.id_in(store)?, &k)?.is_some())
     }
 
     /// Number of keys of the state. O(key groups).
     pub fn len(&self, store: &Store) -> u64 {
-        store.len(self.id)
+        self.id_in(store).map_or(0, |id| store.len(id))
     }
 
     /// True when the state holds no key.
     pub fn is_empty(&self, store: &Store) -> bool {
-        store.is_empty(self.id)
+        self.id_in(store).map_or(true, |id| store.is_empty(id))
     }
 
     /// The value of `key` in a snapshot.
@@ -263,7 +273,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ValueState<K, V> {
         key: &Q,
     ) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
-        match snapshot.get(self.id, &k)? {
+        match snapshot.get(self.id_at(snapshot)?, &k)? {
             Some(ValueRef::Bytes(b)) => decode(&self.name, b).map(Some),
             _ => Ok(None),
         }
@@ -274,12 +284,12 @@ impl<K: DeserializeOwned, V: DeserializeOwned> ValueState<K, V> {
     /// Every `(key, value)` of the state, decoded as it is reached, key group by key group
     /// (the store's deterministic order); the store is borrowed, nothing copied first.
     pub fn iter<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<(K, V)>> + 's> {
-        Ok(store.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+        Ok(store.iter_entries(self.id_in(store)?)?.filter_map(move |e| self.decode_entry(e)))
     }
 
     /// Every key of the state (values are not decoded).
     pub fn keys<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<K>> + 's> {
-        Ok(store.iter_entries(self.id)?.map(move |e| decode(&self.name, e.key)))
+        Ok(store.iter_entries(self.id_in(store)?)?.map(move |e| decode(&self.name, e.key)))
     }
 
     /// Every `(key, value)` of the state in a snapshot, in the order of [`ValueState::iter`].
@@ -287,7 +297,7 @@ impl<K: DeserializeOwned, V: DeserializeOwned> ValueState<K, V> {
         &'s self,
         snapshot: &'s Snapshot,
     ) -> Result<impl Iterator<Item = Result<(K, V)>> + 's> {
-        Ok(snapshot.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+        Ok(snapshot.iter_entries(self.id_at(snapshot)?)?.filter_map(move |e| self.decode_entry(e)))
     }
 
     fn decode_entry(&self, e: EntryRef<'_>) -> Option<Result<(K, V)>> {
@@ -314,13 +324,13 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
         key: &Q,
     ) -> Result<impl Iterator<Item = Result<V>> + 's> {
         let k = encode(&self.name, key)?;
-        let items = store.list_get(self.id, &k)?.into_iter().flatten();
+        let items = store.list_get(self.id_in(store)?, &k)?.into_iter().flatten();
         Ok(items.map(move |b| decode(&self.name, b)))
     }
 
     /// Number of items in `key`'s list (0 when absent). O(1): nothing is decoded.
     pub fn len<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<u32> {
-        store.list_len(self.id, &encode(&self.name, key)?)
+        store.list_len(self.id_in(store)?, &encode(&self.name, key)?)
     }
 
     /// Appends one item.
@@ -332,14 +342,14 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
     ) -> Result<()> {
         let k = encode(&self.name, key)?;
         let v = encode(&self.name, item)?;
-        store.list_append(self.id, &k, &v)
+        store.list_append(self.id_in(store)?, &k, &v)
     }
 
     /// Removes and returns the last item (`None` for an empty list). Popping items added
     /// since the last checkpoint keeps the next increment an append of the rest.
     pub fn pop<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
-        store.list_pop(self.id, &k)?.map(|b| decode(&self.name, &b)).transpose()
+        store.list_pop(self.id_in(store)?, &k)?.map(|b| decode(&self.name, &b)).transpose()
     }
 
     /// Keeps only the last `n` items (a sliding window); returns how many were dropped.
@@ -352,7 +362,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
         key: &Q,
         n: u32,
     ) -> Result<u32> {
-        store.list_keep_last(self.id, &encode(&self.name, key)?, n)
+        store.list_keep_last(self.id_in(store)?, &encode(&self.name, key)?, n)
     }
 
     /// Drops the first `n` items; returns how many were dropped (as [`ListState::keep_last`]).
@@ -362,7 +372,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
         key: &Q,
         n: u32,
     ) -> Result<u32> {
-        store.list_drop_first(self.id, &encode(&self.name, key)?, n)
+        store.list_drop_first(self.id_in(store)?, &encode(&self.name, key)?, n)
     }
 
     /// Replaces the whole list (an empty list removes the key).
@@ -374,20 +384,20 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> ListState<K, V> {
     ) -> Result<()> {
         let k = encode(&self.name, key)?;
         let enc: Vec<Vec<u8>> = items.iter().map(|v| encode(&self.name, v)).collect::<Result<_>>()?;
-        store.list_replace(self.id, &k, enc.iter().map(Vec::as_slice))
+        store.list_replace(self.id_in(store)?, &k, enc.iter().map(Vec::as_slice))
     }
 
     /// Removes the list.
     pub fn clear<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
-        store.delete(self.id, &k)
+        store.delete(self.id_in(store)?, &k)
     }
 }
 
 impl<K: DeserializeOwned, V: DeserializeOwned> ListState<K, V> {
     /// Every `(key, items)` of the state, in the store's order (see [`ValueState::iter`]).
     pub fn iter<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<(K, Vec<V>)>> + 's> {
-        Ok(store.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+        Ok(store.iter_entries(self.id_in(store)?)?.filter_map(move |e| self.decode_entry(e)))
     }
 
     /// Every `(key, items)` of the state in a snapshot.
@@ -395,7 +405,7 @@ impl<K: DeserializeOwned, V: DeserializeOwned> ListState<K, V> {
         &'s self,
         snapshot: &'s Snapshot,
     ) -> Result<impl Iterator<Item = Result<(K, Vec<V>)>> + 's> {
-        Ok(snapshot.iter_entries(self.id)?.filter_map(move |e| self.decode_entry(e)))
+        Ok(snapshot.iter_entries(self.id_at(snapshot)?)?.filter_map(move |e| self.decode_entry(e)))
     }
 
     fn decode_entry(&self, e: EntryRef<'_>) -> Option<Result<(K, Vec<V>)>> {
@@ -419,7 +429,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     ) -> Result<Option<V>> {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
-        store.map_get(self.id, &k, &mk)?.map(|b| decode(&self.name, b)).transpose()
+        store.map_get(self.id_in(store)?, &k, &mk)?.map(|b| decode(&self.name, b)).transpose()
     }
 
     /// Whether `key`'s map holds `map_key` (the value is not decoded).
@@ -429,12 +439,12 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         key: &Q,
         map_key: &MQ,
     ) -> Result<bool> {
-        store.map_contains(self.id, &encode(&self.name, key)?, &encode(&self.name, map_key)?)
+        store.map_contains(self.id_in(store)?, &encode(&self.name, key)?, &encode(&self.name, map_key)?)
     }
 
     /// Number of entries in `key`'s map (0 when absent). O(1).
     pub fn len<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &Store, key: &Q) -> Result<u64> {
-        store.map_len(self.id, &encode(&self.name, key)?)
+        store.map_len(self.id_in(store)?, &encode(&self.name, key)?)
     }
 
     /// True when `key`'s map is empty or absent.
@@ -453,7 +463,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
         let v = encode(&self.name, value)?;
-        store.map_put(self.id, &k, &mk, &v)
+        store.map_put(self.id_in(store)?, &k, &mk, &v)
     }
 
     /// Removes `map_key` from `key`'s map.
@@ -465,7 +475,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     ) -> Result<bool> {
         let k = encode(&self.name, key)?;
         let mk = encode(&self.name, map_key)?;
-        store.map_remove(self.id, &k, &mk)
+        store.map_remove(self.id_in(store)?, &k, &mk)
     }
 
     /// The entries of `key`'s map, decoded as the iterator reaches them, in the map's
@@ -477,7 +487,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     ) -> Result<impl Iterator<Item = Result<(UK, V)>> + 's> {
         let k = encode(&self.name, key)?;
         Ok(store
-            .map_iter(self.id, &k)?
+            .map_iter(self.id_in(store)?, &k)?
             .map(move |(mk, v)| Ok((decode(&self.name, mk)?, decode(&self.name, v)?))))
     }
 
@@ -488,7 +498,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         key: &Q,
     ) -> Result<impl Iterator<Item = Result<UK>> + 's> {
         let k = encode(&self.name, key)?;
-        Ok(store.map_iter(self.id, &k)?.map(move |(mk, _)| decode(&self.name, mk)))
+        Ok(store.map_iter(self.id_in(store)?, &k)?.map(move |(mk, _)| decode(&self.name, mk)))
     }
 
     /// The values of `key`'s map (map keys are not decoded).
@@ -498,7 +508,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
         key: &Q,
     ) -> Result<impl Iterator<Item = Result<V>> + 's> {
         let k = encode(&self.name, key)?;
-        Ok(store.map_iter(self.id, &k)?.map(move |(_, v)| decode(&self.name, v)))
+        Ok(store.map_iter(self.id_in(store)?, &k)?.map(move |(_, v)| decode(&self.name, v)))
     }
 
     /// All entries of `key`'s map, in the map's deterministic order, collected
@@ -514,7 +524,7 @@ impl<K: Serialize, UK: Serialize + DeserializeOwned, V: Serialize + DeserializeO
     /// Removes the whole map.
     pub fn clear<Q: Serialize + KeyForm<K> + ?Sized>(&self, store: &mut Store, key: &Q) -> Result<bool> {
         let k = encode(&self.name, key)?;
-        store.delete(self.id, &k)
+        store.delete(self.id_in(store)?, &k)
     }
 }
 
@@ -525,7 +535,7 @@ impl<K: DeserializeOwned, UK: DeserializeOwned, V: DeserializeOwned> MapState<K,
     where
         K: Clone,
     {
-        Ok(store.iter_entries(self.id)?.flat_map(move |e| self.decode_entry(e)))
+        Ok(store.iter_entries(self.id_in(store)?)?.flat_map(move |e| self.decode_entry(e)))
     }
 
     /// Every `(key, map key, value)` of the state in a snapshot.
@@ -536,12 +546,12 @@ impl<K: DeserializeOwned, UK: DeserializeOwned, V: DeserializeOwned> MapState<K,
     where
         K: Clone,
     {
-        Ok(snapshot.iter_entries(self.id)?.flat_map(move |e| self.decode_entry(e)))
+        Ok(snapshot.iter_entries(self.id_at(snapshot)?)?.flat_map(move |e| self.decode_entry(e)))
     }
 
     /// Every key of the state (whose map is not empty); maps are not decoded.
     pub fn state_keys<'s>(&'s self, store: &'s Store) -> Result<impl Iterator<Item = Result<K>> + 's> {
-        Ok(store.iter_entries(self.id)?.map(move |e| decode(&self.name, e.key)))
+        Ok(store.iter_entries(self.id_in(store)?)?.map(move |e| decode(&self.name, e.key)))
     }
 
     /// One key's map entries, decoded; no allocation beyond the decoded values.
