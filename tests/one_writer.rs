@@ -751,6 +751,38 @@ fn temp_files_a_dead_writer_left_are_removed_when_the_next_writer_opens() {
     assert_eq!((r.report.checkpoint_id, materialize(&r.store.snapshot())), (1, state));
 }
 
+/// `floe gc` reports the temp files a dead writer left among what it removed, although
+/// its writer removed them when it took the lock (before: "0 files removed" after a dry
+/// run listed them).
+#[test]
+fn gc_reports_the_dead_writers_temp_files_it_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let storage = open(root);
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 500);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    drop(cp);
+    drop(storage);
+    for f in DEAD_TEMPS {
+        let p = root.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b"half a file").unwrap();
+    }
+    let d = root.to_str().unwrap();
+    let (code, dry, err) = tool(&["gc", "--dry-run", d]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = tool(&["gc", d]);
+    assert_eq!(code, 0, "{err}");
+    for f in DEAD_TEMPS {
+        assert!(dry.contains(&format!("would remove {f}")), "dry run: {dry}");
+        assert!(out.contains(&format!("removed {f}")), "gc: {out}");
+        assert!(!root.join(f).exists(), "{f} stayed");
+    }
+    assert!(out.contains("3 files removed") || out.contains("3 removed"), "{out}");
+}
+
 #[test]
 fn a_dead_writers_temp_file_on_a_full_disk_does_not_stop_the_next_checkpoint() {
     let Some(fs) = Tmpfs::mount("3m") else {

@@ -280,14 +280,19 @@ impl CheckpointStorage {
         for dir in dirs {
             for e in self.io.list_dir(&dir).unwrap_or_default() {
                 if e.kind == EntryKind::File && layout::parse_tmp_name(&e.name).is_some() {
-                    let _ = self.io.remove_file(&dir.join(&e.name));
+                    let p = dir.join(&e.name);
+                    if self.io.remove_file(&p).is_ok() {
+                        self.removed_at_open.lock().push(p);
+                    }
                 }
             }
         }
     }
 
     /// Removes floe's orphaned files (or only lists them with `dry_run`, which a read-only
-    /// handle may do). Removing needs the writing handle.
+    /// handle may do). Removing needs the writing handle. The first `gc` of a handle also
+    /// lists the temp files a dead writer left, which the handle removed when it opened
+    /// (`floe gc` opens one just for this call).
     pub fn gc(&self, dry_run: bool) -> Result<Orphans> {
         if !dry_run {
             self.writer("gc")?;
@@ -296,7 +301,7 @@ impl CheckpointStorage {
         self.deleter.wait();
         // Held until the orphans are removed: a commit in between could name one.
         let _serial = self.serialize_with_commits();
-        let orphans = self.orphans_inner()?;
+        let mut orphans = self.orphans_inner()?;
         if !dry_run {
             for p in &orphans.ours {
                 // One gone since the listing (an abort of this handle on another thread
@@ -304,6 +309,9 @@ impl CheckpointStorage {
                 remove_if_there(&*self.io, p).map_err(|e| Error::io("remove", p, e))?;
             }
             self.remove_empty_savepoint_dirs();
+            let mut at_open = std::mem::take(&mut *self.removed_at_open.lock());
+            at_open.append(&mut orphans.ours);
+            orphans.ours = at_open;
         }
         Ok(orphans)
     }

@@ -114,6 +114,9 @@ pub struct CheckpointStorage {
     pub(crate) chunks: ChunkPool,
     /// The block buffers of data files' encoders, reused by the next file.
     pub(crate) blocks: BufferPool,
+    /// The temp files a dead writer left that this writer removed when it opened, until
+    /// the first `gc` reports them.
+    pub(crate) removed_at_open: Mutex<Vec<PathBuf>>,
     /// Cleanup (retention, unlinks, removal of aborted files) that failed since the last
     /// [`CheckpointStorage::take_cleanup_errors`].
     pub(crate) cleanup_errors: Arc<Mutex<Vec<String>>>,
@@ -327,6 +330,7 @@ impl CheckpointStorage {
             disk: DiskModel::default(),
             chunks: ChunkPool::default(),
             blocks: BufferPool::default(),
+            removed_at_open: Mutex::new(Vec::new()),
             cleanup_errors,
         }
     }
