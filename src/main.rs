@@ -146,8 +146,9 @@ enum Command {
         /// exactly-once, at-least-once or unaligned.
         #[arg(long, default_value = "exactly-once")]
         mode: String,
-        /// Checkpoint interval in milliseconds.
-        #[arg(long, default_value_t = 100)]
+        /// Checkpoint interval in milliseconds (1 to 60000: the demo's sources wait for
+        /// checkpoints, so a longer one would stall it).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=60_000))]
         interval_ms: u64,
         /// Records per second per source (0: as fast as possible).
         #[arg(long, default_value_t = 100_000.0)]
@@ -265,7 +266,7 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
                 keys,
                 seed,
                 mode,
-                interval: std::time::Duration::from_millis(interval_ms.max(1)),
+                interval: std::time::Duration::from_millis(interval_ms),
                 crash: !no_crash,
                 rate,
                 interrupt: Some(Arc::clone(&interrupted)),

@@ -181,6 +181,10 @@ fn every_command_follows_the_exit_code_table() {
         &["inspect"],
         &["gc", s(&d), "extra"],
         &["demo", "--mode", "bogus", "--dir", s(&tmp.path().join("demo-usage"))],
+        // An interval longer than the demo could wait for stalled it (helper-36).
+        &["demo", "--interval-ms", "18446744073709551615", "--dir", s(&tmp.path().join("demo-usage"))],
+        &["demo", "--interval-ms", "60001", "--dir", s(&tmp.path().join("demo-usage"))],
+        &["demo", "--interval-ms", "0", "--dir", s(&tmp.path().join("demo-usage"))],
     ] {
         let r = floe(args);
         assert_eq!(r.code, 2, "bad usage: {args:?}: {}", r.stderr);
