@@ -331,8 +331,7 @@ impl Command {
 fn hint(e: &floe::Error) -> &'static str {
     match e {
         floe::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            " (if the directory is in use, another process, such as a running job's retention or \
-             floe gc, may have removed it meanwhile: run the command again)"
+            inspect::REMOVED_MEANWHILE
         }
         _ => "",
     }

@@ -783,6 +783,49 @@ fn gc_reports_the_dead_writers_temp_files_it_removed() {
     assert!(out.contains("3 files removed") || out.contains("3 removed"), "{out}");
 }
 
+/// `floe show` and `floe dump` given no id, beside a writer that retains one checkpoint
+/// and commits one after another: each checkpoint retires the one before, at times
+/// between the command's choice of the newest and its reads, and the command then reads
+/// the new newest instead of reporting damage (`show`) or an id the user never gave
+/// (`dump`, exit 2). helper-36 saw 10 failures in 150 rounds of this.
+#[test]
+fn show_and_dump_of_the_newest_beside_a_writer_retaining_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let config = StorageConfig {
+        num_retained: 1,
+        policy: floe::checkpoint::ChainPolicy { max_increments: 0, ..Default::default() },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(&root, config).unwrap();
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 2000);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut id = 1;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                id += 1;
+                put_round(&mut store, id, 200);
+                checkpoint(&storage, &mut cp, &mut store, id);
+            }
+        });
+        let d = root.to_str().unwrap();
+        let mut failures = Vec::new();
+        for i in 0..300 {
+            let args = if i % 2 == 0 { ["show", d] } else { ["dump", d] };
+            let (code, out, err) = tool(&args);
+            if code != 0 || out.contains("DAMAGED") {
+                failures.push(format!("{args:?} exit {code}: {err}{}", if code == 0 { &out } else { "" }));
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(failures.is_empty(), "{} failures: {:?}", failures.len(), &failures[..failures.len().min(3)]);
+    });
+}
+
 #[test]
 fn a_dead_writers_temp_file_on_a_full_disk_does_not_stop_the_next_checkpoint() {
     let Some(fs) = Tmpfs::mount("3m") else {

@@ -362,6 +362,10 @@ pub fn key_filter<'a>(
 
 /// Dumps checkpoint `id` (default: the newest readable checkpoint) of `dir`.
 pub fn dump(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpReport> {
+    super::on_newest(id, || dump_once(dir, id, filter), |_| false)
+}
+
+fn dump_once(dir: &Path, id: Option<u64>, filter: &DumpFilter) -> Result<DumpReport> {
     let storage = open_read_only(dir)?;
     let (l, m, passed_over) = resolve_noting(&storage, id)?;
     if let Some(op) = &filter.operator

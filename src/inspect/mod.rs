@@ -288,6 +288,39 @@ pub(crate) fn entry_problems(m: &Manifest, path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// What an error about a file or checkpoint not found adds when the directory may be in use:
+/// a running job's retention (or `floe gc`) may have removed it since it was chosen.
+pub const REMOVED_MEANWHILE: &str = " (if the directory is in use, another process, such as a running \
+     job's retention or floe gc, may have removed it meanwhile: run the command again)";
+
+/// Tries of a read-only command given no id (the newest checkpoint).
+const NEWEST_TRIES: usize = 5;
+
+/// Runs `once`, a read-only command on checkpoint `id` or, when `None`, on the newest one;
+/// in that case again (up to [`NEWEST_TRIES`] in all) while what it read was removed
+/// meanwhile: beside a running job that retains few checkpoints, its retention can retire
+/// the newest checkpoint between the command's choice and its reads. `gone` tells whether
+/// a report met a file that was not there; an error counts when it is a checkpoint or file
+/// not found. The last try's result is returned.
+pub(crate) fn on_newest<T>(
+    id: Option<u64>,
+    mut once: impl FnMut() -> Result<T>,
+    gone: impl Fn(&T) -> bool,
+) -> Result<T> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let r = once();
+        let vanished = match &r {
+            Ok(t) => gone(t),
+            Err(e) => e.is_not_found() || matches!(e, Error::NotFound(_)),
+        };
+        if id.is_some() || !vanished || tries >= NEWEST_TRIES {
+            return r;
+        }
+    }
+}
+
 /// [`resolve`], also returning the newer checkpoints passed over (when `id` is `None`).
 pub fn resolve_noting(
     storage: &CheckpointStorage,
@@ -358,5 +391,49 @@ mod tests {
         assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(iso8601(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+}
+
+#[cfg(test)]
+mod newest_tests {
+    use super::*;
+
+    /// Given no id, a command is tried again while what it read was not found (up to
+    /// `NEWEST_TRIES` in all); given an id, once.
+    #[test]
+    fn a_command_on_the_newest_checkpoint_is_tried_again_when_it_was_removed_meanwhile() {
+        let vanish = |fails: usize| {
+            let mut n = 0;
+            move || -> Result<usize> {
+                n += 1;
+                if n <= fails { Err(Error::NotFound("checkpoint 7".into())) } else { Ok(n) }
+            }
+        };
+        assert_eq!(on_newest(None, vanish(2), |_| false).unwrap(), 3);
+        assert!(on_newest(Some(7), vanish(2), |_| false).is_err());
+        assert!(on_newest(None, vanish(NEWEST_TRIES), |_| false).is_err());
+        // A report that met a missing file counts too.
+        let mut n = 0;
+        let r = on_newest(
+            None,
+            || {
+                n += 1;
+                Ok(n)
+            },
+            |&n| n < 4,
+        );
+        assert_eq!(r.unwrap(), 4);
+        // Other errors are not tried again.
+        let mut tries = 0;
+        let r: Result<()> = on_newest(
+            None,
+            || {
+                tries += 1;
+                Err(Error::InvalidConfig("x".into()))
+            },
+            |_| false,
+        );
+        assert!(r.is_err());
+        assert_eq!(tries, 1);
     }
 }

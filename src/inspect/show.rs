@@ -214,6 +214,13 @@ pub struct NeededFile {
 /// Describes checkpoint `id` of `dir` (default: the newest readable checkpoint, what
 /// recovery would restore).
 pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
+    let r = super::on_newest(id, || show_once(dir, id), |(_, missing)| *missing)?;
+    Ok(r.0)
+}
+
+/// [`show`] once, and whether a file of the chain was not there.
+fn show_once(dir: &Path, id: Option<u64>) -> Result<(ShowReport, bool)> {
+    let mut missing = false;
     let storage = open_read_only(dir)?;
     let (l, m, passed_over) = resolve_noting(&storage, id)?;
     let mut instances = Vec::new();
@@ -251,7 +258,9 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
                 }
                 Err(e) => {
                     cf.unreadable = super::is_unreadable(&e);
-                    cf.error = Some(e.to_string());
+                    missing |= e.is_not_found();
+                    let hint = if e.is_not_found() { super::REMOVED_MEANWHILE } else { "" };
+                    cf.error = Some(format!("{e}{hint}"));
                 }
             }
             chain.push(cf);
@@ -310,33 +319,36 @@ pub fn show(dir: &Path, id: Option<u64>) -> Result<ShowReport> {
         n.files.push(NeededFile { path: f.path.clone(), size: f.size });
         n.bytes += f.size;
     }
-    Ok(ShowReport {
-        stats_totals: m.stats.as_ref().map(super::stats::StatsTotals::of),
-        recovery: super::stats::Recovery::of(&m, rate.as_ref()),
-        needs: needs.into_values().collect(),
-        stats: m.stats.clone(),
-        id: m.checkpoint_id,
-        kind: m.kind.as_str().to_string(),
-        manifest: rel(storage.root(), &l.manifest_path),
-        parent: m.parent,
-        base: m.base,
-        created: iso8601(m.created_unix_ms),
-        max_parallelism: m.max_parallelism,
-        format_version: m.format_version,
-        sources: super::shown_positions(&m),
-        extra: m.extra.keys().cloned().collect(),
-        operators,
-        instances,
-        channel_state: ChannelStateInfo::of(&m),
-        sinks_committed: Some(match crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
-            Ok(true) => "yes".to_string(),
-            Ok(false) => "no".to_string(),
-            // A record that could not be read (permission, I/O) is not known damaged.
-            Err(e) if super::is_unreadable(&e) => format!("unreadable: {e}"),
-            Err(e) => format!("damaged: {e}"),
-        }),
-        passed_over,
-    })
+    Ok((
+        ShowReport {
+            stats_totals: m.stats.as_ref().map(super::stats::StatsTotals::of),
+            recovery: super::stats::Recovery::of(&m, rate.as_ref()),
+            needs: needs.into_values().collect(),
+            stats: m.stats.clone(),
+            id: m.checkpoint_id,
+            kind: m.kind.as_str().to_string(),
+            manifest: rel(storage.root(), &l.manifest_path),
+            parent: m.parent,
+            base: m.base,
+            created: iso8601(m.created_unix_ms),
+            max_parallelism: m.max_parallelism,
+            format_version: m.format_version,
+            sources: super::shown_positions(&m),
+            extra: m.extra.keys().cloned().collect(),
+            operators,
+            instances,
+            channel_state: ChannelStateInfo::of(&m),
+            sinks_committed: Some(match crate::checkpoint::sinks_committed(&l.manifest_path, &m) {
+                Ok(true) => "yes".to_string(),
+                Ok(false) => "no".to_string(),
+                // A record that could not be read (permission, I/O) is not known damaged.
+                Err(e) if super::is_unreadable(&e) => format!("unreadable: {e}"),
+                Err(e) => format!("damaged: {e}"),
+            }),
+            passed_over,
+        },
+        missing,
+    ))
 }
 
 fn sizes_text(s: &Sizes) -> String {
