@@ -122,10 +122,10 @@ impl Snapshot {
         self.0.key_groups
     }
     /// As [`crate::state::Store::check_handle`], for this snapshot's states.
-    pub(crate) fn check_handle(&self, id: StateId, name: &str) -> Result<StateId> {
+    pub(crate) fn check_handle(&self, id: StateId, desc: &Arc<StateDescriptor>) -> Result<StateId> {
         match self.0.states.get(id.index()) {
-            Some(t) if t.desc.name == name => Ok(id),
-            other => Err(super::store::handle_mismatch(id, name, other.map(|t| t.desc.name.as_str()))),
+            Some(t) if Arc::ptr_eq(&t.desc, desc) || t.desc.name == desc.name => Ok(id),
+            other => Err(super::store::handle_mismatch(id, &desc.name, other.map(|t| t.desc.name.as_str()))),
         }
     }
 

@@ -255,15 +255,27 @@ impl Store {
         }
     }
 
-    /// `id` if this store's state of that index is the one named `name`: a typed handle
+    /// `id` if this store's state of that index is the handle's (`desc`): a typed handle
     /// asks before each call, as one registered on another store would otherwise read and
     /// write whatever state sits at its index here.
+    ///
+    /// The handle holds the store's descriptor of its state, so the common case is one
+    /// pointer compare; a store that registered the state itself (a restored one) has its
+    /// own descriptor, and then the names decide.
     #[inline]
-    pub(crate) fn check_handle(&self, id: StateId, name: &str) -> Result<StateId> {
+    pub(crate) fn check_handle(&self, id: StateId, desc: &Arc<StateDescriptor>) -> Result<StateId> {
         match self.states.get(id.index()) {
-            Some(t) if t.desc.name == name => Ok(id),
-            other => Err(handle_mismatch(id, name, other.map(|t| t.desc.name.as_str()))),
+            Some(t) if Arc::ptr_eq(&t.desc, desc) || t.desc.name == desc.name => Ok(id),
+            other => Err(handle_mismatch(id, &desc.name, other.map(|t| t.desc.name.as_str()))),
         }
+    }
+
+    /// The descriptor of registered state `id`, for its typed handle.
+    pub(crate) fn desc_of(&self, id: StateId) -> Result<Arc<StateDescriptor>> {
+        self.states
+            .get(id.index())
+            .map(|t| Arc::clone(&t.desc))
+            .ok_or_else(|| Error::UnknownState(format!("#{}", id.0)))
     }
 
     /// The id of a registered state.

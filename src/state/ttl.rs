@@ -178,6 +178,8 @@ enum Fix {
 struct TtlCore {
     id: StateId,
     name: String,
+    /// The store's descriptor of the state (as a typed handle's).
+    desc: std::sync::Arc<StateDescriptor>,
     config: TtlConfig,
     cursor: Mutex<CleanupCursor>,
 }
@@ -186,7 +188,7 @@ impl TtlCore {
     /// The raw id in `store`, whose state of that index must be this one.
     #[inline]
     fn id_in(&self, store: &Store) -> Result<StateId> {
-        store.check_handle(self.id, &self.name)
+        store.check_handle(self.id, &self.desc)
     }
 }
 
@@ -195,6 +197,7 @@ impl Clone for TtlCore {
         TtlCore {
             id: self.id,
             name: self.name.clone(),
+            desc: std::sync::Arc::clone(&self.desc),
             config: self.config,
             cursor: Mutex::new(self.cursor()),
         }
@@ -206,7 +209,8 @@ impl TtlCore {
         config.validate()?;
         let name = desc.name.clone();
         let id = store.register(desc)?;
-        Ok(TtlCore { id, name, config, cursor: Mutex::new(CleanupCursor::start()) })
+        let desc = store.desc_of(id)?;
+        Ok(TtlCore { id, name, desc, config, cursor: Mutex::new(CleanupCursor::start()) })
     }
 
     fn cursor(&self) -> CleanupCursor {
@@ -506,7 +510,7 @@ impl<K: Serialize, V: Serialize + DeserializeOwned> TtlValueState<K, V> {
     pub fn get_at(&self, snapshot: &Snapshot, key: &K, now_ms: i64) -> Result<Option<V>> {
         let c = &self.core;
         let k = encode(&c.name, key)?;
-        match snapshot.get(snapshot.check_handle(c.id, &c.name)?, &k)? {
+        match snapshot.get(snapshot.check_handle(c.id, &c.desc)?, &k)? {
             Some(ValueRef::Bytes(stored)) => {
                 let (ts, body) = split(&c.name, stored)?;
                 if c.expired(ts, now_ms) { Ok(None) } else { decode(&c.name, body).map(Some) }

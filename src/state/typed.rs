@@ -3,6 +3,7 @@
 //! which key lookup depends on).
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -71,6 +72,9 @@ pub(super) type Types3<K, UK, V> = PhantomData<fn() -> (K, UK, V)>;
 pub struct ValueState<K, V> {
     id: StateId,
     name: String,
+    /// The store's descriptor of the state: a handle used on that store (or its snapshots)
+    /// is told apart from one used elsewhere by pointer ([`Store::check_handle`]).
+    desc: Arc<StateDescriptor>,
     _types: PhantomData<fn() -> (K, V)>,
 }
 
@@ -79,6 +83,9 @@ pub struct ValueState<K, V> {
 pub struct ListState<K, V> {
     id: StateId,
     name: String,
+    /// The store's descriptor of the state: a handle used on that store (or its snapshots)
+    /// is told apart from one used elsewhere by pointer ([`Store::check_handle`]).
+    desc: Arc<StateDescriptor>,
     _types: PhantomData<fn() -> (K, V)>,
 }
 
@@ -88,6 +95,8 @@ pub struct ListState<K, V> {
 pub struct MapState<K, UK, V> {
     id: StateId,
     name: String,
+    /// As `ValueState`'s.
+    desc: Arc<StateDescriptor>,
     _types: Types3<K, UK, V>,
 }
 
@@ -95,7 +104,7 @@ macro_rules! impl_clone_id {
     ($t:ident < $($p:ident),* >) => {
         impl<$($p),*> Clone for $t<$($p),*> {
             fn clone(&self) -> Self {
-                $t { id: self.id, name: self.name.clone(), _types: PhantomData }
+                $t { id: self.id, name: self.name.clone(), desc: Arc::clone(&self.desc), _types: PhantomData }
             }
         }
         impl<$($p),*> $t<$($p),*> {
@@ -110,12 +119,12 @@ macro_rules! impl_clone_id {
             /// The raw id in `store`, whose state of that index must be this one.
             #[inline]
             fn id_in(&self, store: &Store) -> Result<StateId> {
-                store.check_handle(self.id, &self.name)
+                store.check_handle(self.id, &self.desc)
             }
             /// The raw id in `snapshot`, whose state of that index must be this one.
             #[inline]
             fn id_at(&self, snapshot: &Snapshot) -> Result<StateId> {
-                snapshot.check_handle(self.id, &self.name)
+                snapshot.check_handle(self.id, &self.desc)
             }
         }
     };
@@ -129,19 +138,19 @@ impl Store {
     /// restored) with other types is an error ([`Store::register`]).
     pub fn value_state<K, V>(&mut self, name: &str) -> Result<ValueState<K, V>> {
         let id = self.register(descriptor::<K, (), V>(name, StateKind::Value))?;
-        Ok(ValueState { id, name: name.to_string(), _types: PhantomData })
+        Ok(ValueState { id, name: name.to_string(), desc: self.desc_of(id)?, _types: PhantomData })
     }
 
     /// Registers (or finds) a typed list state.
     pub fn list_state<K, V>(&mut self, name: &str) -> Result<ListState<K, V>> {
         let id = self.register(descriptor::<K, (), V>(name, StateKind::List))?;
-        Ok(ListState { id, name: name.to_string(), _types: PhantomData })
+        Ok(ListState { id, name: name.to_string(), desc: self.desc_of(id)?, _types: PhantomData })
     }
 
     /// Registers (or finds) a typed map state.
     pub fn map_state<K, UK, V>(&mut self, name: &str) -> Result<MapState<K, UK, V>> {
         let id = self.register(descriptor::<K, UK, V>(name, StateKind::Map))?;
-        Ok(MapState { id, name: name.to_string(), _types: PhantomData })
+        Ok(MapState { id, name: name.to_string(), desc: self.desc_of(id)?, _types: PhantomData })
     }
 }
 
@@ -174,7 +183,7 @@ impl Store {
     ) -> Result<ValueState<K, V>> {
         let from = descriptor::<K, (), V0>(name, StateKind::Value);
         let id = self.migrate_typed(from, descriptor::<K, (), V>(name, StateKind::Value), f)?;
-        Ok(ValueState { id, name: name.to_string(), _types: PhantomData })
+        Ok(ValueState { id, name: name.to_string(), desc: self.desc_of(id)?, _types: PhantomData })
     }
 
     /// Re-types list state `name` from items of type `V0` to `V`, item by item (see above).
@@ -185,7 +194,7 @@ impl Store {
     ) -> Result<ListState<K, V>> {
         let from = descriptor::<K, (), V0>(name, StateKind::List);
         let id = self.migrate_typed(from, descriptor::<K, (), V>(name, StateKind::List), f)?;
-        Ok(ListState { id, name: name.to_string(), _types: PhantomData })
+        Ok(ListState { id, name: name.to_string(), desc: self.desc_of(id)?, _types: PhantomData })
     }
 
     /// Re-types map state `name` from values of type `V0` to `V`; map keys keep type `UK`
@@ -197,7 +206,7 @@ impl Store {
     ) -> Result<MapState<K, UK, V>> {
         let from = descriptor::<K, UK, V0>(name, StateKind::Map);
         let id = self.migrate_typed(from, descriptor::<K, UK, V>(name, StateKind::Map), f)?;
-        Ok(MapState { id, name: name.to_string(), _types: PhantomData })
+        Ok(MapState { id, name: name.to_string(), desc: self.desc_of(id)?, _types: PhantomData })
     }
 }
 
