@@ -198,9 +198,9 @@ fn list_pop_and_trim_keep_increments_appends_where_the_format_allows() {
 }
 
 /// A typed handle used on a store other than the one it was registered on is refused when
-/// that store's state at its index is another one (before: it read and wrote that state,
-/// whatever its types, and decoded what it found there); on a store that registered the
-/// same state (by name) it works, as after a restore.
+/// that store has no state of its name and types (before: it read and wrote whatever state
+/// sat at its index, and decoded what it found there); on a store that registered the same
+/// state (name, kind and types), at any index, it works, as after a restore.
 #[test]
 fn a_typed_handle_of_another_store_is_refused() {
     use floe::state::{TtlConfig, TtlUpdate};
@@ -231,11 +231,25 @@ fn a_typed_handle_of_another_store_is_refused() {
     assert_eq!(counts.get(&b, &1).unwrap(), Some(5), "the other store's state was written");
     assert_eq!(seen.len(&b), 0);
     assert_eq!(lists.get(&b, &1).unwrap(), Vec::<u64>::new());
-    // The same state registered on another store: the handle serves both.
+    // The same state registered on another store, at another index: the handle serves it.
     let mut c = Store::new();
+    c.value_state::<u64, u64>("first").unwrap();
     let words_c = c.value_state::<u64, String>("words").unwrap();
     words.put(&mut c, &2, &"two".to_string()).unwrap();
     assert_eq!(words_c.get(&c, &2).unwrap().as_deref(), Some("two"));
+    assert_eq!(words.get_at(&c.snapshot(), &2).unwrap().as_deref(), Some("two"));
+    assert_eq!(words.len(&c), 1);
+    // The same name with other types (helper-38: a u64 written was read back as -2): refused,
+    // naming the types, and nothing written.
+    let mut d = Store::new();
+    let words_d = d.value_state::<u64, i64>("words").unwrap();
+    let e = words.put(&mut d, &2, &"two".to_string()).unwrap_err();
+    assert!(matches!(e, floe::Error::StateTypeMismatch { .. }), "{e}");
+    let e = words.get(&d, &2).unwrap_err();
+    assert!(e.to_string().contains("value type"), "{e}");
+    assert!(words_d.is_empty(&d));
+    let e = recent.put(&mut d, &1, &"x".to_string(), 0).unwrap_err();
+    assert!(e.to_string().contains("registered on another store"), "{e}");
 }
 
 #[test]

@@ -123,10 +123,8 @@ impl Snapshot {
     }
     /// As [`crate::state::Store::check_handle`], for this snapshot's states.
     pub(crate) fn check_handle(&self, id: StateId, desc: &Arc<StateDescriptor>) -> Result<StateId> {
-        match self.0.states.get(id.index()) {
-            Some(t) if Arc::ptr_eq(&t.desc, desc) || t.desc.name == desc.name => Ok(id),
-            other => Err(super::store::handle_mismatch(id, &desc.name, other.map(|t| t.desc.name.as_str()))),
-        }
+        let states = &self.0.states;
+        super::store::resolve_handle(|i| states.get(i).map(|t| &t.desc), states.len(), id, desc)
     }
 
     /// Descriptors of the states, in registration order (the index is the [`StateId`]).

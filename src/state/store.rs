@@ -101,19 +101,51 @@ pub struct Store {
     runtime_names_reserved: Option<std::collections::BTreeSet<String>>,
 }
 
-/// The error of a typed handle used on a store (or snapshot) whose state at its index is
-/// another (`found`) or none.
+/// The id a typed handle (registered as state `id` with descriptor `desc`) means in a store
+/// or snapshot whose states' descriptors `at` gives by index (`n` of them): `id` when its
+/// descriptor is the handle's very one (one pointer compare: the store the handle came
+/// from, and its snapshots). Otherwise ([`resolve_handle_slowly`]) the state of the
+/// handle's name, if its descriptor equals the handle's (kind, codec and types): a store
+/// that registered the same state itself (a restored one), at any index. A handle of
+/// another store would otherwise read and write whatever state sits at its index.
+#[inline]
+pub(crate) fn resolve_handle<'a>(
+    at: impl Fn(usize) -> Option<&'a Arc<StateDescriptor>>,
+    n: usize,
+    id: StateId,
+    desc: &Arc<StateDescriptor>,
+) -> Result<StateId> {
+    match at(id.index()) {
+        Some(d) if Arc::ptr_eq(d, desc) => Ok(id),
+        _ => resolve_handle_slowly(at, n, id, desc),
+    }
+}
+
 #[cold]
 #[inline(never)]
-pub(crate) fn handle_mismatch(id: StateId, name: &str, found: Option<&str>) -> Error {
-    let there = match found {
-        Some(other) => format!("state #{} there is {other:?}", id.0),
-        None => format!("it has no state #{}", id.0),
-    };
-    Error::UnknownState(format!(
-        "{name:?}: the handle was registered on another store ({there}); register the state on \
-         this store and use the handle that returns"
-    ))
+fn resolve_handle_slowly<'a>(
+    at: impl Fn(usize) -> Option<&'a Arc<StateDescriptor>>,
+    n: usize,
+    id: StateId,
+    desc: &Arc<StateDescriptor>,
+) -> Result<StateId> {
+    let same_name = |i: usize| at(i).filter(|d| d.name == desc.name);
+    let found = same_name(id.index())
+        .map(|d| (id.index(), d))
+        .or_else(|| (0..n).find_map(|i| same_name(i).map(|d| (i, d))));
+    match found {
+        Some((i, d)) if **d == **desc => Ok(StateId(i as u32)),
+        // The same name with another kind or other types: the error names what differs.
+        Some((_, d)) => Err(d
+            .check_same(desc)
+            .err()
+            .unwrap_or_else(|| Error::UnknownState(format!("{:?}: registered here differently", desc.name)))),
+        None => Err(Error::UnknownState(format!(
+            "{:?}: the handle was registered on another store, and this one has no state of that \
+             name; register it here and use the handle that returns",
+            desc.name
+        ))),
+    }
 }
 
 /// The prefix of the executor's own state names (`__floe_timers`, `__floe_windows`): a
@@ -255,19 +287,11 @@ impl Store {
         }
     }
 
-    /// `id` if this store's state of that index is the handle's (`desc`): a typed handle
-    /// asks before each call, as one registered on another store would otherwise read and
-    /// write whatever state sits at its index here.
-    ///
-    /// The handle holds the store's descriptor of its state, so the common case is one
-    /// pointer compare; a store that registered the state itself (a restored one) has its
-    /// own descriptor, and then the names decide.
+    /// The id in this store of a typed handle's state (registered as `id`, `desc`), which
+    /// each handle operation asks first ([`resolve_handle`]).
     #[inline]
     pub(crate) fn check_handle(&self, id: StateId, desc: &Arc<StateDescriptor>) -> Result<StateId> {
-        match self.states.get(id.index()) {
-            Some(t) if Arc::ptr_eq(&t.desc, desc) || t.desc.name == desc.name => Ok(id),
-            other => Err(handle_mismatch(id, &desc.name, other.map(|t| t.desc.name.as_str()))),
-        }
+        resolve_handle(|i| self.states.get(i).map(|t| &t.desc), self.states.len(), id, desc)
     }
 
     /// The descriptor of registered state `id`, for its typed handle.
