@@ -327,11 +327,20 @@ impl Command {
     }
 }
 
-/// What to add to an error whose cause is most likely another process.
-fn hint(e: &floe::Error) -> &'static str {
+/// What to add to an error whose cause is most likely another process: a file gone
+/// between listing and opening, or a checkpoint id not found in a directory whose writer
+/// lock is held (a running job's retention may have removed it).
+fn hint(e: &floe::Error, dir: Option<&std::path::Path>) -> &'static str {
     match e {
         floe::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             inspect::REMOVED_MEANWHILE
+        }
+        floe::Error::NotFound(what)
+            if what.starts_with("checkpoint or savepoint ")
+                && dir.is_some_and(|d| floe::checkpoint::lock::DirLock::is_held(d).unwrap_or(false)) =>
+        {
+            " (a writer holds the directory: a running job's retention may have removed it; floe \
+             inspect DIR lists the checkpoints there now)"
         }
         _ => "",
     }
@@ -343,7 +352,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("floe: error: {e}{}", hint(&e));
+            eprintln!("floe: error: {e}{}", hint(&e, dir.as_deref()));
             ExitCode::from(inspect::exit_status(&e, dir.as_deref()))
         }
     }

@@ -826,6 +826,31 @@ fn show_and_dump_of_the_newest_beside_a_writer_retaining_one() {
     });
 }
 
+/// An explicit id that a running writer's retention removed is still "not found" (exit 2),
+/// and the tool says a writer holds the directory (helper-38: no hint at all); with no
+/// writer, no such hint.
+#[test]
+fn an_id_retention_removed_beside_a_writer_is_not_found_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig { num_retained: 1, ..StorageConfig::default() };
+    let storage = CheckpointStorage::open(dir.path(), config).unwrap();
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    for id in 1..=2 {
+        put_round(&mut store, id, 100);
+        checkpoint(&storage, &mut cp, &mut store, id);
+    }
+    let d = dir.path().to_str().unwrap();
+    let (code, _, err) = tool(&["show", d, "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("a writer holds the directory"), "{err}");
+    drop(cp);
+    drop(storage);
+    let (code, _, err) = tool(&["show", d, "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("a writer holds"), "{err}");
+}
+
 #[test]
 fn a_dead_writers_temp_file_on_a_full_disk_does_not_stop_the_next_checkpoint() {
     let Some(fs) = Tmpfs::mount("3m") else {
