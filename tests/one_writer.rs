@@ -851,26 +851,42 @@ fn an_id_retention_removed_beside_a_writer_is_not_found_with_a_hint() {
     assert!(!err.contains("a writer holds"), "{err}");
 }
 
+/// A checkpoint directory on `fs` holding checkpoint 1 of `store` (2000 keys, written and
+/// its writer gone), without its `LOCK` unless `keep_lock`, and a killed writer's temp file
+/// that took the rest of the disk (written 4 KiB at a time, so no page is left). Returns
+/// the directory, the temp file and checkpoint 1's state.
+fn filled_by_a_dead_writer(
+    fs: &Tmpfs,
+    store: &mut Store,
+    keep_lock: bool,
+) -> (std::path::PathBuf, std::path::PathBuf, Model) {
+    let root = fs.0.path().join("ckpt");
+    let storage = open(&root);
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(store, 1, 2000);
+    checkpoint(&storage, &mut cp, store, 1);
+    let state = materialize(&store.snapshot());
+    drop(cp);
+    drop(storage);
+    if !keep_lock {
+        std::fs::remove_file(root.join("LOCK")).unwrap();
+    }
+    let tmp = root.join(DEAD_TEMPS[0]);
+    let mut f = std::fs::File::create(&tmp).unwrap();
+    let chunk = vec![0x5a; 4 << 10];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    drop(f);
+    (root, tmp, state)
+}
+
 #[test]
 fn a_dead_writers_temp_file_on_a_full_disk_does_not_stop_the_next_checkpoint() {
     let Some(fs) = Tmpfs::mount("3m") else {
         eprintln!("no tmpfs can be mounted here: the test above covers the removal");
         return;
     };
-    let root = fs.0.path().join("ckpt");
-    let storage = open(&root);
     let mut store = store_with(StoreConfig::default());
-    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    put_round(&mut store, 1, 2000);
-    checkpoint(&storage, &mut cp, &mut store, 1);
-    drop(cp);
-    drop(storage);
-    // The killed writer's temp file took the rest of the disk.
-    let tmp = root.join(DEAD_TEMPS[0]);
-    let mut f = std::fs::File::create(&tmp).unwrap();
-    let chunk = vec![0x5a; 64 << 10];
-    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
-    drop(f);
+    let (root, tmp, _) = filled_by_a_dead_writer(&fs, &mut store, true);
     let storage = open(&root);
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
     put_round(&mut store, 2, 2000);
@@ -889,21 +905,8 @@ fn a_full_disk_and_no_lock_file_do_not_stop_the_next_writer() {
         eprintln!("no tmpfs can be mounted here: lock.rs's injected failure covers this");
         return;
     };
-    let root = fs.0.path().join("ckpt");
-    let storage = open(&root);
     let mut store = store_with(StoreConfig::default());
-    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-    put_round(&mut store, 1, 2000);
-    checkpoint(&storage, &mut cp, &mut store, 1);
-    let state = materialize(&store.snapshot());
-    drop(cp);
-    drop(storage);
-    std::fs::remove_file(root.join("LOCK")).unwrap();
-    let tmp = root.join(DEAD_TEMPS[0]);
-    let mut f = std::fs::File::create(&tmp).unwrap();
-    let chunk = vec![0x5a; 4 << 10];
-    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
-    drop(f);
+    let (root, tmp, state) = filled_by_a_dead_writer(&fs, &mut store, false);
     let out = Command::new(BIN).arg("gc").arg(&root).arg("--json").output().unwrap();
     assert!(
         out.status.success(),
