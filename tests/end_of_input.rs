@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::wait_for;
-use common::windows::{Ev, Sum, read, sink, storage, sum_windows};
+use common::windows::{Ev, Sum, read, storage, sum_windows, sum_windows_of};
 use floe::checkpoint::CheckpointStorage;
 use floe::executor::{
     Context, FailAt, InjectedFailure, Job, JobConfig, JobHandle, KeyedProcessFunction, Poll,
@@ -131,12 +131,7 @@ fn next_day_of(
     windows: Windows,
     lateness: i64,
 ) -> (Vec<Windowed<u64, i64>>, Vec<Ev>) {
-    two_days(day1, day2, |all, out| {
-        let w = all.key_by(|e: &Ev| e.0).window(windows).allowed_lateness(lateness);
-        let w = w.aggregate_with_late("win", Sum);
-        sink(&w.results, out, "results");
-        sink(&w.late, out, "late");
-    })
+    two_days(day1, day2, |all, out| sum_windows_of(all, windows, lateness, None, out))
 }
 
 /// Day 1 reads `day1` of each source, day 2 resumes from its final checkpoint with each
@@ -366,12 +361,7 @@ fn windows_that_fired_stay_fired_after_a_restart_of_the_resumed_job() {
     // forget that, and [900, 1000) fired a second time with records that came after it.
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
-    let part = |s: &Stream<Ev>, out: &Path| {
-        let w = s.key_by(|e: &Ev| e.0).window(Windows::tumbling(100)).allowed_lateness(1000);
-        let w = w.aggregate_with_late("win", Sum);
-        sink(&w.results, out, "results");
-        sink(&w.late, out, "late");
-    };
+    let part = |s: &Stream<Ev>, out: &Path| sum_windows_of(s, Windows::tumbling(100), 1000, None, out);
     let mut config = config(&storage);
     let first = events_job(topic(0..1000, true), 0, part, &dir.path().join("day1")).execute(&config).unwrap();
     config.restore_from = Some(storage.manifest_path(first.last_checkpoint.unwrap()));
@@ -419,11 +409,8 @@ fn a_window_at_the_start_of_time_that_fired_does_not_fire_again() {
     const MIN: i64 = i64::MIN;
     let day2 = vec![vec![MIN, MIN + 5, 1000]];
     for w in [Windows::tumbling(100), Windows::session(100)] {
-        let (results, late) = two_days_of(&[("a", vec![MIN])], day2.clone(), |s, out| {
-            let w = s.key_by(|e: &Ev| e.0).window(w).aggregate_with_late("win", Sum);
-            sink(&w.results, out, "results");
-            sink(&w.late, out, "late");
-        });
+        let (results, late) =
+            two_days_of(&[("a", vec![MIN])], day2.clone(), |s, out| sum_windows_of(s, w, 0, None, out));
         assert_eq!(late, vec![(1, MIN + 5, 1)], "{w:?}");
         assert!(
             results.iter().all(|r| r.window.start != MIN && r.window.start != MIN + 5),
@@ -467,12 +454,7 @@ fn a_fired_session_goes_once_the_watermark_passes_it_also_when_a_new_one_grows_a
     // entry stayed for good, one more every day.
     let dir = tempfile::tempdir().unwrap();
     let storage = storage(dir.path());
-    let sessions = |s: &Stream<Ev>, out: &Path| {
-        let w = s.key_by(|e: &Ev| e.0).window(Windows::session(100)).allowed_lateness(300);
-        let w = w.aggregate_with_late("win", Sum);
-        sink(&w.results, out, "results");
-        sink(&w.late, out, "late");
-    };
+    let sessions = |s: &Stream<Ev>, out: &Path| sum_windows_of(s, Windows::session(100), 300, None, out);
     let mut config = config(&storage);
     let first =
         events_job(topic(0..950, true), 0, sessions, &dir.path().join("day1")).execute(&config).unwrap();

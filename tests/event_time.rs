@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::windows::{Ev, Sum, read, sink, storage, sum_windows};
+use common::windows::{Ev, Sum, read, sink, storage, sum_windows, sum_windows_of};
 use common::{Flagged, wait_for};
 use floe::checkpoint::{CheckpointStorage, StorageConfig};
 use floe::executor::{
@@ -52,10 +52,7 @@ fn windowed(events: Vec<Ev>, windows: Windows, lateness: i64, dir: &std::path::P
         move |_, _| Box::new(IterSource::new(Arc::clone(&events))),
         WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1),
     );
-    let out =
-        src.key_by(|e: &Ev| e.0).window(windows).allowed_lateness(lateness).aggregate_with_late("win", Sum);
-    sink(&out.results, dir, "results");
-    sink(&out.late, dir, "late");
+    sum_windows_of(&src, windows, lateness, None, dir);
     job.execute(&JobConfig::new(storage(dir))).unwrap();
 }
 
@@ -95,13 +92,7 @@ fn late_record_job(dir: &std::path::Path, lateness: i64) -> Job {
         move |_, _| Box::new(CheckpointPaced::new(IterSource::new(Arc::clone(&events)), 200)),
         WatermarkStrategy::monotonous(|e: &Ev| e.1).emit_every(1),
     );
-    let out = src
-        .key_by(|e: &Ev| e.0)
-        .window(Windows::tumbling(10))
-        .allowed_lateness(lateness)
-        .aggregate_with_late("win", Sum);
-    sink(&out.results, dir, "results");
-    sink(&out.late, dir, "late");
+    sum_windows_of(&src, Windows::tumbling(10), lateness, None, dir);
     job
 }
 

@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::windows::{Ev, Sum, read, sink, storage};
+use common::windows::{Ev, read, storage, sum_windows_of};
 use floe::executor::{IterSource, Job, JobConfig, WatermarkStrategy, Window, Windowed, Windows};
 
 #[derive(Clone, Copy, Debug)]
@@ -40,10 +40,7 @@ pub fn run_floe(events: &[Ev], kind: Kind, lateness: i64, bound: u64) -> Out {
         Kind::Sliding(s, l) => Windows::sliding(s, l),
         Kind::Session(g) => Windows::session(g),
     };
-    let out = src.key_by(|e: &Ev| e.0).window(w).allowed_lateness(lateness).aggregate_with_late("win", Sum);
-    let results = out.results.parallelism(1);
-    sink(&results, d, "results");
-    sink(&out.late, d, "late");
+    sum_windows_of(&src, w, lateness, Some(1), d);
     let mut cfg = JobConfig::new(storage(d));
     cfg.checkpoint_interval = Some(Duration::from_secs(3600));
     job.execute(&cfg).unwrap();

@@ -53,7 +53,13 @@ pub fn read<T: serde::de::DeserializeOwned + Ord>(dir: &Path) -> Vec<T> {
 /// instances or the job's default), results and late records to the sinks "results" and
 /// "late" in `dir`.
 pub fn sum_windows(s: &Stream<Ev>, size: i64, parallelism: Option<u32>, dir: &Path) {
-    let out = s.key_by(|e: &Ev| e.0).window(Windows::tumbling(size)).aggregate_with_late("win", Sum);
+    sum_windows_of(s, Windows::tumbling(size), 0, parallelism, dir);
+}
+
+/// [`sum_windows`] with any windows and an allowed lateness.
+pub fn sum_windows_of(s: &Stream<Ev>, windows: Windows, lateness: i64, parallelism: Option<u32>, dir: &Path) {
+    let out =
+        s.key_by(|e: &Ev| e.0).window(windows).allowed_lateness(lateness).aggregate_with_late("win", Sum);
     let results = match parallelism {
         Some(p) => out.results.parallelism(p),
         None => out.results,
