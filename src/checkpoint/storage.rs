@@ -413,7 +413,6 @@ impl CheckpointStorage {
         self.writer.is_some()
     }
 
-    /// The I/O layer (for writers in other modules).
     /// Whether retention (after a commit on this handle, a compaction's included, or
     /// [`CheckpointStorage::retain`]) removed checkpoint `id`'s manifest: the files of its
     /// chain may be gone with it, so nothing may be written as an increment on it.
@@ -428,6 +427,7 @@ impl CheckpointStorage {
         }
     }
 
+    /// The I/O layer (for writers in other modules).
     pub(crate) fn io(&self) -> &dyn Io {
         &*self.io
     }

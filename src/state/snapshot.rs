@@ -121,6 +121,7 @@ impl Snapshot {
     pub fn key_groups(&self) -> KeyGroupRange {
         self.0.key_groups
     }
+
     /// As [`crate::state::Store::check_handle`], for this snapshot's states.
     pub(crate) fn check_handle(&self, id: StateId, desc: &Arc<StateDescriptor>) -> Result<StateId> {
         let states = &self.0.states;
