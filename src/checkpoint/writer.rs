@@ -189,7 +189,7 @@ fn encode_chosen(
     pool: &BufferPool,
 ) -> Result<EncodedBlock> {
     let effort = choice.effort(buf);
-    let b = encode_block(meta, buf, pool.take(), effort)?;
+    let b = encode_block(meta, buf, pool.take_spare(), effort)?;
     choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, effort);
     Ok(b)
 }
@@ -233,13 +233,21 @@ impl BufferPool {
 
     /// An empty buffer, recycled if one is free.
     pub(crate) fn take(&self) -> Vec<u8> {
+        let mut buf = self.take_spare();
+        buf.clear();
+        buf
+    }
+
+    /// A recycled buffer as it was given back, holding what it held (a written block):
+    /// for `encode_block`'s `spare`, which LZ4 overwrites without zeroing the bytes it
+    /// already holds.
+    pub(crate) fn take_spare(&self) -> Vec<u8> {
         self.free.lock().pop().unwrap_or_default()
     }
 
-    /// Returns a buffer for reuse (dropped if it has no allocation).
-    pub(crate) fn give(&self, mut buf: Vec<u8>) {
+    /// Returns a buffer for reuse (dropped if it has no allocation), with its contents.
+    pub(crate) fn give(&self, buf: Vec<u8>) {
         if buf.capacity() > 0 {
-            buf.clear();
             self.free.lock().push(buf);
         }
     }
