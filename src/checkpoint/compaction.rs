@@ -150,7 +150,7 @@ impl CheckpointStorage {
             let target_len = self.config().block_target;
             // Offline: no checkpoint waits, so adaptive compression means compressing.
             let compress = self.config().compression.fixed().unwrap_or(true);
-            let options = WriteOptions::data_file(self.config(), None, Some(&self.chunks));
+            let options = WriteOptions::data_file(self.config(), None, Some(self.chunks));
             // A second attempt (a version-4 file) counts its key groups again.
             let done_before = done;
             let summary = write_versioned(|runs| {

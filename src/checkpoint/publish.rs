@@ -353,22 +353,35 @@ impl Chunk {
     }
 }
 
-/// The aligned chunks of a checkpoint directory's direct files, kept from one file for the
-/// next, so a directory written one file at a time allocates none after its first file
-/// (instances writing at once share the kept chunks and allocate the rest). Each file
-/// otherwise allocated (and freed) up to 5 MiB of chunks, and memory the allocator has
-/// just taken back from the kernel costs a page fault and a page clear per 4 KiB when
-/// touched again (mimalloc, the binary's allocator, returns freed memory after 10 ms). Measured
+/// The aligned chunks of direct data files, kept from one file for the next: one pool per
+/// process ([`PROCESS_CHUNKS`]), shared by every checkpoint directory it writes, so
+/// a process writing one file at a time allocates none after its first file (files
+/// written at once share the kept chunks and allocate the rest). Each file otherwise
+/// allocated (and freed) up to 5 MiB of chunks, and memory the allocator has just taken
+/// back from the kernel costs a page fault and a page clear per 4 KiB when touched again
+/// (mimalloc, the binary's allocator, returns freed memory after 10 ms). Measured
 /// (2026-12-02, 10^6 keys, random values): alternating files in one process, 170-200 ms
 /// reused against 245-270 ms fresh; in `cargo bench --bench checkpoint`'s second full
 /// checkpoint of a directory, `Compression::None` 165-185 ms against 194-202 ms and `Lz4`
-/// the same either way (166-190 ms). Keeps at most `KEEP` chunks (5 MiB), what one file
-/// has out at once; files written at the same time allocate the rest and drop them.
+/// the same either way (166-190 ms). Until 2026-12-06 each directory had its own pool, so
+/// a new directory's first file (a new job's first checkpoint) paid for fresh chunks
+/// again, and a process with many directories kept 5 MiB idle for each. Keeps at most
+/// `KEEP` chunks (5 MiB), what one file has out at once.
 #[derive(Default)]
 pub(crate) struct ChunkPool {
     free: parking_lot::Mutex<Vec<Chunk>>,
     /// Chunks allocated because the pool had none.
     allocated: AtomicU64,
+}
+
+/// The process's pool of direct chunks, which every checkpoint directory's files use.
+pub(crate) static PROCESS_CHUNKS: ChunkPool = ChunkPool::new();
+
+impl ChunkPool {
+    /// An empty pool.
+    pub(crate) const fn new() -> Self {
+        ChunkPool { free: parking_lot::Mutex::new(Vec::new()), allocated: AtomicU64::new(0) }
+    }
 }
 
 impl std::fmt::Debug for ChunkPool {
@@ -383,7 +396,7 @@ impl std::fmt::Debug for ChunkPool {
 impl ChunkPool {
     /// The writer thread's, the queued ones, the one being filled, and one handed back but
     /// not yet taken again.
-    const KEEP: usize = DIRECT_QUEUE + 3;
+    pub(crate) const KEEP: usize = DIRECT_QUEUE + 3;
 
     /// An empty chunk of `len` bytes from `pool` if it has one, else a new one.
     fn take(pool: Option<&ChunkPool>, len: usize) -> Chunk {
@@ -403,19 +416,23 @@ impl ChunkPool {
         }
     }
 
-    /// Keeps `chunk` for a later file, if there is room.
+    /// Keeps `chunk` for a later file, if there is room, or in place of a kept chunk of
+    /// another length (directories of other chunk lengths share the process's pool: one
+    /// length must not hold every place while files of another find none to take).
     fn give(pool: Option<&ChunkPool>, chunk: Chunk) {
         if let Some(p) = pool {
             let mut free = p.free.lock();
             if free.len() < Self::KEEP {
                 free.push(chunk);
+            } else if let Some(at) = free.iter().position(|c| c.capacity() != chunk.capacity()) {
+                free[at] = chunk;
             }
         }
     }
 
     /// Chunks kept, and chunks allocated so far.
     #[cfg(test)]
-    fn counts(&self) -> (usize, u64) {
+    pub(crate) fn counts(&self) -> (usize, u64) {
         (self.free.lock().len(), self.allocated.load(Ordering::Relaxed))
     }
 }
@@ -946,6 +963,26 @@ mod tests {
         .unwrap();
         let (kept, allocated) = empty.counts();
         assert!(allocated >= 1 && kept as u64 == allocated.min(ChunkPool::KEEP as u64), "{kept} {allocated}");
+    }
+
+    /// The process's pool serves directories of other chunk lengths: a full pool of one
+    /// length takes a chunk of another in place of one of its own (else files of the other
+    /// length would never find one), and a chunk of a length it is full of is dropped.
+    #[test]
+    fn a_full_chunk_pool_makes_room_for_another_length() {
+        let pool = ChunkPool::new();
+        let (small, large) = (4 * DIRECT_ALIGN, 8 * DIRECT_ALIGN);
+        for _ in 0..ChunkPool::KEEP {
+            ChunkPool::give(Some(&pool), Chunk::new(small));
+        }
+        ChunkPool::give(Some(&pool), Chunk::new(small));
+        assert_eq!(pool.counts().0, ChunkPool::KEEP);
+        ChunkPool::give(Some(&pool), Chunk::new(large));
+        let lens: Vec<usize> = pool.free.lock().iter().map(Chunk::capacity).collect();
+        assert_eq!(lens.len(), ChunkPool::KEEP);
+        assert_eq!(lens.iter().filter(|&&l| l == large).count(), 1, "{lens:?}");
+        assert_eq!(ChunkPool::take(Some(&pool), large).capacity(), large);
+        assert_eq!(pool.counts(), (ChunkPool::KEEP - 1, 0), "taken from the pool, not allocated");
     }
 
     /// A direct file is fdatasynced in the background while it is produced, so its final

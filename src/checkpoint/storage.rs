@@ -15,8 +15,8 @@ use super::io::{EntryKind, Io, Medium};
 use super::layout::{self, DATA_DIR, MARKER, MARKER_CONTENTS, SAVEPOINT_DIR, SAVEPOINT_MANIFEST};
 use super::lifecycle::{AfterWrite, IdBook};
 use super::lock::{DirLock, LOCK_FILE};
-use super::publish::{ChunkPool, DiskModel, WriteOptions, publish};
-use super::writer::{BufferPool, write_snapshot_file};
+use super::publish::{ChunkPool, DiskModel, PROCESS_CHUNKS, WriteOptions, publish};
+use super::writer::{BufferPool, PROCESS_BLOCKS, write_snapshot_file};
 use crate::error::{Error, Result};
 use crate::format::manifest::hex_encode;
 use crate::format::positions::PositionEncoding;
@@ -98,6 +98,32 @@ pub(crate) struct Writer {
     retired: std::sync::atomic::AtomicU64,
 }
 
+/// The buffer pools a new handle uses: the process's (a test may give the handles its
+/// thread opens pools of their own, [`private_pools`]).
+fn pools() -> (&'static ChunkPool, &'static BufferPool) {
+    #[cfg(test)]
+    if let Some(p) = PRIVATE_POOLS.with(std::cell::Cell::get) {
+        return p;
+    }
+    (&PROCESS_CHUNKS, &PROCESS_BLOCKS)
+}
+
+#[cfg(test)]
+thread_local! {
+    static PRIVATE_POOLS: std::cell::Cell<Option<(&'static ChunkPool, &'static BufferPool)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Gives the handles this thread opens from now on pools of their own (leaked): a test
+/// that counts what a pool keeps must not see other tests' files, which share the
+/// process's.
+#[cfg(test)]
+pub(crate) fn private_pools() {
+    let p: (&'static ChunkPool, &'static BufferPool) =
+        (Box::leak(Box::new(ChunkPool::new())), Box::leak(Box::new(BufferPool::new())));
+    PRIVATE_POOLS.with(|c| c.set(Some(p)));
+}
+
 /// A checkpoint directory: read-only ([`CheckpointStorage::open_existing`]) or the one
 /// writer of it ([`CheckpointStorage::open`], which holds the directory's lock for as long
 /// as the handle lives).
@@ -110,10 +136,10 @@ pub struct CheckpointStorage {
     pub(crate) deleter: Deleter,
     /// What the data files written so far showed of the disk (`Compression::Adaptive`).
     pub(crate) disk: DiskModel,
-    /// The aligned buffers of direct data files, reused by the next file.
-    pub(crate) chunks: ChunkPool,
-    /// The block buffers of data files' encoders, reused by the next file.
-    pub(crate) blocks: BufferPool,
+    /// The aligned buffers of direct data files, reused by the next file: the process's.
+    pub(crate) chunks: &'static ChunkPool,
+    /// The block buffers of data files' encoders, reused by the next file: the process's.
+    pub(crate) blocks: &'static BufferPool,
     /// The temp files a dead writer left that this writer removed when it opened, until
     /// the first `gc` reports them.
     pub(crate) removed_at_open: Mutex<Vec<PathBuf>>,
@@ -328,8 +354,8 @@ impl CheckpointStorage {
             writer: None,
             deleter,
             disk: DiskModel::default(),
-            chunks: ChunkPool::default(),
-            blocks: BufferPool::default(),
+            chunks: pools().0,
+            blocks: pools().1,
             removed_at_open: Mutex::new(Vec::new()),
             cleanup_errors,
         }
@@ -593,7 +619,7 @@ impl CheckpointStorage {
             snapshot,
             parent.map(|p| p.epoch),
             &self.config,
-            (&self.disk, &self.chunks, &self.blocks),
+            (&self.disk, self.chunks, self.blocks),
         )?;
         let own = FileRef::data(rel.clone(), &summary, checkpoint_id);
         let mut files = parent.map(|p| p.files.clone()).unwrap_or_default();

@@ -202,18 +202,21 @@ fn encode_chosen(
 ///
 /// Within one file the pool never holds more buffers than were in flight at once (every
 /// buffer in it was taken from it or allocated by an encoder), so it needs no bound there:
-/// the encoders' window bounds it. A checkpoint directory keeps one pool from file to
-/// file ([`CheckpointStorage`]'s), and after each file [`BufferPool::trim`] leaves it at
-/// most [`BufferPool::KEEP_BYTES`]: the encoder threads are new for each file, and
-/// memory the allocator has taken back costs a page fault and a page clear per page
-/// when touched again (mimalloc, the binary's allocator, returns freed memory after 10
-/// ms), which at 10^5 keys was ~15% of a full checkpoint's CPU.
-///
-/// [`CheckpointStorage`]: super::CheckpointStorage
+/// the encoders' window bounds it. One pool serves every checkpoint directory of the
+/// process ([`PROCESS_BLOCKS`]), and after each file [`BufferPool::trim`] leaves it at most
+/// [`BufferPool::KEEP_BYTES`]: the encoder threads are new for each file, and memory the
+/// allocator has taken back costs a page fault and a page clear per page when touched
+/// again (mimalloc, the binary's allocator, returns freed memory after 10 ms), which at
+/// 10^5 keys was ~15% of a full checkpoint's CPU. (Until 2026-12-06 each directory had its
+/// own pool: a new directory's first file paid for fresh buffers, and a process with many
+/// directories kept up to 8 MiB idle for each.)
 #[derive(Default)]
 pub(crate) struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
 }
+
+/// The process's pool of block buffers, which every checkpoint directory's encoders use.
+pub(crate) static PROCESS_BLOCKS: BufferPool = BufferPool::new();
 
 impl std::fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -222,6 +225,11 @@ impl std::fmt::Debug for BufferPool {
 }
 
 impl BufferPool {
+    /// An empty pool.
+    pub(crate) const fn new() -> Self {
+        BufferPool { free: Mutex::new(Vec::new()) }
+    }
+
     /// The most bytes of buffers kept from one file for the next: a file of the default
     /// 64 KiB blocks has about this much out at once on 2 to 4 encoder threads when its
     /// units are small (a state of 10^5 keys).
@@ -459,6 +467,7 @@ mod tests {
     /// and faulted in again), within the bound.
     #[test]
     fn a_directory_keeps_block_buffers_for_its_next_file() {
+        crate::checkpoint::storage::private_pools();
         let dir = tempfile::tempdir().unwrap();
         let storage = CheckpointStorage::open(dir.path(), StorageConfig::default()).unwrap();
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
@@ -476,6 +485,41 @@ mod tests {
             let (n, bytes) = storage.blocks.held();
             assert!(n > 0, "checkpoint {cid}: no block buffer kept for the next file");
             assert!(bytes <= BufferPool::KEEP_BYTES, "checkpoint {cid}: {bytes} B kept");
+        }
+    }
+
+    /// The process's pools serve every directory: a new directory's first data file (a new
+    /// job's first checkpoint) finds the block buffers and every direct chunk an earlier
+    /// directory's file left (and allocates none where that filled the pool: a full pool
+    /// is all a file has out at once). Fails with a pool per directory.
+    #[test]
+    fn a_new_directory_takes_the_buffers_an_earlier_directory_left() {
+        crate::checkpoint::storage::private_pools();
+        // 16 KiB chunks: a file of ~2 MB fills the chunk pool.
+        let config = StorageConfig { sync_every: 16 << 10, direct_io: true, ..StorageConfig::default() };
+        let mut store = Store::new();
+        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        for i in 0..20_000u64 {
+            store.put(id, &i.to_le_bytes(), &[i as u8; 100]).unwrap();
+        }
+        for d in 0..2 {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = CheckpointStorage::open(dir.path(), config.clone()).unwrap();
+            let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+            let (held, (kept, allocated)) = (storage.blocks.held().0, storage.chunks.counts());
+            if d == 1 {
+                assert!(held > 0, "no block buffer left for the new directory");
+                assert!(kept > 0, "no chunk left for the new directory");
+                assert_eq!(kept as u64, allocated.min(super::ChunkPool::KEEP as u64), "chunks lost");
+            }
+            let (h, _) = cp.snapshot(&mut store, 1, Target::Checkpoint).unwrap().wait().unwrap();
+            storage.commit(1, Target::Checkpoint, vec![h], BTreeMap::new(), BTreeMap::new()).unwrap();
+            let now = storage.chunks.counts().1;
+            if d == 1 && kept == super::ChunkPool::KEEP {
+                assert_eq!(now, allocated, "the new directory's first file allocated chunks");
+            } else if d == 0 {
+                assert!(now > 0, "the first directory's file allocated its chunks");
+            }
         }
     }
 }
