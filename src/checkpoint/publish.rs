@@ -377,13 +377,6 @@ pub(crate) struct ChunkPool {
 /// The process's pool of direct chunks, which every checkpoint directory's files use.
 pub(crate) static PROCESS_CHUNKS: ChunkPool = ChunkPool::new();
 
-impl ChunkPool {
-    /// An empty pool.
-    pub(crate) const fn new() -> Self {
-        ChunkPool { free: parking_lot::Mutex::new(Vec::new()), allocated: AtomicU64::new(0) }
-    }
-}
-
 impl std::fmt::Debug for ChunkPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChunkPool")
@@ -394,6 +387,11 @@ impl std::fmt::Debug for ChunkPool {
 }
 
 impl ChunkPool {
+    /// An empty pool.
+    pub(crate) const fn new() -> Self {
+        ChunkPool { free: parking_lot::Mutex::new(Vec::new()), allocated: AtomicU64::new(0) }
+    }
+
     /// The writer thread's, the queued ones, the one being filled, and one handed back but
     /// not yet taken again.
     pub(crate) const KEEP: usize = DIRECT_QUEUE + 3;
