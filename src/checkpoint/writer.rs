@@ -200,9 +200,9 @@ fn encode_chosen(
 /// next allocation faults its pages in again. Measured at 10^6 keys: ~10% of a full
 /// checkpoint's CPU. Recycling the buffers avoids all of it.
 ///
-/// Within one file the pool never holds more buffers than were in flight at once (every
-/// buffer in it was taken from it or allocated by an encoder), so it needs no bound there:
-/// the encoders' window bounds it. One pool serves every checkpoint directory of the
+/// While files are written the pool never holds more buffers than were in flight at once
+/// in them (every buffer in it was taken from it or allocated by an encoder), so it needs
+/// no bound there: the encoders' windows bound it. One pool serves every checkpoint directory of the
 /// process ([`PROCESS_BLOCKS`]), and after each file [`BufferPool::trim`] leaves it at most
 /// [`BufferPool::KEEP_BYTES`]: the encoder threads are new for each file, and memory the
 /// allocator has taken back costs a page fault and a page clear per page when touched
