@@ -645,6 +645,52 @@ fn no_space_is_named_and_the_previous_checkpoint_survives() {
     }
 }
 
+/// A full disk while a data file is produced (the direct writer thread, or a write-behind
+/// sync, fails under the encoders) is named on the file being written, the temp file,
+/// never on the final name, which does not exist yet (an outsider's full-disk runs,
+/// helper-39, saw `.../data/...-op-....incr` named). Every step of a 2 MB data file's
+/// writing, direct and buffered.
+#[test]
+fn no_space_while_a_data_file_is_produced_names_the_temp_file() {
+    let mut store = store_with(StoreConfig::default());
+    let mut rng = Rng::new(7);
+    for i in 0..20_000u32 {
+        let value: Vec<u8> = (0..100).map(|_| rng.next_u64() as u8).collect();
+        store.put(V, &i.to_le_bytes(), &value).unwrap();
+    }
+    for direct_io in [true, false] {
+        let config = StorageConfig { sync_every: 16 << 10, direct_io, ..StorageConfig::default() };
+        // The checkpoint's error, and the step count when it began (after the open).
+        let mut run = |dir: &Path, io: Arc<FaultyIo>| -> (Option<Error>, u64) {
+            let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
+            let storage = CheckpointStorage::open_with_io(dir, config.clone(), handle).unwrap();
+            let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+            let start = io.steps();
+            (cp.snapshot(&mut store, 1, Target::Checkpoint).and_then(|p| p.wait()).err(), start)
+        };
+        let dry = tempfile::tempdir().unwrap();
+        let count = FaultyIo::new(u64::MAX, Fault::Fail);
+        let (e, start) = run(dry.path(), count.clone());
+        assert!(e.is_none(), "{e:?}");
+        let mut named = 0;
+        for n in start..count.steps() {
+            let dir = tempfile::tempdir().unwrap();
+            let (Some(e), _) = run(dir.path(), FaultyIo::new_once(n, Fault::NoSpace)) else { continue };
+            let Error::NoSpace { path, op, .. } = &e else { panic!("step {n}: {e}") };
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.ends_with(".full") || name.ends_with(".incr") {
+                assert!(
+                    name.starts_with("tmp-"),
+                    "direct {direct_io}, step {n}: {op} named {}",
+                    path.display()
+                );
+                named += 1;
+            }
+        }
+        assert!(named > 10, "direct {direct_io}: only {named} steps failed a data file");
+    }
+}
+
 /// A mounted tmpfs of `size`, unmounted when dropped; `None` where mounting is not allowed.
 struct Tmpfs(tempfile::TempDir);
 

@@ -8,7 +8,7 @@ use std::io::Write;
 use super::block_choice::BlockChoice;
 use super::channel::ChannelStateHandle;
 use super::layout;
-use super::publish::{WriteOptions, publish};
+use super::publish::{SyncProgress, WriteOptions, publish};
 use super::recovery::{load_chain, open_chain_with};
 use super::storage::{CheckpointStorage, CommitMeta, StateHandle, Target, ensure_dir};
 use super::writer::{BufferPool, encode_unit, write_versioned};
@@ -137,7 +137,6 @@ impl CheckpointStorage {
         for op in &source.operators {
             let files = open_chain_with(self.io(), self.root(), source, op)?;
             let rel = self.own_name(layout::data_file_name(new_id, &op.operator, op.subtask, true));
-            let path = dir.join(&rel);
             let header = DataHeader {
                 kind: FileKind::Full,
                 checkpoint_id: new_id,
@@ -155,9 +154,14 @@ impl CheckpointStorage {
             let done_before = done;
             let summary = write_versioned(|runs| {
                 done = done_before;
-                publish(self.io(), &dir, &rel, new_id, options, |out: &mut dyn Write, _| {
-                    let mut w =
-                        DataFileWriter::with_version(out, &path, header, states.clone(), runs.version())?;
+                publish(self.io(), &dir, &rel, new_id, options, |out: &mut dyn Write, sync: &SyncProgress| {
+                    let mut w = DataFileWriter::with_version(
+                        out,
+                        sync.file(),
+                        header,
+                        states.clone(),
+                        runs.version(),
+                    )?;
                     let pool = BufferPool::default();
                     // Blocks must come in (state, key group) order: one state at a time, one
                     // key group at a time, loading only that state's records of that group.

@@ -111,6 +111,9 @@ pub struct SyncProgress {
     /// Whether the file system took `O_DIRECT` (0: not asked yet, 1: yes, 2: no, and the
     /// chunks go to the page cache, whose copies say nothing of the disk).
     os_direct: AtomicU8,
+    /// Where the bytes go: the temp file (on object storage, the object itself), which an
+    /// error while the file is produced names.
+    file: PathBuf,
 }
 
 impl SyncProgress {
@@ -137,7 +140,14 @@ impl SyncProgress {
             earlier,
             direct: options.direct,
             os_direct: AtomicU8::new(0),
+            file: PathBuf::new(),
         }
+    }
+
+    /// Where the bytes go: the temp file, or on object storage the object (the final name
+    /// is not there until the file is complete).
+    pub(crate) fn file(&self) -> &Path {
+        &self.file
     }
 
     /// Whether the file system took `O_DIRECT` for this file.
@@ -694,7 +704,8 @@ pub fn publish<T>(
     let result = (|| {
         let file = dest.create(io)?;
         let earlier = options.model.and_then(DiskModel::ns_per_byte);
-        let progress = SyncProgress::new(&options, earlier);
+        let mut progress = SyncProgress::new(&options, earlier);
+        progress.file = tmp.to_path_buf();
         let (value, file) = if options.direct {
             produce_direct(file, (options.chunk_len(), options.chunks), &progress, tmp, f)?
         } else {
@@ -772,7 +783,11 @@ fn produce_buffered<T>(
         let (file, requests) = match behind {
             Ok(b) => (b.file, b.requests),
             Err(e) => {
-                let _ = syncer.borrow_mut().take().map(|h| h.join());
+                // A write refused because the syncer had stopped: the syncer's error (a
+                // full disk, say) is the cause, and what the caller must see.
+                if let Some(Ok(Err(cause))) = syncer.borrow_mut().take().map(|h| h.join()) {
+                    return Err(Error::io("fdatasync", tmp, cause));
+                }
                 return Err(e);
             }
         };

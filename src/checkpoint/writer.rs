@@ -298,7 +298,6 @@ pub(crate) fn write_snapshot_file(
         snapshot.descriptors().map(|d| FileState { name: d.name.clone(), kind: d.kind }).collect();
     let units: Vec<(u32, u32)> =
         (0..states.len() as u32).flat_map(|s| snapshot.key_groups().iter().map(move |kg| (s, kg))).collect();
-    let path = dir.join(rel);
     write_versioned(|runs| {
         publish(
             io,
@@ -314,7 +313,13 @@ pub(crate) fn write_snapshot_file(
                 // (`DiskPace::Soon`); without write-behind nothing is measured, and every block
                 // gets the full effort.
                 let disk_pace = || progress.disk_pace();
-                let mut w = DataFileWriter::with_version(out, &path, header, states.clone(), runs.version())?;
+                let mut w = DataFileWriter::with_version(
+                    out,
+                    progress.file(),
+                    header,
+                    states.clone(),
+                    runs.version(),
+                )?;
                 // Encoders take the next unit as they become free (units differ in size, and the
                 // cores are shared with this thread and the syncer, so a fixed split leaves one
                 // encoder idle while the other finishes) and send its blocks; this thread writes
@@ -348,7 +353,7 @@ pub(crate) fn write_snapshot_file(
                         match spawned {
                             Ok(_) => started += 1,
                             Err(e) if started == 0 => {
-                                return Err(Error::io("the start of an encoder thread", &path, e));
+                                return Err(Error::io("the start of an encoder thread", progress.file(), e));
                             }
                             Err(_) => break,
                         }
