@@ -77,7 +77,9 @@ pub(crate) fn encode_unit(
     runs: &Runs,
 ) -> Result<Vec<EncodedBlock>> {
     let mut blocks = Vec::new();
-    let capacity = target + 1024;
+    // Room for a block's records and, as every pooled buffer may become a block, for
+    // LZ4's largest output of them: any buffer of the pool then serves either way.
+    let capacity = crate::format::lz4_bound(target + 1024);
     // Taken at the first record: most units of a small increment have none.
     let mut buf = Vec::new();
     let mut meta = BlockRecords { state, key_group, records: 0, first_hash: 0, last_hash: 0 };
@@ -139,7 +141,7 @@ pub(crate) fn encode_unit(
         if meta.records == 0 {
             meta.first_hash = key_hash(r.key());
             if buf.capacity() == 0 {
-                buf = pool.take();
+                buf = pool.take(capacity);
             }
             buf.reserve(capacity);
         }
@@ -189,7 +191,7 @@ fn encode_chosen(
     pool: &BufferPool,
 ) -> Result<EncodedBlock> {
     let effort = choice.effort(buf);
-    let b = encode_block(meta, buf, pool.take_spare(), effort)?;
+    let b = encode_block(meta, buf, pool.take_spare(crate::format::lz4_bound(buf.len())), effort)?;
     choice.encoded(u64::from(b.raw_len), b.bytes.len() as u64, effort);
     Ok(b)
 }
@@ -239,18 +241,28 @@ impl BufferPool {
     /// outsized block is not kept.
     const KEEP_ONE: usize = 1 << 20;
 
-    /// An empty buffer, recycled if one is free.
-    pub(crate) fn take(&self) -> Vec<u8> {
-        let mut buf = self.take_spare();
+    /// An empty buffer of at least `min` bytes' capacity (the caller reserves them),
+    /// recycled if one is free.
+    pub(crate) fn take(&self, min: usize) -> Vec<u8> {
+        let mut buf = self.take_spare(min);
         buf.clear();
         buf
     }
 
     /// A recycled buffer as it was given back, holding what it held (a written block):
     /// for `encode_block`'s `spare`, which LZ4 overwrites without zeroing the bytes it
-    /// already holds.
-    pub(crate) fn take_spare(&self) -> Vec<u8> {
-        self.free.lock().pop().unwrap_or_default()
+    /// already holds. One of at least `min` bytes' capacity if the pool has one, else
+    /// another: growing a small one frees it and allocates anew, and memory the allocator
+    /// has returned to the kernel meanwhile is faulted in and cleared again (the units of
+    /// a small increment, a block each, took the small buffers of the last one's blocks
+    /// and grew them: 2 MiB page faults were a sixth of an increment's encoder time at
+    /// 10^6 keys).
+    pub(crate) fn take_spare(&self, min: usize) -> Vec<u8> {
+        let mut free = self.free.lock();
+        match free.iter().rposition(|b| b.capacity() >= min) {
+            Some(at) => free.swap_remove(at),
+            None => free.pop().unwrap_or_default(),
+        }
     }
 
     /// Returns a buffer for reuse (dropped if it has no allocation), with its contents.
@@ -464,7 +476,27 @@ mod tests {
             bytes <= BufferPool::KEEP_BYTES && n >= BufferPool::KEEP_BYTES / (65 << 10),
             "{n} buffers, {bytes} B"
         );
-        assert!(pool.take().capacity() <= BufferPool::KEEP_ONE);
+        assert!(pool.take(0).capacity() <= BufferPool::KEEP_ONE);
+    }
+
+    /// A buffer is taken of the capacity asked for when the pool has one (growing a
+    /// smaller one would free it and allocate anew), else any, and with its contents for a
+    /// spare, empty otherwise.
+    #[test]
+    fn the_pool_gives_a_buffer_large_enough_when_it_has_one() {
+        let pool = BufferPool::default();
+        for cap in [1_000, 70_000, 500] {
+            let mut b = Vec::with_capacity(cap);
+            b.extend_from_slice(b"old");
+            pool.give(b);
+        }
+        let spare = pool.take_spare(60_000);
+        assert!(spare.capacity() >= 70_000, "{}", spare.capacity());
+        assert_eq!(spare, b"old", "a spare keeps what it held");
+        assert!(pool.take(900).capacity() >= 1_000);
+        let last = pool.take(60_000);
+        assert!(last.is_empty() && last.capacity() >= 500, "none large enough: another");
+        assert_eq!(pool.take(1).capacity(), 0, "an empty pool gives a new buffer");
     }
 
     /// A checkpoint directory keeps its encoders' block buffers for the next data file (the

@@ -368,6 +368,13 @@ pub fn lz4_into(raw: &[u8], out: &mut Vec<u8>, effort: Effort) -> bool {
     lz4_at(raw, out, at, effort)
 }
 
+/// The room [`lz4_at`] needs for `raw_len` bytes: LZ4's largest output for them, at
+/// either effort (`Store` needs none).
+pub fn lz4_bound(raw_len: usize) -> usize {
+    let full = lz4_flex::block::get_maximum_output_size(raw_len);
+    lz4::block::compress_bound(raw_len).map_or(full, |fast| fast.max(full))
+}
+
 /// [`lz4_into`] writing the LZ4 block at `out[at..]`, whatever `out` held from `at` on
 /// (`out` must hold at least `at` bytes): `out` then ends with the block if that made it
 /// smaller, else at `at`. LZ4 writes into an initialized slice of its maximum output

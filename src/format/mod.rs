@@ -15,7 +15,7 @@ pub mod timers;
 pub use channel::{ChannelEntry, ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
 pub use datafile::{
     BlockInfo, CompressChoice, DataFile, DataFileWriter, DataHeader, Effort, EncodedBlock, FileKind,
-    FileOwner, FileState, FileSummary, RangeSource, RangedParts, encode_block, lz4_into, lz4_len,
+    FileOwner, FileState, FileSummary, RangeSource, RangedParts, encode_block, lz4_bound, lz4_into, lz4_len,
 };
 pub use manifest::{
     ChannelStateRef, CheckpointStatistics, FileRef, Manifest, ManifestKind, OperatorState, RestoreStatistics,
