@@ -691,6 +691,94 @@ fn no_space_while_a_data_file_is_produced_names_the_temp_file() {
     }
 }
 
+/// Compacting a checkpoint whose sinks committed (a bounded job's final one) never leaves
+/// the compacted checkpoint standing without that record (helper-40: on a disk with one
+/// inode left the new manifest was published, the record failed, and a job resumed from the
+/// new newest checkpoint refused every attempt): at every step of the compaction, ENOSPC
+/// once leaves either the source as the newest, with its record, or the new checkpoint
+/// with its record.
+#[test]
+fn a_failed_compaction_never_leaves_a_checkpoint_without_its_sinks_committed_record() {
+    let run = |dir: &Path, io: Arc<FaultyIo>| -> (floe::Result<u64>, u64) {
+        let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
+        let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
+        let mut store = store_with(StoreConfig::default());
+        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+        put_round(&mut store, 1, 2000);
+        checkpoint(&storage, &mut cp, &mut store, 1);
+        storage.mark_sinks_committed(1).unwrap();
+        let start = io.steps();
+        let r = storage.compact(1, Target::Checkpoint, &mut |_, _| {}).map(|m| m.checkpoint_id);
+        (r, start)
+    };
+    let dry = tempfile::tempdir().unwrap();
+    let count = FaultyIo::new(u64::MAX, Fault::Fail);
+    let (r, start) = run(dry.path(), count.clone());
+    let new_id = r.unwrap();
+    let mut failed = 0;
+    for n in start..count.steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let (r, _) = run(dir.path(), FaultyIo::new_once(n, Fault::NoSpace));
+        failed += usize::from(r.is_err());
+        let s = CheckpointStorage::open_existing(dir.path(), StorageConfig::default()).unwrap();
+        let newest = *s.checkpoint_ids().unwrap().last().unwrap();
+        let record = dir.path().join(floe::checkpoint::layout::checkpoint_committed_name(newest));
+        assert!(record.is_file(), "step {n} ({r:?}): checkpoint {newest} is the newest without its record");
+        assert!(newest == 1 || newest == new_id, "step {n}: newest {newest}");
+        if r.is_err() {
+            assert_eq!(newest, 1, "step {n}: a failed compaction left checkpoint {newest}");
+        }
+    }
+    assert!(failed > 5, "only {failed} steps failed the compaction");
+}
+
+/// One expired manifest that cannot be removed (made immutable: `EPERM`) does not stop
+/// retention: every other expired checkpoint and its files go, commit after commit, and the
+/// failure is reported (helper-40: the first failed removal returned at once, so the
+/// directory kept every checkpoint until the disk was full). Nor does one orphan `gc`
+/// cannot remove stop it removing the others.
+#[test]
+fn a_manifest_or_orphan_that_cannot_be_removed_does_not_stop_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = FaultyIo::new(u64::MAX, Fault::Fail);
+    let stuck = floe::checkpoint::layout::manifest_name(1);
+    io.fail_removes(&stuck, u32::MAX, 1);
+    let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
+    let config = StorageConfig {
+        num_retained: 2,
+        policy: floe::checkpoint::ChainPolicy { max_increments: 0, ..Default::default() },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open_with_io(dir.path(), config, handle).unwrap();
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    for id in 1..=8 {
+        put_round(&mut store, id, 200);
+        checkpoint(&storage, &mut cp, &mut store, id);
+    }
+    storage.wait_for_cleanup();
+    assert_eq!(storage.checkpoint_ids().unwrap(), vec![1, 7, 8], "expired checkpoints kept");
+    let data: Vec<String> = std::fs::read_dir(dir.path().join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(data.len(), 3, "the files of checkpoints 1, 7 and 8 only: {data:?}");
+    let errors = storage.take_cleanup_errors();
+    assert!(errors.iter().any(|e| e.contains(&stuck)), "{errors:?}");
+
+    // Two orphans, the first of which cannot be removed.
+    let name = |id| floe::checkpoint::layout::data_file_name(id, "op", 0, true);
+    let source = dir.path().join("data").join(&data[0]);
+    for id in [90, 91] {
+        std::fs::copy(&source, dir.path().join(name(id))).unwrap();
+    }
+    io.fail_removes(&name(90), 1, 1);
+    let e = storage.gc(false).unwrap_err();
+    assert!(e.to_string().contains(&name(90)), "{e}");
+    assert!(!dir.path().join(name(91)).exists(), "the removable orphan was left");
+    assert!(dir.path().join(name(90)).exists());
+}
+
 /// A mounted tmpfs of `size`, unmounted when dropped; `None` where mounting is not allowed.
 struct Tmpfs(tempfile::TempDir);
 

@@ -4,10 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 
 use super::block_choice::BlockChoice;
 use super::channel::ChannelStateHandle;
-use super::layout;
+use super::io::EntryKind;
+use super::layout::{self, SAVEPOINT_MANIFEST};
 use super::publish::{SyncProgress, WriteOptions, publish};
 use super::recovery::{load_chain, open_chain_with};
 use super::storage::{CheckpointStorage, CommitMeta, StateHandle, Target, ensure_dir};
@@ -105,8 +107,8 @@ impl CheckpointStorage {
                     decode(&source.extra),
                     meta,
                 )?;
-                if committed {
-                    self.mark_sinks_committed(new_id)?;
+                if committed && let Err(e) = self.mark_sinks_committed(new_id) {
+                    return Err(self.withdraw_compacted(checkpoint_id, new_id, target, e));
                 }
                 Ok(m)
             }
@@ -114,6 +116,41 @@ impl CheckpointStorage {
                 self.abort(new_id);
                 Err(e)
             }
+        }
+    }
+
+    /// A compacted checkpoint whose source's sinks had committed must not stand without
+    /// that record: a job resumed from it would take the source's transactions as not
+    /// committed (and refuse to resume where they were). When the record could not be
+    /// written (`cause`, a full disk say) the new manifest is removed and its files with it,
+    /// as if the compaction had failed earlier, while the source is still there to be the
+    /// newest again; if retention already removed the source, the new checkpoint stays (it
+    /// is the only copy) and the error says how to finish.
+    fn withdraw_compacted(&self, source: u64, new_id: u64, target: Target, cause: Error) -> Error {
+        let source_there = matches!(self.io.stat(&self.manifest_path(source)), Ok((EntryKind::File, _)));
+        if !source_there {
+            return Error::Background(format!(
+                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint                  {source}, whose manifest retention removed: {cause}; call mark_sinks_committed({new_id})                  once the cause is fixed"
+            ));
+        }
+        let manifest = match target {
+            Target::Checkpoint => self.manifest_path(new_id),
+            Target::Savepoint => self.root.join(layout::savepoint_dir(new_id)).join(SAVEPOINT_MANIFEST),
+        };
+        let dir = manifest.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
+        let withdrawn = self
+            .io
+            .remove_file(&manifest)
+            .and_then(|()| self.io.sync_dir(&dir))
+            .map_err(|e| Error::io("remove", &manifest, e));
+        match withdrawn {
+            Ok(()) => {
+                self.remove_files_of(new_id);
+                cause
+            }
+            Err(e) => Error::Background(format!(
+                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint                  {source} ({cause}), and could not be withdrawn ({e}); call mark_sinks_committed({new_id})                  once the cause is fixed"
+            )),
         }
     }
 

@@ -86,12 +86,19 @@ impl CheckpointStorage {
         // that name is foreign, never removed, and holds nothing up.
         let ids = self.manifest_ids(true)?;
         let keep_from = ids.len().saturating_sub(self.config().num_retained);
+        // A removal that fails (a file made immutable, a directory another user owns) does
+        // not stop the others, nor the sweep: one stuck manifest must not keep every later
+        // expired checkpoint and its files (the directory would grow until the disk is
+        // full). The first failure is returned once the rest is done, the others noted.
+        let mut failures = Vec::new();
         for &id in &ids[..keep_from] {
             let p = self.manifest_path(id);
             // Noted first: a failed removal may have removed it all the same.
             self.note_retired(id);
-            self.io.remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
-            report.removed_checkpoints.push(id);
+            match self.io.remove_file(&p) {
+                Ok(()) => report.removed_checkpoints.push(id),
+                Err(e) => failures.push(Error::io("remove", &p, e)),
+            }
         }
         if !report.removed_checkpoints.is_empty() {
             self.io.sync_dir(&self.root).map_err(|e| Error::io("fsync dir", &self.root, e))?;
@@ -103,14 +110,26 @@ impl CheckpointStorage {
             }
             Ok(orphans) => {
                 for p in orphans.ours {
-                    if remove_if_there(&*self.io, &p).map_err(|e| Error::io("remove", &p, e))? {
-                        report.removed_files.push(p);
+                    match remove_if_there(&*self.io, &p) {
+                        Ok(true) => report.removed_files.push(p),
+                        Ok(false) => {}
+                        Err(e) => failures.push(Error::io("remove", &p, e)),
                     }
                 }
             }
             Err(e) => report.skipped = Some(e.to_string()),
         }
-        Ok(report)
+        self.first_of(failures).map_or(Ok(report), Err)
+    }
+
+    /// The first of `failures` (the others noted as cleanup errors), if any.
+    fn first_of(&self, failures: Vec<Error>) -> Option<Error> {
+        let mut failures = failures.into_iter();
+        let first = failures.next()?;
+        for e in failures {
+            self.note_cleanup_error(e);
+        }
+        Some(first)
     }
 
     /// floe's files that no valid checkpoint needs (and that no checkpoint in flight is
@@ -303,12 +322,20 @@ impl CheckpointStorage {
         let _serial = self.serialize_with_commits();
         let mut orphans = self.orphans_inner()?;
         if !dry_run {
+            // Every orphan that can be removed is, whatever fails before it; the first
+            // failure is returned, the others noted ([`CheckpointStorage::take_cleanup_errors`]).
+            let mut failures = Vec::new();
             for p in &orphans.ours {
                 // One gone since the listing (an abort of this handle on another thread
                 // removed it) is what gc wanted.
-                remove_if_there(&*self.io, p).map_err(|e| Error::io("remove", p, e))?;
+                if let Err(e) = remove_if_there(&*self.io, p) {
+                    failures.push(Error::io("remove", p, e));
+                }
             }
             self.remove_empty_savepoint_dirs();
+            if let Some(e) = self.first_of(failures) {
+                return Err(e);
+            }
             let mut at_open = std::mem::take(&mut *self.removed_at_open.lock());
             at_open.append(&mut orphans.ours);
             orphans.ours = at_open;

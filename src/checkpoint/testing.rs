@@ -93,6 +93,8 @@ pub struct FaultyIo {
     skip: Mutex<Option<SkipRule>>,
     /// Read faults: the next `n` reads whose path contains the pattern fail with `errno`.
     read_faults: Mutex<Vec<(String, u32, i32)>>,
+    /// `(pattern, count, errno)`: the next `count` removals of a path containing `pattern`.
+    remove_faults: Mutex<Vec<(String, u32, i32)>>,
 }
 
 impl FaultyIo {
@@ -120,6 +122,7 @@ impl FaultyIo {
             seq: AtomicU64::new(0),
             skip: Mutex::new(None),
             read_faults: Mutex::new(Vec::new()),
+            remove_faults: Mutex::new(Vec::new()),
         })
     }
 
@@ -149,6 +152,12 @@ impl FaultyIo {
         self.read_faults.lock().push((pattern.to_string(), count, errno));
     }
 
+    /// The next `count` removals of a path containing `pattern` fail with OS error `errno`
+    /// and remove nothing (a file made immutable, `EPERM` = 1), without counting as steps.
+    pub fn fail_removes(&self, pattern: &str, count: u32, errno: i32) {
+        self.remove_faults.lock().push((pattern.to_string(), count, errno));
+    }
+
     /// Counts a step; `Err` if it is the failing one or comes after it.
     fn step(&self, kind: &'static str, path: &Path) -> Result<(), Fault> {
         if self.dead.load(Ordering::SeqCst) {
@@ -167,8 +176,12 @@ impl FaultyIo {
     }
 
     fn read_fault(&self, path: &Path) -> io::Result<()> {
+        Self::pattern_fault(&self.read_faults, path)
+    }
+
+    fn pattern_fault(faults: &Mutex<Vec<(String, u32, i32)>>, path: &Path) -> io::Result<()> {
         let p = path.to_string_lossy();
-        let mut faults = self.read_faults.lock();
+        let mut faults = faults.lock();
         if let Some(f) = faults.iter_mut().find(|f| f.1 > 0 && p.contains(&f.0)) {
             f.1 -= 1;
             return Err(io::Error::from_raw_os_error(f.2));
@@ -347,6 +360,7 @@ impl Io for FaultyIoHandle {
         Ok(())
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
+        FaultyIo::pattern_fault(&self.0.remove_faults, path)?;
         self.0.step("remove", path).map_err(injected)?;
         // What a crash would bring back: the durable part of a file written here, all of
         // one that was there before.
