@@ -122,12 +122,13 @@ impl CheckpointStorage {
         self.first_of(failures).map_or(Ok(report), Err)
     }
 
-    /// The first of `failures` (the others noted as cleanup errors), if any.
+    /// The first of `failures` (the others noted as cleanup errors, once until taken), if
+    /// any.
     fn first_of(&self, failures: Vec<Error>) -> Option<Error> {
         let mut failures = failures.into_iter();
         let first = failures.next()?;
         for e in failures {
-            self.note_cleanup_error(e);
+            self.note_cleanup_error_once("", &e.to_string());
         }
         Some(first)
     }

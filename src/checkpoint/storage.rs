@@ -530,6 +530,16 @@ impl CheckpointStorage {
         self.cleanup_errors.lock().push(e.to_string());
     }
 
+    /// Notes `why` (after `context`) unless a noted error not yet taken ends with it: a
+    /// failure that repeats at every commit (a file cleanup cannot remove) is kept once,
+    /// not once per commit.
+    pub(crate) fn note_cleanup_error_once(&self, context: &str, why: &str) {
+        let mut errors = self.cleanup_errors.lock();
+        if !errors.iter().any(|n| n.ends_with(why)) {
+            errors.push(format!("{context}{why}"));
+        }
+    }
+
     /// Removes a file floe no longer needs, noting a failure as a cleanup error. One gone
     /// already (a gc or retention on another thread took it) is no failure.
     pub(crate) fn remove_noting(&self, p: &Path) {
@@ -718,7 +728,13 @@ impl CheckpointStorage {
             // reported through `take_cleanup_errors`. The files it frees are unlinked in
             // the background (`wait_for_cleanup`).
             match self.retain_inner(true) {
-                Err(e) => self.note_cleanup_error(format!("retention after checkpoint {checkpoint_id}: {e}")),
+                // A file retention cannot remove fails it commit after commit: noted once
+                // until the errors are taken, not once per commit (an embedder that never
+                // takes them would keep a string per commit).
+                Err(e) => self.note_cleanup_error_once(
+                    &format!("retention after checkpoint {checkpoint_id}: "),
+                    &e.to_string(),
+                ),
                 // Orphans cannot be told apart while a manifest cannot be read: none is
                 // removed, commit after commit, until it is fixed. Reported once until
                 // the errors are taken (not once per commit).
