@@ -401,6 +401,47 @@ fn missing_files_are_io_errors_naming_them() {
     }
 }
 
+/// A data file cut short by another process after floe opened it (or one the device can
+/// no longer read) is an I/O error naming the file and the bytes that could not be read,
+/// not a `SIGBUS` ending the process (as when files were memory-mapped: the whole test
+/// binary died here).
+#[test]
+fn a_data_file_truncated_after_it_was_opened_is_an_error_not_a_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(tmp.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let mut cp = Checkpointer::new(Arc::clone(&storage), OP, 0);
+    let mut store = Store::new();
+    let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+    let mut rng = Rng::new(7);
+    for i in 0..20_000u32 {
+        let v: Vec<u8> = (0..100).map(|_| rng.below(256) as u8).collect();
+        store.put(id, &key(i), &v).unwrap();
+    }
+    checkpoint(&storage, &mut cp, &mut store, 1, FileKind::Full);
+    let m = storage.read_manifest(1).unwrap();
+    let path = storage.root().join(&m.files[0].path);
+    let len = std::fs::metadata(&path).unwrap().len();
+    // Larger than what opening reads (header, index, footer): blocks are read later.
+    assert!(len > 4 * floe::format::TAIL, "{len}");
+    for check in ["blocks", "crc"] {
+        let f = DataFile::open(&path).unwrap();
+        let before = f.verify_blocks().unwrap();
+        assert!(before >= 20_000, "{before}");
+        let original = std::fs::read(&path).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
+        let e = match check {
+            "blocks" => f.verify_blocks().unwrap_err(),
+            _ => f.whole_crc32().unwrap_err(),
+        };
+        let Error::Io { path: named, source, .. } = &e else { panic!("{check}: {e:?}") };
+        assert_eq!(named, &path, "{e}");
+        assert_eq!(source.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+        let text = e.to_string();
+        assert!(text.contains("bytes ") && text.contains("truncated"), "{check}: {text}");
+        std::fs::write(&path, &original).unwrap();
+    }
+}
+
 // ---- crafted files --------------------------------------------------------------------
 
 /// Where a data file's index lies: (index offset, offset of the block count).

@@ -135,7 +135,7 @@ pub enum Opened {
 /// A data file opened for reading ([`Io::open_data`]): whole, or (object storage) only
 /// its head and tail, the blocks to be fetched by range as a reader needs them.
 pub enum DataOpen {
-    /// Opened whole (a local file, which is then mapped; a small object).
+    /// Opened whole (a local file, whose blocks are then read by position; a small object).
     Whole(Opened),
     /// Only ranges fetched.
     Ranges(crate::format::RangedParts),

@@ -52,8 +52,8 @@ pub const PART: usize = 8 << 20;
 pub const IN_FLIGHT: usize = 2;
 /// Bytes fetched from the end of a data file when it is opened: its index and footer
 /// (an index is 32 bytes per block, so this covers files of ~2000 blocks in one request;
-/// a longer index costs one more).
-pub const TAIL: u64 = 64 << 10;
+/// a longer index costs one more). The same as a local file's.
+pub const TAIL: u64 = crate::format::TAIL;
 /// Ranges of blocks at most this far apart are fetched as one (the bytes between cost
 /// less than another request: object_store's own default).
 pub const COALESCE: u64 = 1 << 20;

@@ -104,7 +104,7 @@ pub(crate) fn open_listed_data(io: &dyn Io, path: &Path, fref: &crate::format::F
     }
 }
 
-/// A data file from what [`Io::open_read`] opened: a local file is mapped, an object's
+/// A data file from what [`Io::open_read`] opened: a local file is read by position, an object's
 /// bytes are parsed where they are.
 pub(crate) fn data_file(opened: super::io::Opened, path: &Path) -> Result<DataFile> {
     match opened {
@@ -577,7 +577,7 @@ impl CheckpointStorage {
                 // on opening, its size is the listed one, and each block's checksum is
                 // checked when it is read (a bad block at restore falls back like this).
                 let want = m.file(rel).map_or(0, |r| r.crc32);
-                let Some(got) = f.whole_crc32() else {
+                let Some(got) = f.whole_crc32()? else {
                     if thorough {
                         f.prefetch(KeyGroupRange::all(m.max_parallelism))?;
                         f.verify_blocks()?;

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::cursor::Cursor;
+use super::medium::{FileBytes, RangedParts, short_read};
 use super::{
     DATA_HEADER_LEN, DATA_HEADER_LEN_V1, DATA_MAGIC, DataVersion, FOOTER_LEN, FOOTER_MAGIC, INDEX_ENTRY_LEN,
     MAX_BLOCK_LEN, NEWEST_DATA_VERSION, compression, tag,
@@ -19,6 +20,10 @@ use super::{
 use crate::error::{Error, Result};
 use crate::state::keygroup::{key_group_of_hash, key_hash};
 use crate::state::{KeyGroupRange, MIN_RECORD_LEN, Record, StateKind, list};
+
+/// The largest read buffer a thread keeps between blocks of local files (a larger block
+/// is read into one that is then freed).
+const KEPT_READ_BUFFER: usize = 4 << 20;
 
 /// Whether a data file is a full snapshot or an increment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -701,110 +706,6 @@ fn follows(version: DataVersion, kind: StateKind, last: u64, first: u64) -> bool
 /// block and its last key, only when the next block's check needs them.
 type Seam = Option<(BlockInfo, Vec<u8>)>;
 
-/// Bytes of an opened file: memory-mapped, read into memory when mapping fails, or (an
-/// object on object storage) only the ranges a reader needs.
-enum FileBytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-    Ranged(Box<Ranged>),
-}
-
-/// Reads byte ranges of one file or object: what a ranged [`DataFile`] fetches its blocks
-/// with (the object-storage backend implements it; `checkpoint::io::DataOpen`).
-pub trait RangeSource: Send + Sync {
-    /// The bytes of each range (offsets in the file), in order; each exactly as long as
-    /// its range.
-    fn read_ranges(&self, ranges: &[std::ops::Range<u64>]) -> std::io::Result<Vec<Vec<u8>>>;
-
-    /// The bytes of one range, exactly as long as it.
-    fn read_range(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
-        let want = range.end.saturating_sub(range.start);
-        match self.read_ranges(std::slice::from_ref(&range))?.pop() {
-            Some(v) if v.len() as u64 == want => Ok(v),
-            _ => Err(short_read()),
-        }
-    }
-}
-
-/// The fetched parts of a file of which only ranges are read: its first bytes (the
-/// header), its last bytes (index and footer), and the blocks fetched by
-/// [`DataFile::prefetch`], each handed out once.
-pub struct RangedParts {
-    /// Length of the whole file (as the medium reports it).
-    pub len: u64,
-    /// Bytes `0..head.len()` (at least the header, or the whole file).
-    pub head: Vec<u8>,
-    /// Where `tail` starts.
-    pub tail_start: u64,
-    /// Bytes `tail_start..len` (at least the footer).
-    pub tail: Vec<u8>,
-    /// Reads the rest.
-    pub source: std::sync::Arc<dyn RangeSource>,
-}
-
-struct Ranged {
-    parts: RangedParts,
-    /// Stored bytes of prefetched blocks, by offset.
-    blocks: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
-}
-
-impl FileBytes {
-    fn len(&self) -> usize {
-        match self {
-            FileBytes::Mapped(m) => m.len(),
-            FileBytes::Owned(v) => v.len(),
-            FileBytes::Ranged(r) => r.parts.len as usize,
-        }
-    }
-
-    /// Every byte, unless only ranges were fetched.
-    fn whole(&self) -> Option<&[u8]> {
-        match self {
-            FileBytes::Mapped(m) => Some(m),
-            FileBytes::Owned(v) => Some(v),
-            FileBytes::Ranged(_) => None,
-        }
-    }
-
-    /// Bytes `r` if they are at hand (always, unless only ranges were fetched).
-    fn get(&self, r: std::ops::Range<usize>) -> Option<&[u8]> {
-        match self {
-            FileBytes::Ranged(g) => {
-                let p = &g.parts;
-                let ts = p.tail_start as usize;
-                if r.end <= p.head.len() {
-                    p.head.get(r)
-                } else if r.start >= ts {
-                    p.tail.get(r.start - ts..r.end - ts)
-                } else {
-                    None
-                }
-            }
-            whole => whole.whole().and_then(|b| b.get(r)),
-        }
-    }
-
-    /// Makes bytes `start..` at hand: a ranged file's tail is extended down to `start`
-    /// (an index longer than the tail first fetched).
-    fn fetch_from(&mut self, start: usize, path: &Path) -> Result<()> {
-        let FileBytes::Ranged(g) = self else { return Ok(()) };
-        let p = &mut g.parts;
-        if start as u64 >= p.tail_start {
-            return Ok(());
-        }
-        let mut head =
-            p.source.read_range(start as u64..p.tail_start).map_err(|e| Error::io("read", path, e))?;
-        head.extend_from_slice(&p.tail);
-        p.tail = head;
-        p.tail_start = start as u64;
-        Ok(())
-    }
-}
-
-fn short_read() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the medium returned fewer bytes than asked")
-}
-
 /// An opened, validated data file. Opening checks the header, footer and index (magic,
 /// version, lengths, checksums, bounds); blocks are checked when read.
 pub struct DataFile {
@@ -825,26 +726,17 @@ impl std::fmt::Debug for DataFile {
 }
 
 impl DataFile {
-    /// Opens `path` through mmap (falling back to a plain read) and validates its frame.
-    /// A link, FIFO, socket or device is refused (corruption) without blocking.
+    /// Opens `path` and validates its frame (blocks are read when needed, by position:
+    /// `format::medium`). A link, FIFO, socket or device is refused (corruption) without
+    /// blocking.
     pub fn open(path: &Path) -> Result<DataFile> {
         Self::from_file(crate::fsutil::open_regular(path)?, path)
     }
 
-    /// Maps (or reads) `file`, opened from `path`, and validates its frame.
+    /// Validates the frame of `file`, opened from `path`; its blocks are read from it when
+    /// needed.
     pub fn from_file(file: std::fs::File, path: &Path) -> Result<DataFile> {
-        // SAFETY: published data files are immutable: floe writes them under a temp name,
-        // renames them into place and never modifies them again; every byte read through
-        // the map is validated (lengths, checksums) before use.
-        let bytes = match unsafe { memmap2::Mmap::map(&file) } {
-            Ok(m) => FileBytes::Mapped(m),
-            Err(_) => {
-                let mut v = Vec::new();
-                std::io::Read::read_to_end(&mut &file, &mut v).map_err(|e| Error::io("read", path, e))?;
-                FileBytes::Owned(v)
-            }
-        };
-        Self::parse(path.to_path_buf(), bytes)
+        Self::parse(path.to_path_buf(), FileBytes::local(file, path)?)
     }
 
     /// Validates a data file held in memory (used by tests and fuzzing).
@@ -863,8 +755,7 @@ impl DataFile {
         {
             return Err(Error::io("read", path, short_read()));
         }
-        let blocks = parking_lot::Mutex::new(std::collections::HashMap::new());
-        Self::parse(path.to_path_buf(), FileBytes::Ranged(Box::new(Ranged { parts, blocks })))
+        Self::parse(path.to_path_buf(), FileBytes::ranged(parts))
     }
 
     /// Checks the frame in the order of format-spec/data-file.md, "Validity", steps 1..12,
@@ -1137,15 +1028,35 @@ impl DataFile {
     /// Checks a block's checksum and decompresses it into `out` (replacing its contents).
     pub fn read_block(&self, b: &BlockInfo, out: &mut Vec<u8>) -> Result<()> {
         // Bounds were checked at open.
-        let start = b.offset as usize;
-        let fetched;
-        let stored = match self.bytes.get(start..start + b.stored_len as usize) {
-            Some(s) => s,
-            None => {
-                fetched = self.fetch_block(b)?;
-                &fetched[..]
+        let range = b.offset..b.offset + u64::from(b.stored_len);
+        if let Some(stored) = self.bytes.get(range.start as usize..range.end as usize) {
+            return self.decode_block(b, stored, out);
+        }
+        if !self.bytes.is_local() {
+            let fetched = self.fetch_block(b)?;
+            return self.decode_block(b, &fetched, out);
+        }
+        // A local file's block is read into a buffer each thread keeps (a restore reads
+        // many blocks; allocating and zeroing one each time cost ~5%).
+        thread_local!(static STORED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        STORED.with(|cell| {
+            let mut own = Vec::new();
+            let mut held = cell.try_borrow_mut();
+            let buf = match &mut held {
+                Ok(b) => &mut **b,
+                Err(_) => &mut own,
+            };
+            self.bytes.read_into(range, buf).map_err(|e| Error::io("read", &self.path, e))?;
+            let r = self.decode_block(b, buf, out);
+            if buf.capacity() > KEPT_READ_BUFFER {
+                *buf = Vec::new();
             }
-        };
+            r
+        })
+    }
+
+    /// Checks a block's checksum and decompresses its stored bytes into `out`.
+    fn decode_block(&self, b: &BlockInfo, stored: &[u8], out: &mut Vec<u8>) -> Result<()> {
         if crc32fast::hash(stored) != b.crc32 {
             return Err(Error::corrupt(&self.path, b.offset, "block checksum mismatch"));
         }
@@ -1436,22 +1347,20 @@ impl DataFile {
         Ok(())
     }
 
-    /// CRC-32 of the whole file (as recorded in manifests); `None` when only ranges of
-    /// it were fetched ([`DataFile::from_ranges`]).
-    pub fn whole_crc32(&self) -> Option<u32> {
-        self.bytes.whole().map(crc32fast::hash)
-    }
-
-    /// Whether only ranges of the file are fetched (object storage).
-    pub fn is_ranged(&self) -> bool {
-        matches!(self.bytes, FileBytes::Ranged(_))
+    /// CRC-32 of the whole file (as recorded in manifests), reading it through; `None`
+    /// when only ranges of it are fetched from object storage ([`DataFile::from_ranges`]).
+    pub fn whole_crc32(&self) -> Result<Option<u32>> {
+        self.bytes.whole_crc32(&self.path)
     }
 
     /// Fetches, in one batch of range reads, the blocks of the key groups `groups` (all
     /// states) of a ranged file, so that reading them costs no further request; returns
-    /// the bytes fetched. Nothing to do for a local file.
+    /// the bytes fetched. Nothing to do for a local file (its blocks are read when needed).
     pub fn prefetch(&self, groups: KeyGroupRange) -> Result<u64> {
         let FileBytes::Ranged(g) = &self.bytes else { return Ok(0) };
+        if self.bytes.is_local() {
+            return Ok(0);
+        }
         let want: Vec<&BlockInfo> = self
             .blocks
             .iter()
@@ -1482,7 +1391,7 @@ impl DataFile {
     }
 
     /// The stored bytes of a block of a ranged file: prefetched (handed out once), or
-    /// fetched now.
+    /// read now.
     fn fetch_block(&self, b: &BlockInfo) -> Result<Vec<u8>> {
         let FileBytes::Ranged(g) = &self.bytes else {
             return Err(Error::corrupt(&self.path, b.offset, "block outside the file"));

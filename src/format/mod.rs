@@ -7,6 +7,7 @@ mod cursor;
 pub mod datafile;
 pub mod entries;
 pub mod manifest;
+mod medium;
 pub mod positions;
 pub mod sink_state;
 pub mod time;
@@ -15,12 +16,13 @@ pub mod timers;
 pub use channel::{ChannelEntry, ChannelFile, ChannelFileWriter, ChannelFooter, ChannelHeader, ChannelScan};
 pub use datafile::{
     BlockInfo, CompressChoice, DataFile, DataFileWriter, DataHeader, Effort, EncodedBlock, FileKind,
-    FileOwner, FileState, FileSummary, RangeSource, RangedParts, encode_block, lz4_bound, lz4_into, lz4_len,
+    FileOwner, FileState, FileSummary, encode_block, lz4_bound, lz4_into, lz4_len,
 };
 pub use manifest::{
     ChannelStateRef, CheckpointStatistics, FileRef, Manifest, ManifestKind, OperatorState, RestoreStatistics,
     TaskStatistics,
 };
+pub use medium::{RangeSource, RangedParts, TAIL};
 
 /// Version of the data-file format written by this build (unless a file needs
 /// [`SPLIT_RUN_VERSION`]), and of manifests that list no channel state and no such file.

@@ -1,0 +1,237 @@
+//! Where a data file's bytes come from: memory, a local file read by position, or an
+//! object fetched by range. A [`DataFile`](super::DataFile) holds the header, index and
+//! footer in memory once opened, and reads each block when it needs it.
+//!
+//! Local files are read with `pread`, not mapped: a mapped page the device cannot read
+//! (`EIO`), or one past the end of a file another process truncated, raises `SIGBUS` and
+//! ends the process, where a read returns an error that names the file and the bytes
+//! (docs/benchmarks.md, "Session 45", measured the restore both ways).
+
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::DATA_HEADER_LEN;
+use crate::error::{Error, Result};
+
+/// How many bytes at the end of a file are read on opening (footer and index; a longer
+/// index is read when parsed, [`FileBytes::fetch_from`]); a file no longer is read whole.
+pub const TAIL: u64 = 64 << 10;
+
+/// Bytes of an opened file: all of them in memory, or only the ranges a reader needs.
+pub(crate) enum FileBytes {
+    Owned(Vec<u8>),
+    Ranged(Box<Ranged>),
+}
+
+/// Reads byte ranges of one file or object: what a ranged [`DataFile`](super::DataFile)
+/// reads its blocks with (a local file, [`FileBytes::local`]; the object-storage backend,
+/// `checkpoint::io::DataOpen`).
+pub trait RangeSource: Send + Sync {
+    /// The bytes of each range (offsets in the file), in order; each exactly as long as
+    /// its range.
+    fn read_ranges(&self, ranges: &[Range<u64>]) -> std::io::Result<Vec<Vec<u8>>>;
+
+    /// The bytes of one range, exactly as long as it.
+    fn read_range(&self, range: Range<u64>) -> std::io::Result<Vec<u8>> {
+        let want = range.end.saturating_sub(range.start);
+        match self.read_ranges(std::slice::from_ref(&range))?.pop() {
+            Some(v) if v.len() as u64 == want => Ok(v),
+            _ => Err(short_read()),
+        }
+    }
+
+    /// Reads one range into `buf` (replacing its contents), reusing its allocation where
+    /// the source can.
+    fn read_range_into(&self, range: Range<u64>, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        *buf = self.read_range(range)?;
+        Ok(())
+    }
+
+    /// Whether a read costs a system call rather than a request (a local file): blocks are
+    /// then read when needed, never prefetched into memory, and the whole-file CRC-32 is
+    /// computed by reading the file through.
+    fn is_local(&self) -> bool {
+        false
+    }
+}
+
+/// The fetched parts of a file of which only ranges are read: its first bytes (the
+/// header), its last bytes (index and footer), and the blocks fetched by
+/// [`DataFile::prefetch`](super::DataFile::prefetch), each handed out once.
+pub struct RangedParts {
+    /// Length of the whole file (as the medium reports it).
+    pub len: u64,
+    /// Bytes `0..head.len()` (at least the header, or the whole file).
+    pub head: Vec<u8>,
+    /// Where `tail` starts.
+    pub tail_start: u64,
+    /// Bytes `tail_start..len` (at least the footer).
+    pub tail: Vec<u8>,
+    /// Reads the rest.
+    pub source: Arc<dyn RangeSource>,
+}
+
+pub(crate) struct Ranged {
+    pub parts: RangedParts,
+    /// Stored bytes of prefetched blocks, by offset.
+    pub blocks: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+}
+
+/// A local file read by position. Each error says which bytes could not be read.
+struct LocalFile(std::fs::File);
+
+impl LocalFile {
+    fn read_into(&self, range: &Range<u64>, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_exact_at(buf, range.start).map_err(|e| {
+            let what = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                "the file ends before them (truncated while open?)".to_string()
+            } else {
+                e.to_string()
+            };
+            std::io::Error::new(e.kind(), format!("bytes {}..{}: {what}", range.start, range.end))
+        })
+    }
+}
+
+impl RangeSource for LocalFile {
+    fn read_ranges(&self, ranges: &[Range<u64>]) -> std::io::Result<Vec<Vec<u8>>> {
+        ranges.iter().map(|r| self.read_range(r.clone())).collect()
+    }
+
+    fn read_range(&self, range: Range<u64>) -> std::io::Result<Vec<u8>> {
+        // Ranges come from a frame checked against the file's length at opening, and a
+        // block is at most `MAX_BLOCK_LEN`; a length that does not fit is refused anyway.
+        let len = usize::try_from(range.end.saturating_sub(range.start))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "range too long"))?;
+        let mut v = vec![0u8; len];
+        self.read_into(&range, &mut v)?;
+        Ok(v)
+    }
+
+    fn read_range_into(&self, range: Range<u64>, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        let len = usize::try_from(range.end.saturating_sub(range.start))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "range too long"))?;
+        // Only a longer buffer's new part is zeroed: the read overwrites all of it.
+        buf.resize(len, 0);
+        self.read_into(&range, buf)
+    }
+
+    fn is_local(&self) -> bool {
+        true
+    }
+}
+
+pub(crate) fn short_read() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the medium returned fewer bytes than asked")
+}
+
+impl FileBytes {
+    /// Opens a local file: its head and tail are read now (the whole file, when it is no
+    /// longer than [`TAIL`]), its blocks when a reader asks for them.
+    pub fn local(file: std::fs::File, path: &Path) -> Result<FileBytes> {
+        let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+        if usize::try_from(len).is_err() {
+            return Err(Error::corrupt(path, 0, format!("file of {len} bytes is too long to read here")));
+        }
+        let source = LocalFile(file);
+        let read = |r: Range<u64>| source.read_range(r).map_err(|e| Error::io("read", path, e));
+        if len <= TAIL {
+            return Ok(FileBytes::Owned(read(0..len)?));
+        }
+        let tail_start = len - TAIL;
+        let tail = read(tail_start..len)?;
+        let head = read(0..(DATA_HEADER_LEN as u64).min(tail_start))?;
+        let parts = RangedParts { len, head, tail_start, tail, source: Arc::new(source) };
+        Ok(FileBytes::ranged(parts))
+    }
+
+    pub fn ranged(parts: RangedParts) -> FileBytes {
+        let blocks = parking_lot::Mutex::new(std::collections::HashMap::new());
+        FileBytes::Ranged(Box::new(Ranged { parts, blocks }))
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            FileBytes::Owned(v) => v.len(),
+            FileBytes::Ranged(r) => r.parts.len as usize,
+        }
+    }
+
+    /// Whether the bytes are read from a local file (or held in memory): nothing to
+    /// prefetch.
+    pub fn is_local(&self) -> bool {
+        match self {
+            FileBytes::Owned(_) => true,
+            FileBytes::Ranged(r) => r.parts.source.is_local(),
+        }
+    }
+
+    /// Reads bytes `range` of a ranged file into `buf` (replacing its contents).
+    pub fn read_into(&self, range: Range<u64>, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        match self {
+            FileBytes::Owned(v) => {
+                let r = usize::try_from(range.start).ok().zip(usize::try_from(range.end).ok());
+                let bytes = r.and_then(|(a, b)| v.get(a..b)).ok_or_else(short_read)?;
+                buf.clear();
+                buf.extend_from_slice(bytes);
+                Ok(())
+            }
+            FileBytes::Ranged(r) => r.parts.source.read_range_into(range, buf),
+        }
+    }
+
+    /// CRC-32 of every byte: `None` for an object of which only ranges are fetched.
+    pub fn whole_crc32(&self, path: &Path) -> Result<Option<u32>> {
+        let r = match self {
+            FileBytes::Owned(v) => return Ok(Some(crc32fast::hash(v))),
+            FileBytes::Ranged(r) if r.parts.source.is_local() => r,
+            FileBytes::Ranged(_) => return Ok(None),
+        };
+        const CHUNK: u64 = 1 << 20;
+        let mut h = crc32fast::Hasher::new();
+        let mut at = 0u64;
+        while at < r.parts.len {
+            let end = (at + CHUNK).min(r.parts.len);
+            let bytes = r.parts.source.read_range(at..end).map_err(|e| Error::io("read", path, e))?;
+            h.update(&bytes);
+            at = end;
+        }
+        Ok(Some(h.finalize()))
+    }
+
+    /// Bytes `r` if they are at hand (always, for bytes held in memory).
+    pub fn get(&self, r: Range<usize>) -> Option<&[u8]> {
+        match self {
+            FileBytes::Ranged(g) => {
+                let p = &g.parts;
+                let ts = p.tail_start as usize;
+                if r.end <= p.head.len() {
+                    p.head.get(r)
+                } else if r.start >= ts {
+                    p.tail.get(r.start - ts..r.end - ts)
+                } else {
+                    None
+                }
+            }
+            FileBytes::Owned(v) => v.get(r),
+        }
+    }
+
+    /// Makes bytes `start..` at hand: a ranged file's tail is extended down to `start`
+    /// (an index longer than the tail first read).
+    pub fn fetch_from(&mut self, start: usize, path: &Path) -> Result<()> {
+        let FileBytes::Ranged(g) = self else { return Ok(()) };
+        let p = &mut g.parts;
+        if start as u64 >= p.tail_start {
+            return Ok(());
+        }
+        let mut head =
+            p.source.read_range(start as u64..p.tail_start).map_err(|e| Error::io("read", path, e))?;
+        head.extend_from_slice(&p.tail);
+        p.tail = head;
+        p.tail_start = start as u64;
+        Ok(())
+    }
+}
