@@ -503,6 +503,24 @@ fn verify_finds_damage_and_names_the_file() {
         r.stderr
     );
 
+    // A base file whose footer is damaged does not open: `floe inspect` (which opens each
+    // file's header, index and footer, not its blocks) reports every checkpoint listing
+    // it as damaged, not "ok" with an unknown ratio.
+    let dir = case("footer");
+    let f = dir.join(data_file(1, "agg", 0, true));
+    let mut b = std::fs::read(&f).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 0x40;
+    std::fs::write(&f, &b).unwrap();
+    let r = floe(&["inspect", s(&dir), "--json"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let j = r.json();
+    let status: Vec<&str> =
+        j["checkpoints"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["damaged", "damaged", "damaged", "ok", "damaged"]);
+    let reason = j["checkpoints"][1]["reason"].as_str().unwrap();
+    assert!(reason.contains(&data_file(1, "agg", 0, true)), "{reason}");
+
     // A truncated increment.
     let dir = case("truncated");
     let f = dir.join(data_file(2, "agg", 1, false));

@@ -98,13 +98,23 @@ pub struct InspectReport {
 }
 
 /// Stored and raw block bytes of a data file, from its index.
-fn block_bytes(cache: &mut BTreeMap<PathBuf, Option<(u64, u64)>>, path: &Path) -> Option<(u64, u64)> {
-    *cache.entry(path.to_path_buf()).or_insert_with(|| {
-        let f = crate::checkpoint::open_data_file(path).ok()?;
-        let stored = f.blocks().iter().map(|b| u64::from(b.stored_len)).sum();
-        let raw = f.blocks().iter().map(|b| u64::from(b.raw_len)).sum();
-        Some((stored, raw))
-    })
+/// What opening a data file found: its stored and raw block bytes, or why it does not
+/// open (whether unreadable rather than damaged, and the error); `None` when it is gone.
+type Opened = Option<std::result::Result<(u64, u64), (bool, String)>>;
+
+fn block_bytes(cache: &mut BTreeMap<PathBuf, Opened>, path: &Path) -> Opened {
+    cache
+        .entry(path.to_path_buf())
+        .or_insert_with(|| match crate::checkpoint::open_data_file(path) {
+            Ok(f) => {
+                let stored = f.blocks().iter().map(|b| u64::from(b.stored_len)).sum();
+                let raw = f.blocks().iter().map(|b| u64::from(b.raw_len)).sum();
+                Some(Ok((stored, raw)))
+            }
+            Err(e) if e.is_not_found() => None,
+            Err(e) => Some(Err((super::is_unreadable(&e), e.to_string()))),
+        })
+        .clone()
 }
 
 /// Lists every checkpoint of `dir`.
@@ -199,14 +209,24 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                 }
             }
             referenced.insert(path.clone(), on_disk.unwrap_or(0));
-            if f.created_by == m.checkpoint_id && !channel.contains(f.path.as_str()) {
-                match block_bytes(&mut cache, &path) {
-                    Some((s, r)) => {
-                        own_stored += s;
-                        own_raw += r;
-                    }
-                    None => ratio_known = false,
+            if channel.contains(f.path.as_str()) {
+                continue;
+            }
+            // Each file is opened once (header, index, footer: not the blocks, which
+            // `floe verify` reads); one that does not open makes every checkpoint listing
+            // it unreadable or damaged. A missing file was reported above.
+            let own = f.created_by == m.checkpoint_id;
+            match block_bytes(&mut cache, &path) {
+                Some(Ok((s, r))) if own => {
+                    own_stored += s;
+                    own_raw += r;
                 }
+                Some(Ok(_)) => {}
+                Some(Err(p)) => {
+                    ratio_known &= !own;
+                    problem.get_or_insert(p);
+                }
+                None => ratio_known &= !own,
             }
         }
         // Entries a restore refuses before the first attempt, as `floe verify` reports them.
