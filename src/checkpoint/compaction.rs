@@ -130,7 +130,9 @@ impl CheckpointStorage {
         let source_there = matches!(self.io.stat(&self.manifest_path(source)), Ok((EntryKind::File, _)));
         if !source_there {
             return Error::Background(format!(
-                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint                  {source}, whose manifest retention removed: {cause}; call mark_sinks_committed({new_id})                  once the cause is fixed"
+                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint \
+                 {source}, whose manifest retention removed: {cause}; call mark_sinks_committed({new_id}) \
+                 once the cause is fixed"
             ));
         }
         let manifest = match target {
@@ -149,7 +151,9 @@ impl CheckpointStorage {
                 cause
             }
             Err(e) => Error::Background(format!(
-                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint                  {source} ({cause}), and could not be withdrawn ({e}); call mark_sinks_committed({new_id})                  once the cause is fixed"
+                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint \
+                 {source} ({cause}), and could not be withdrawn ({e}); call mark_sinks_committed({new_id}) \
+                 once the cause is fixed"
             )),
         }
     }

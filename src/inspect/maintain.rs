@@ -120,13 +120,33 @@ pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
         CheckpointStorage::open_existing_writer(dir, maintenance_config())
     }
     .map_err(|e| super::demo_hint(dir, e))?;
-    let o = storage.gc(dry_run)?;
+    let o = storage.gc(dry_run).map_err(|first| with_others(first, storage.take_cleanup_errors()))?;
     let root = storage.root();
     Ok(GcReport {
         dry_run,
         removed: o.ours.iter().map(|p| rel(root, p)).collect(),
         foreign: o.foreign.iter().map(|p| rel(root, p)).collect(),
     })
+}
+
+/// The first failure of a gc with the others it noted (it removes every orphan it can and
+/// returns the first failure; the tool prints one error, which now names them all). An
+/// I/O error stays one, so the exit code is that of the first failure.
+fn with_others(first: Error, others: Vec<String>) -> Error {
+    if others.is_empty() {
+        return first;
+    }
+    let more = format!(
+        "; and {}: {}",
+        super::count(others.len(), "other failure", "other failures"),
+        others.join("; ")
+    );
+    match first {
+        Error::Io { op, path, source } => {
+            Error::Io { op, path, source: std::io::Error::new(source.kind(), format!("{source}{more}")) }
+        }
+        e => Error::Background(format!("{e}{more}")),
+    }
 }
 
 impl Report for GcReport {
@@ -148,5 +168,27 @@ impl Report for GcReport {
             super::count(self.foreign.len(), "foreign file", "foreign files")
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gc_failure_names_the_others_and_keeps_its_kind() {
+        let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let first = Error::io("remove", "/d/data/a.tmp", denied());
+        assert!(matches!(with_others(first, Vec::new()), Error::Io { .. }));
+        let first = Error::io("remove", "/d/data/a.tmp", denied());
+        let e = with_others(first, vec!["remove /d/data/b.tmp: denied".into(), "remove /d/c: denied".into()]);
+        let Error::Io { source, path, .. } = &e else { panic!("{e:?}") };
+        assert_eq!(source.kind(), std::io::ErrorKind::PermissionDenied);
+        assert_eq!(path, Path::new("/d/data/a.tmp"));
+        let text = e.to_string();
+        assert!(
+            text.contains("2 other failures") && text.contains("b.tmp") && text.contains("/d/c"),
+            "{text}"
+        );
     }
 }
