@@ -732,6 +732,65 @@ fn a_failed_compaction_never_leaves_a_checkpoint_without_its_sinks_committed_rec
     assert!(failed > 5, "only {failed} steps failed the compaction");
 }
 
+/// A compaction of a checkpoint whose sinks committed, killed at any step and followed by a
+/// power cut, leaves the newest checkpoint with its sinks-committed record: the source, or
+/// the compacted one. (The record was written after the new manifest: a kill between the
+/// two left the compacted checkpoint newest without it, and a job resumed from it refused
+/// every attempt.)
+#[test]
+fn a_compaction_killed_at_any_step_never_leaves_the_newest_without_its_sinks_committed_record() {
+    for target in [Target::Checkpoint, Target::Savepoint] {
+        let run = |dir: &Path, io: Arc<FaultyIo>| -> (floe::Result<u64>, u64) {
+            let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
+            let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
+            let mut store = store_with(StoreConfig::default());
+            let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+            put_round(&mut store, 1, 2000);
+            checkpoint(&storage, &mut cp, &mut store, 1);
+            storage.mark_sinks_committed(1).unwrap();
+            let start = io.steps();
+            let r = storage.compact(1, target, &mut |_, _| {}).map(|m| m.checkpoint_id);
+            drop(cp);
+            storage.wait_for_cleanup();
+            (r, start)
+        };
+        let dry = tempfile::tempdir().unwrap();
+        let count = FaultyIo::new(u64::MAX, Fault::Fail);
+        let (r, start) = run(dry.path(), count.clone());
+        let new_id = r.unwrap();
+        let mut compacted = 0;
+        for n in start..=count.steps() {
+            let dir = tempfile::tempdir().unwrap();
+            let io = FaultyIo::new(n, Fault::Fail);
+            let (r, _) = run(dir.path(), io.clone());
+            io.crash();
+            let s = CheckpointStorage::open_existing(dir.path(), StorageConfig::default()).unwrap();
+            let (manifest, m) = match target {
+                Target::Checkpoint => {
+                    let newest = *s.checkpoint_ids().unwrap().last().unwrap();
+                    assert!(newest == 1 || newest == new_id, "step {n}: newest {newest}");
+                    (s.manifest_path(newest), s.read_manifest(newest).unwrap())
+                }
+                Target::Savepoint => {
+                    if s.savepoint_ids().unwrap().is_empty() {
+                        continue;
+                    }
+                    let p = s.savepoint_manifest_path(new_id);
+                    (p.clone(), floe::checkpoint::read_manifest_file(&p).unwrap())
+                }
+            };
+            compacted += usize::from(m.checkpoint_id == new_id);
+            let committed = floe::checkpoint::sinks_committed(&manifest, &m);
+            assert!(
+                committed.as_ref().is_ok_and(|c| *c),
+                "step {n} ({target:?}, {r:?}): {} stands without its sinks-committed record ({committed:?})",
+                m.checkpoint_id
+            );
+        }
+        assert!(compacted > 0, "{target:?}: no step left the compacted checkpoint");
+    }
+}
+
 /// One expired manifest that cannot be removed (made immutable: `EPERM`) does not stop
 /// retention: every other expired checkpoint and its files go, commit after commit, and the
 /// failure is reported, once until taken (helper-40: the first failed removal returned at

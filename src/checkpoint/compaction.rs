@@ -4,12 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
 
 use super::block_choice::BlockChoice;
 use super::channel::ChannelStateHandle;
-use super::io::EntryKind;
-use super::layout::{self, SAVEPOINT_MANIFEST};
+use super::layout;
 use super::publish::{SyncProgress, WriteOptions, publish};
 use super::recovery::{load_chain, open_chain_with};
 use super::storage::{CheckpointStorage, CommitMeta, StateHandle, Target, ensure_dir};
@@ -84,78 +82,43 @@ impl CheckpointStorage {
             })
             .collect::<Result<Vec<_>>>()?;
         let new_id = self.next_id()?;
-        let result = self.compact_into(&source, new_id, target, progress);
-        match result {
-            Ok(handles) => {
-                let decode = |m: &BTreeMap<String, String>| -> BTreeMap<String, Vec<u8>> {
-                    m.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
-                };
-                let source_encodings =
-                    source.sources.keys().map(|k| (k.clone(), source.source_encoding(k))).collect();
-                let meta = CommitMeta {
-                    job: source.job.clone(),
-                    compacted_from: Some(checkpoint_id),
-                    source_encodings,
-                    stats: None,
-                };
-                let m = self.commit_with_channel_state(
-                    new_id,
-                    target,
-                    handles,
-                    channel_state,
-                    decode(&source.sources),
-                    decode(&source.extra),
-                    meta,
-                )?;
-                if committed && let Err(e) = self.mark_sinks_committed(new_id) {
-                    return Err(self.withdraw_compacted(checkpoint_id, new_id, target, e));
-                }
-                Ok(m)
-            }
+        let handles = match self.compact_into(&source, new_id, target, progress) {
+            Ok(h) => h,
             Err(e) => {
                 self.abort(new_id);
-                Err(e)
+                return Err(e);
             }
-        }
-    }
-
-    /// A compacted checkpoint whose source's sinks had committed must not stand without
-    /// that record: a job resumed from it would take the source's transactions as not
-    /// committed (and refuse to resume where they were). When the record could not be
-    /// written (`cause`, a full disk say) the new manifest is removed and its files with it,
-    /// as if the compaction had failed earlier, while the source is still there to be the
-    /// newest again; if retention already removed the source, the new checkpoint stays (it
-    /// is the only copy) and the error says how to finish.
-    fn withdraw_compacted(&self, source: u64, new_id: u64, target: Target, cause: Error) -> Error {
-        let source_there = matches!(self.io.stat(&self.manifest_path(source)), Ok((EntryKind::File, _)));
-        if !source_there {
-            return Error::Background(format!(
-                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint \
-                 {source}, whose manifest retention removed: {cause}; call mark_sinks_committed({new_id}) \
-                 once the cause is fixed"
-            ));
-        }
-        let manifest = match target {
-            Target::Checkpoint => self.manifest_path(new_id),
-            Target::Savepoint => self.root.join(layout::savepoint_dir(new_id)).join(SAVEPOINT_MANIFEST),
         };
-        let dir = manifest.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
-        let withdrawn = self
-            .io
-            .remove_file(&manifest)
-            .and_then(|()| self.io.sync_dir(&dir))
-            .map_err(|e| Error::io("remove", &manifest, e));
-        match withdrawn {
-            Ok(()) => {
-                self.remove_files_of(new_id);
-                cause
+        // The record that the sinks committed goes first: a compacted checkpoint without it
+        // (a kill or a full disk between the two) would be the newest, and a job resumed
+        // from it would take the transactions as not committed and refuse every attempt.
+        if committed {
+            let dir = self.target_dir(new_id, target);
+            if let Err(e) = self.write_sinks_committed_record(&dir, target == Target::Savepoint, new_id) {
+                self.abort(new_id);
+                return Err(e);
             }
-            Err(e) => Error::Background(format!(
-                "compacted checkpoint {new_id} stands without the sinks-committed record of checkpoint \
-                 {source} ({cause}), and could not be withdrawn ({e}); call mark_sinks_committed({new_id}) \
-                 once the cause is fixed"
-            )),
         }
+        let decode = |m: &BTreeMap<String, String>| -> BTreeMap<String, Vec<u8>> {
+            m.iter().filter_map(|(k, v)| hex_decode(v).map(|b| (k.clone(), b))).collect()
+        };
+        let source_encodings =
+            source.sources.keys().map(|k| (k.clone(), source.source_encoding(k))).collect();
+        let meta = CommitMeta {
+            job: source.job.clone(),
+            compacted_from: Some(checkpoint_id),
+            source_encodings,
+            stats: None,
+        };
+        self.commit_with_channel_state(
+            new_id,
+            target,
+            handles,
+            channel_state,
+            decode(&source.sources),
+            decode(&source.extra),
+            meta,
+        )
     }
 
     fn compact_into(

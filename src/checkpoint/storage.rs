@@ -1056,9 +1056,17 @@ impl CheckpointStorage {
                 self.root.display()
             )));
         };
+        self.write_sinks_committed_record(&dir, savepoint, id)
+    }
+
+    /// Writes, durably, the record that the sinks of checkpoint or savepoint `id` (whose
+    /// folder is `dir`) committed. A compaction writes it before the new manifest, so that
+    /// no crash leaves the new checkpoint without it; a record without its manifest is an
+    /// orphan the next cleanup removes (and `max_id` counts meanwhile).
+    pub(crate) fn write_sinks_committed_record(&self, dir: &Path, savepoint: bool, id: u64) -> Result<()> {
         let (name, bytes) = layout::sinks_committed_record(savepoint, id);
         let path = dir.join(&name);
-        publish(&*self.io, &dir, &name, id, WriteOptions::SMALL, |w, _| {
+        publish(&*self.io, dir, &name, id, WriteOptions::SMALL, |w, _| {
             w.write_all(bytes.as_bytes()).map_err(|e| Error::io("write", &path, e))
         })
     }
