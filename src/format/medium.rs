@@ -189,13 +189,14 @@ impl FileBytes {
             FileBytes::Ranged(r) if r.parts.source.is_local() => r,
             FileBytes::Ranged(_) => return Ok(None),
         };
-        const CHUNK: u64 = 1 << 20;
+        const CHUNK: u64 = 128 << 10;
         let mut h = crc32fast::Hasher::new();
+        let mut buf = Vec::new();
         let mut at = 0u64;
         while at < r.parts.len {
             let end = (at + CHUNK).min(r.parts.len);
-            let bytes = r.parts.source.read_range(at..end).map_err(|e| Error::io("read", path, e))?;
-            h.update(&bytes);
+            r.parts.source.read_range_into(at..end, &mut buf).map_err(|e| Error::io("read", path, e))?;
+            h.update(&buf);
             at = end;
         }
         Ok(Some(h.finalize()))
