@@ -442,6 +442,49 @@ fn a_data_file_truncated_after_it_was_opened_is_an_error_not_a_crash() {
     }
 }
 
+/// Files of every size around what opening reads at once (the last `TAIL` bytes, and the
+/// header) restore exactly: one of `TAIL` + 1..63 bytes once had its header in neither
+/// part and was refused as corrupt (helper-41), so recovery passed over a good checkpoint.
+#[test]
+fn data_files_of_every_size_around_the_read_ahead_restore_exactly() {
+    let tail = floe::format::TAIL;
+    let header = floe::format::DATA_HEADER_LEN as u64;
+    // One key, its value stored uncompressed: the file is the value plus a fixed overhead.
+    let write = |dir: &Path, value: &[u8]| -> u64 {
+        let config =
+            StorageConfig { compression: Compression::None, direct_io: false, ..StorageConfig::default() };
+        let storage = CheckpointStorage::open(dir, config).unwrap();
+        let mut cp = Checkpointer::new(Arc::clone(&storage), OP, 0);
+        let mut store = Store::new();
+        let id = store.register(StateDescriptor::raw("v", StateKind::Value)).unwrap();
+        store.put(id, b"key", value).unwrap();
+        checkpoint(&storage, &mut cp, &mut store, 1, FileKind::Full);
+        storage.read_manifest(1).unwrap().files[0].size
+    };
+    let probe = tempfile::tempdir().unwrap();
+    let overhead = write(&probe.path().join("p"), &vec![7u8; tail as usize]) - tail;
+    let mut rng = Rng::new(11);
+    let sizes =
+        [tail - 1, tail, tail + 1, tail + header / 2, tail + header - 1, tail + header, tail + header + 1];
+    for size in sizes {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ckpt");
+        let value: Vec<u8> = (0..size - overhead).map(|_| rng.below(256) as u8).collect();
+        assert_eq!(write(&dir, &value), size, "the file is not {size} bytes");
+        let r = restore_from_path(
+            &dir.join(floe::checkpoint::layout::manifest_name(1)),
+            OP,
+            StoreConfig::default(),
+        )
+        .unwrap_or_else(|e| panic!("{size} bytes: {e}"));
+        let id = r.store.state_id("v").unwrap();
+        assert_eq!(r.store.get(id, b"key").unwrap(), Some(&value[..]), "{size} bytes");
+        let storage = CheckpointStorage::open_existing(&dir, StorageConfig::default()).unwrap();
+        let m = storage.read_manifest(1).unwrap();
+        storage.check_readable(&m).unwrap_or_else(|e| panic!("{size} bytes: {e}"));
+    }
+}
+
 // ---- crafted files --------------------------------------------------------------------
 
 /// Where a data file's index lies: (index offset, offset of the block count).
@@ -544,6 +587,72 @@ fn crafted_lengths_and_counts_are_rejected_at_open_without_allocating() {
     let (r, largest) = largest_allocation(|| f.verify_blocks());
     assert!(matches!(r, Err(Error::Corrupt { .. })), "{r:?}");
     assert!(largest <= claim as usize + 4096, "allocated {largest} for a claim of {claim}");
+}
+
+/// A sparse file whose footer claims an index of hundreds of megabytes, or whose index
+/// claims an LZ4 block longer than LZ4 ever writes, is refused without taking that much
+/// memory (helper-41: reading by position allocated the claimed index before its checksum
+/// was checked, and a block's stored length before its; a terabyte claim aborted the
+/// process or brought the OOM killer).
+#[test]
+fn a_sparse_file_claiming_a_huge_index_or_block_is_refused_without_allocating_it() {
+    use std::os::unix::fs::FileExt;
+    let fx = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, full) = fx.files.iter().find(|(rel, _)| rel.ends_with(".full")).unwrap();
+    let header = floe::format::DATA_HEADER_LEN;
+    let footer = |index_offset: u64, index_len: u64, crc: u32| {
+        let mut f = Vec::new();
+        f.extend_from_slice(&index_offset.to_le_bytes());
+        f.extend_from_slice(&index_len.to_le_bytes());
+        f.extend_from_slice(&crc.to_le_bytes());
+        f.extend_from_slice(&[0; 4]);
+        f.extend_from_slice(b"FLOEEND\n");
+        f
+    };
+    let big: u64 = 384 << 20;
+
+    // The header, zeros, and a footer claiming everything between as the index.
+    let path = tmp.path().join("huge-index");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(big).unwrap();
+    file.write_all_at(&full[..header], 0).unwrap();
+    file.write_all_at(&footer(header as u64, big - 32 - header as u64, 0x1234_5678), big - 32).unwrap();
+    drop(file);
+    let (r, largest) = largest_allocation(|| DataFile::open(&path).map(drop));
+    match r {
+        Err(Error::Corrupt { path: p, offset, .. }) => {
+            assert_eq!(p, path);
+            assert!(offset < big, "{offset}");
+        }
+        other => panic!("a huge index: {other:?}"),
+    }
+    assert!(largest < 1 << 20, "allocated {largest} bytes at once for a claimed index");
+
+    // A real file whose first LZ4 block claims 256 MiB of stored bytes (its raw length the
+    // most a block may hold): the data region is grown (sparse) so the claim lies inside.
+    let f = DataFile::from_bytes(Path::new("x"), full.clone()).unwrap();
+    let i = f.blocks().iter().position(|b| b.compression == compression::LZ4_BLOCK).unwrap();
+    let (io, blocks_at) = index_layout(full);
+    let entry = blocks_at + 4 + floe::format::INDEX_ENTRY_LEN * i;
+    let foot = full.len() - 32;
+    let mut index = full[io..foot].to_vec();
+    put_u32(&mut index, entry - io + 16, 256 << 20);
+    put_u32(&mut index, entry - io + 20, MAX_BLOCK_LEN);
+    let new_io = io as u64 + (300 << 20);
+    let path = tmp.path().join("huge-block");
+    let file = std::fs::File::create(&path).unwrap();
+    file.write_all_at(&full[..io], 0).unwrap();
+    file.write_all_at(&index, new_io).unwrap();
+    let len = new_io + index.len() as u64 + 32;
+    file.write_all_at(&footer(new_io, index.len() as u64, crc32fast::hash(&index)), len - 32).unwrap();
+    drop(file);
+    let (r, largest) = largest_allocation(|| DataFile::open(&path).and_then(|f| f.verify_blocks()));
+    assert!(matches!(&r, Err(Error::Corrupt { path: p, .. }) if *p == path), "a huge block: {r:?}");
+    assert!(
+        largest < MAX_BLOCK_LEN as usize + (1 << 20),
+        "allocated {largest} bytes at once for a claimed block"
+    );
 }
 
 #[test]

@@ -373,6 +373,12 @@ pub fn lz4_into(raw: &[u8], out: &mut Vec<u8>, effort: Effort) -> bool {
     lz4_at(raw, out, at, effort)
 }
 
+/// The longest an LZ4 block of `raw_len` bytes can be (LZ4's `LZ4_COMPRESSBOUND`):
+/// format-spec/data-file.md, "Validity", step 13.
+fn lz4_max_stored(raw_len: u32) -> u64 {
+    u64::from(raw_len) + u64::from(raw_len) / 255 + 16
+}
+
 /// The room [`lz4_at`] needs for `raw_len` bytes: LZ4's largest output for them, at
 /// either effort (`Store` needs none).
 pub fn lz4_bound(raw_len: usize) -> usize {
@@ -763,7 +769,7 @@ impl DataFile {
     fn parse(path: PathBuf, mut bytes: FileBytes) -> Result<DataFile> {
         let len = bytes.len();
         // Bytes the frame checks below need: all at hand (a ranged file fetched its head
-        // and tail first; `fetch_from` brings the rest of a long index).
+        // and tail first; `fetch_index` brings the rest of a long index).
         let missing = |at: usize| Error::corrupt(&path, at as u64, "bytes not fetched");
         if len < DATA_HEADER_LEN_V1 + FOOTER_LEN {
             return Err(Error::corrupt(
@@ -847,7 +853,7 @@ impl DataFile {
         }
         // Both fit: they end at foot_at, a usize.
         let (io, il) = (index_offset as usize, index_len as usize);
-        bytes.fetch_from(io, &path)?;
+        bytes.fetch_index(io, io + il, index_crc, &path)?;
         let index_bytes = bytes.get(io..io + il).ok_or_else(|| missing(io))?;
         if crc32fast::hash(index_bytes) != index_crc {
             return Err(Error::corrupt(&path, index_offset, "index checksum mismatch"));
@@ -938,8 +944,12 @@ impl DataFile {
             }
             match b.compression {
                 compression::NONE if b.raw_len == b.stored_len => {}
-                // LZ4 expands at most 255x: a larger claim is a crafted length.
-                compression::LZ4_BLOCK if u64::from(b.raw_len) <= u64::from(b.stored_len) * 255 + 16 => {}
+                // LZ4 expands at most 255x, and no LZ4 block is longer than LZ4's bound of
+                // its input (which bounds what a block read takes: at most ~64.3 MiB);
+                // anything else is a crafted length.
+                compression::LZ4_BLOCK
+                    if u64::from(b.raw_len) <= u64::from(b.stored_len) * 255 + 16
+                        && u64::from(b.stored_len) <= lz4_max_stored(b.raw_len) => {}
                 _ => return Err(bad(format!("bad compression {} or length {}", b.compression, b.raw_len))),
             }
             if b.records == 0 || u64::from(b.records) > u64::from(b.raw_len) / 5 {

@@ -137,12 +137,14 @@ impl FileBytes {
         }
         let source = LocalFile(file);
         let read = |r: Range<u64>| source.read_range(r).map_err(|e| Error::io("read", path, e));
-        if len <= TAIL {
+        // Head and tail must hold the whole header and footer: a file too short for both
+        // apart is read whole (one of 64 KiB + 1..63 bytes had a header in neither).
+        if len < TAIL + DATA_HEADER_LEN as u64 {
             return Ok(FileBytes::Owned(read(0..len)?));
         }
         let tail_start = len - TAIL;
         let tail = read(tail_start..len)?;
-        let head = read(0..(DATA_HEADER_LEN as u64).min(tail_start))?;
+        let head = read(0..DATA_HEADER_LEN as u64)?;
         let parts = RangedParts { len, head, tail_start, tail, source: Arc::new(source) };
         Ok(FileBytes::ranged(parts))
     }
@@ -220,19 +222,47 @@ impl FileBytes {
         }
     }
 
-    /// Makes bytes `start..` at hand: a ranged file's tail is extended down to `start`
-    /// (an index longer than the tail first read).
-    pub fn fetch_from(&mut self, start: usize, path: &Path) -> Result<()> {
+    /// Makes the index, bytes `start..end` with CRC-32 `crc`, at hand: a ranged file's tail
+    /// is extended down to `start` (an index longer than the tail first read). The bytes
+    /// are checked against `crc` as they are read, before any memory is taken for them: a
+    /// footer claiming an index of a terabyte (a sparse file, a crafted object) is an
+    /// error, not an allocation the process cannot survive. The caller checks the CRC
+    /// again on the bytes it keeps.
+    pub fn fetch_index(&mut self, start: usize, end: usize, crc: u32, path: &Path) -> Result<()> {
         let FileBytes::Ranged(g) = self else { return Ok(()) };
         let p = &mut g.parts;
-        if start as u64 >= p.tail_start {
+        let (start, end) = (start as u64, end as u64);
+        if start >= p.tail_start {
             return Ok(());
         }
-        let mut head =
-            p.source.read_range(start as u64..p.tail_start).map_err(|e| Error::io("read", path, e))?;
-        head.extend_from_slice(&p.tail);
-        p.tail = head;
-        p.tail_start = start as u64;
+        let in_tail = usize::try_from(end.saturating_sub(p.tail_start)).unwrap_or(usize::MAX);
+        let tail_part = p.tail.get(..in_tail).ok_or_else(|| Error::io("read", path, short_read()))?;
+        const CHUNK: u64 = 128 << 10;
+        let mut h = crc32fast::Hasher::new();
+        let mut buf = Vec::new();
+        let mut at = start;
+        while at < p.tail_start {
+            let to = (at + CHUNK).min(p.tail_start);
+            p.source.read_range_into(at..to, &mut buf).map_err(|e| Error::io("read", path, e))?;
+            h.update(&buf);
+            at = to;
+        }
+        h.update(tail_part);
+        if h.finalize() != crc {
+            return Err(Error::corrupt(path, start, "index checksum mismatch"));
+        }
+        let before = usize::try_from(p.tail_start - start)
+            .map_err(|_| short_read())
+            .map_err(|e| Error::io("read", path, e))?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(before.saturating_add(p.tail.len())).map_err(|_| {
+            Error::corrupt(path, start, format!("an index of {} bytes does not fit in memory", end - start))
+        })?;
+        bytes.resize(before, 0);
+        p.source.read_range_into(start..p.tail_start, &mut bytes).map_err(|e| Error::io("read", path, e))?;
+        bytes.extend_from_slice(&p.tail);
+        p.tail = bytes;
+        p.tail_start = start;
         Ok(())
     }
 }
