@@ -208,8 +208,15 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
                     problem.get_or_insert(p.clone());
                 }
             }
+            let as_listed = matches!(on_disk, Ok(n) if n == f.size);
             referenced.insert(path.clone(), on_disk.unwrap_or(0));
             if channel.contains(f.path.as_str()) {
+                continue;
+            }
+            // A file not as listed (missing, or of another size: its footer could claim an
+            // index of any length) is not opened.
+            if !as_listed {
+                ratio_known &= f.created_by != m.checkpoint_id;
                 continue;
             }
             // Each file is opened once (header, index, footer: not the blocks, which
