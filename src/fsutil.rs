@@ -47,6 +47,16 @@ pub fn open_regular(path: &Path) -> Result<File> {
                 "is a symbolic link, not a regular file (floe never follows one)",
             ));
         }
+        // ENXIO: a socket (which cannot be opened) or a device without its driver: not a
+        // regular file, so damage like a FIFO or a directory there, not an I/O error.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => {
+            return Err(match std::fs::symlink_metadata(path) {
+                Ok(m) if !m.is_file() => {
+                    Error::corrupt(path, 0, format!("is {}, not a regular file", kind_name(m.file_type())))
+                }
+                _ => Error::io("open", path, e),
+            });
+        }
         Err(e) => return Err(Error::io("open", path, e)),
     };
     let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;

@@ -497,6 +497,37 @@ fn a_link_or_fifo_named_like_an_old_manifest_does_not_stop_cleanup() {
     }
 }
 
+/// A UNIX socket in place of a data file is damage, as a FIFO or a directory there is:
+/// recovery falls back over its checkpoint and `floe dump` says so (exit 1). Before, a
+/// socket could not be opened (`ENXIO`), an I/O error: recovery stopped and the tool
+/// exited 3 (helper-41).
+#[test]
+fn a_socket_in_place_of_a_data_file_is_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        policy: floe::checkpoint::ChainPolicy { max_increments: 0, ..Default::default() },
+        ..StorageConfig::default()
+    };
+    let storage = CheckpointStorage::open(dir.path(), config).unwrap();
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    for id in 1..=2 {
+        put_round(&mut store, id, 300);
+        checkpoint(&storage, &mut cp, &mut store, id);
+    }
+    drop(cp);
+    storage.wait_for_cleanup();
+    let file = dir.path().join(&storage.read_manifest(2).unwrap().files[0].path);
+    std::fs::remove_file(&file).unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(&file).unwrap();
+    let r = storage.recover("op", StoreConfig::default()).unwrap().unwrap();
+    assert_eq!(r.report.checkpoint_id, 1, "recovery did not fall back over the socket");
+    drop(storage);
+    let (code, _, err) = tool(&["dump", dir.path().to_str().unwrap(), "2"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a socket, not a regular file"), "{err}");
+}
+
 #[test]
 fn symlinks_are_never_followed_and_nothing_outside_is_deleted() {
     let outside = tempfile::tempdir().unwrap();
