@@ -16,8 +16,30 @@ use super::DATA_HEADER_LEN;
 use crate::error::{Error, Result};
 
 /// How many bytes at the end of a file are read on opening (footer and index; a longer
-/// index is read when parsed, [`FileBytes::fetch_from`]); a file no longer is read whole.
+/// index is read when parsed, checked against its CRC-32 first); a file no longer is read whole.
 pub const TAIL: u64 = 64 << 10;
+
+/// The reads a CRC-32 over a stretch of a file is computed with, into one buffer.
+const CRC_CHUNK: u64 = 128 << 10;
+
+/// Adds bytes `range` of `source` to `h`, read `CRC_CHUNK` at a time into one buffer:
+/// no memory taken in proportion to the range.
+fn hash_range(
+    source: &dyn RangeSource,
+    range: Range<u64>,
+    h: &mut crc32fast::Hasher,
+    path: &Path,
+) -> Result<()> {
+    let mut buf = Vec::new();
+    let mut at = range.start;
+    while at < range.end {
+        let to = (at + CRC_CHUNK).min(range.end);
+        source.read_range_into(at..to, &mut buf).map_err(|e| Error::io("read", path, e))?;
+        h.update(&buf);
+        at = to;
+    }
+    Ok(())
+}
 
 /// Bytes of an opened file: all of them in memory, or only the ranges a reader needs.
 pub(crate) enum FileBytes {
@@ -26,7 +48,7 @@ pub(crate) enum FileBytes {
 }
 
 /// Reads byte ranges of one file or object: what a ranged [`DataFile`](super::DataFile)
-/// reads its blocks with (a local file, [`FileBytes::local`]; the object-storage backend,
+/// reads its blocks with (a local file, read by position; the object-storage backend,
 /// `checkpoint::io::DataOpen`).
 pub trait RangeSource: Send + Sync {
     /// The bytes of each range (offsets in the file), in order; each exactly as long as
@@ -191,16 +213,8 @@ impl FileBytes {
             FileBytes::Ranged(r) if r.parts.source.is_local() => r,
             FileBytes::Ranged(_) => return Ok(None),
         };
-        const CHUNK: u64 = 128 << 10;
         let mut h = crc32fast::Hasher::new();
-        let mut buf = Vec::new();
-        let mut at = 0u64;
-        while at < r.parts.len {
-            let end = (at + CHUNK).min(r.parts.len);
-            r.parts.source.read_range_into(at..end, &mut buf).map_err(|e| Error::io("read", path, e))?;
-            h.update(&buf);
-            at = end;
-        }
+        hash_range(&*r.parts.source, 0..r.parts.len, &mut h, path)?;
         Ok(Some(h.finalize()))
     }
 
@@ -237,28 +251,18 @@ impl FileBytes {
         }
         let in_tail = usize::try_from(end.saturating_sub(p.tail_start)).unwrap_or(usize::MAX);
         let tail_part = p.tail.get(..in_tail).ok_or_else(|| Error::io("read", path, short_read()))?;
-        const CHUNK: u64 = 128 << 10;
         let mut h = crc32fast::Hasher::new();
-        let mut buf = Vec::new();
-        let mut at = start;
-        while at < p.tail_start {
-            let to = (at + CHUNK).min(p.tail_start);
-            p.source.read_range_into(at..to, &mut buf).map_err(|e| Error::io("read", path, e))?;
-            h.update(&buf);
-            at = to;
-        }
+        hash_range(&*p.source, start..p.tail_start, &mut h, path)?;
         h.update(tail_part);
         if h.finalize() != crc {
             return Err(Error::corrupt(path, start, "index checksum mismatch"));
         }
-        let before = usize::try_from(p.tail_start - start)
-            .map_err(|_| short_read())
-            .map_err(|e| Error::io("read", path, e))?;
+        let before =
+            usize::try_from(p.tail_start - start).map_err(|_| Error::io("read", path, short_read()))?;
         let mut bytes = Vec::new();
         bytes.try_reserve_exact(before.saturating_add(p.tail.len())).map_err(|_| {
             Error::corrupt(path, start, format!("an index of {} bytes does not fit in memory", end - start))
         })?;
-        bytes.resize(before, 0);
         p.source.read_range_into(start..p.tail_start, &mut bytes).map_err(|e| Error::io("read", path, e))?;
         bytes.extend_from_slice(&p.tail);
         p.tail = bytes;
