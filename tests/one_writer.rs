@@ -263,6 +263,12 @@ fn open(dir: &Path) -> Arc<CheckpointStorage> {
     CheckpointStorage::open(dir, StorageConfig::default()).unwrap()
 }
 
+/// A writing handle on `dir` whose every file operation goes through `io`.
+fn faulty_storage(dir: &Path, io: &Arc<FaultyIo>, config: StorageConfig) -> Arc<CheckpointStorage> {
+    let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(Arc::clone(io)));
+    CheckpointStorage::open_with_io(dir, config, handle).unwrap()
+}
+
 #[test]
 fn a_damaged_chain_in_one_operator_moves_every_operator_back_together() {
     let dir = tempfile::tempdir().unwrap();
@@ -305,8 +311,7 @@ fn a_transient_read_error_is_returned_not_answered_with_older_state() {
         two_operators(&storage);
     }
     let io = FaultyIo::new(u64::MAX, Fault::Fail);
-    let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
-    let storage = CheckpointStorage::open_with_io(dir.path(), StorageConfig::default(), handle).unwrap();
+    let storage = faulty_storage(dir.path(), &io, StorageConfig::default());
     for errno in [5, 24] {
         // EIO, then EMFILE, on opening checkpoint 3's file of b.
         io.fail_reads("00000000000000000003-b-", 1, errno);
@@ -597,9 +602,8 @@ fn survivors_after_power_loss(skip: Option<&'static str>) -> (Option<u64>, bool)
             }
         });
     }
-    let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
     {
-        let storage = CheckpointStorage::open_with_io(&root, StorageConfig::default(), handle).unwrap();
+        let storage = faulty_storage(&root, &io, StorageConfig::default());
         let mut store = store_with(StoreConfig::default());
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
         for id in 1..=3 {
@@ -643,8 +647,7 @@ fn no_space_is_named_and_the_previous_checkpoint_survives() {
     let dry = tempfile::tempdir().unwrap();
     let count = FaultyIo::new(u64::MAX, Fault::Fail);
     let run = |dir: &Path, io: Arc<FaultyIo>| -> (Option<Error>, u64) {
-        let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
-        let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
+        let storage = faulty_storage(dir, &io, StorageConfig::default());
         let mut store = store_with(StoreConfig::default());
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
         put_round(&mut store, 1, 100);
@@ -693,8 +696,7 @@ fn no_space_while_a_data_file_is_produced_names_the_temp_file() {
         let config = StorageConfig { sync_every: 16 << 10, direct_io, ..StorageConfig::default() };
         // The checkpoint's error, and the step count when it began (after the open).
         let mut run = |dir: &Path, io: Arc<FaultyIo>| -> (Option<Error>, u64) {
-            let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
-            let storage = CheckpointStorage::open_with_io(dir, config.clone(), handle).unwrap();
+            let storage = faulty_storage(dir, &io, config.clone());
             let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
             let start = io.steps();
             (cp.snapshot(&mut store, 1, Target::Checkpoint).and_then(|p| p.wait()).err(), start)
@@ -722,6 +724,22 @@ fn no_space_while_a_data_file_is_produced_names_the_temp_file() {
     }
 }
 
+/// Through `io`: checkpoint 1 of 2000 keys with its sinks committed, then its compaction
+/// into `target`. The compaction's outcome (the new id), and the step count when it began.
+fn compact_committed(dir: &Path, io: &Arc<FaultyIo>, target: Target) -> (floe::Result<u64>, u64) {
+    let storage = faulty_storage(dir, io, StorageConfig::default());
+    let mut store = store_with(StoreConfig::default());
+    let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
+    put_round(&mut store, 1, 2000);
+    checkpoint(&storage, &mut cp, &mut store, 1);
+    storage.mark_sinks_committed(1).unwrap();
+    let start = io.steps();
+    let r = storage.compact(1, target, &mut |_, _| {}).map(|m| m.checkpoint_id);
+    drop(cp);
+    storage.wait_for_cleanup();
+    (r, start)
+}
+
 /// Compacting a checkpoint whose sinks committed (a bounded job's final one) never leaves
 /// the compacted checkpoint standing without that record (helper-40: on a disk with one
 /// inode left the new manifest was published, the record failed, and a job resumed from the
@@ -730,26 +748,15 @@ fn no_space_while_a_data_file_is_produced_names_the_temp_file() {
 /// with its record.
 #[test]
 fn a_failed_compaction_never_leaves_a_checkpoint_without_its_sinks_committed_record() {
-    let run = |dir: &Path, io: Arc<FaultyIo>| -> (floe::Result<u64>, u64) {
-        let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
-        let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
-        let mut store = store_with(StoreConfig::default());
-        let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-        put_round(&mut store, 1, 2000);
-        checkpoint(&storage, &mut cp, &mut store, 1);
-        storage.mark_sinks_committed(1).unwrap();
-        let start = io.steps();
-        let r = storage.compact(1, Target::Checkpoint, &mut |_, _| {}).map(|m| m.checkpoint_id);
-        (r, start)
-    };
     let dry = tempfile::tempdir().unwrap();
     let count = FaultyIo::new(u64::MAX, Fault::Fail);
-    let (r, start) = run(dry.path(), count.clone());
+    let (r, start) = compact_committed(dry.path(), &count, Target::Checkpoint);
     let new_id = r.unwrap();
     let mut failed = 0;
     for n in start..count.steps() {
         let dir = tempfile::tempdir().unwrap();
-        let (r, _) = run(dir.path(), FaultyIo::new_once(n, Fault::NoSpace));
+        let (r, _) =
+            compact_committed(dir.path(), &FaultyIo::new_once(n, Fault::NoSpace), Target::Checkpoint);
         failed += usize::from(r.is_err());
         let s = CheckpointStorage::open_existing(dir.path(), StorageConfig::default()).unwrap();
         let newest = *s.checkpoint_ids().unwrap().last().unwrap();
@@ -771,29 +778,15 @@ fn a_failed_compaction_never_leaves_a_checkpoint_without_its_sinks_committed_rec
 #[test]
 fn a_compaction_killed_at_any_step_never_leaves_the_newest_without_its_sinks_committed_record() {
     for target in [Target::Checkpoint, Target::Savepoint] {
-        let run = |dir: &Path, io: Arc<FaultyIo>| -> (floe::Result<u64>, u64) {
-            let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
-            let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
-            let mut store = store_with(StoreConfig::default());
-            let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
-            put_round(&mut store, 1, 2000);
-            checkpoint(&storage, &mut cp, &mut store, 1);
-            storage.mark_sinks_committed(1).unwrap();
-            let start = io.steps();
-            let r = storage.compact(1, target, &mut |_, _| {}).map(|m| m.checkpoint_id);
-            drop(cp);
-            storage.wait_for_cleanup();
-            (r, start)
-        };
         let dry = tempfile::tempdir().unwrap();
         let count = FaultyIo::new(u64::MAX, Fault::Fail);
-        let (r, start) = run(dry.path(), count.clone());
+        let (r, start) = compact_committed(dry.path(), &count, target);
         let new_id = r.unwrap();
         let mut compacted = 0;
         for n in start..=count.steps() {
             let dir = tempfile::tempdir().unwrap();
             let io = FaultyIo::new(n, Fault::Fail);
-            let (r, _) = run(dir.path(), io.clone());
+            let (r, _) = compact_committed(dir.path(), &io, target);
             io.crash();
             let s = CheckpointStorage::open_existing(dir.path(), StorageConfig::default()).unwrap();
             let (manifest, m) = match target {
@@ -833,13 +826,12 @@ fn a_manifest_or_orphan_that_cannot_be_removed_does_not_stop_the_rest() {
     let io = FaultyIo::new(u64::MAX, Fault::Fail);
     let stuck = floe::checkpoint::layout::manifest_name(1);
     io.fail_removes(&stuck, u32::MAX, 1);
-    let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
     let config = StorageConfig {
         num_retained: 2,
         policy: floe::checkpoint::ChainPolicy { max_increments: 0, ..Default::default() },
         ..StorageConfig::default()
     };
-    let storage = CheckpointStorage::open_with_io(dir.path(), config, handle).unwrap();
+    let storage = faulty_storage(dir.path(), &io, config);
     let mut store = store_with(StoreConfig::default());
     let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
     for id in 1..=8 {
@@ -1440,8 +1432,7 @@ fn the_io_rename_never_replaces_an_existing_file() {
 fn a_commit_whose_manifest_dir_sync_fails_leaves_no_manifest_behind() {
     // Find the step of the manifest's directory fsync, then fail only that step.
     let run = |dir: &Path, io: Arc<FaultyIo>| -> (floe::Result<()>, u64) {
-        let handle: Arc<dyn floe::checkpoint::io::Io> = Arc::new(FaultyIoHandle(io.clone()));
-        let storage = CheckpointStorage::open_with_io(dir, StorageConfig::default(), handle).unwrap();
+        let storage = faulty_storage(dir, &io, StorageConfig::default());
         let mut store = store_with(StoreConfig::default());
         let mut cp = Checkpointer::new(Arc::clone(&storage), "op", 0);
         put_round(&mut store, 1, 100);
