@@ -655,6 +655,41 @@ fn a_sparse_file_claiming_a_huge_index_or_block_is_refused_without_allocating_it
     );
 }
 
+/// Bytes this thread has read through `read`/`pread` so far (Linux's per-thread I/O
+/// accounting): what a reader costs, counted rather than timed.
+fn bytes_read_by_this_thread() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+    let line = io.lines().find(|l| l.starts_with("rchar:")).unwrap();
+    line["rchar:".len()..].trim().parse().unwrap()
+}
+
+#[test]
+fn verify_does_not_read_through_a_file_of_another_size_than_listed() {
+    // A sparse 1 GiB file in place of the full checkpoint's data file (its real header
+    // first): the size is what is wrong, and finding it must not cost reading 1 GiB (a
+    // 1 TiB one took ~20 minutes when `verify` read it through before comparing sizes).
+    let fx = fixture();
+    let (rel, full) = fx.files.iter().find(|(rel, _)| rel.ends_with(".full")).unwrap();
+    let path = fx.dir.join(rel);
+    let big: u64 = 1 << 30;
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(big).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &full[..floe::format::DATA_HEADER_LEN], 0).unwrap();
+    drop(file);
+
+    let before = bytes_read_by_this_thread();
+    let report = floe::inspect::verify(&fx.dir, None).unwrap();
+    let read = bytes_read_by_this_thread() - before;
+    assert!(read < 16 << 20, "verify read {read} bytes to find a size mismatch");
+    assert!(!report.ok);
+    let said = format!("file is {big} bytes, the manifest says {}", full.len());
+    let p = report.problems.iter().find(|p| p.file == *rel && p.what == said);
+    let p = p.unwrap_or_else(|| panic!("no size problem for {rel}: {:?}", report.problems));
+    assert_eq!(p.offset, Some(full.len() as u64));
+    // Both checkpoints list the file (the increment's chain starts at it).
+    assert_eq!(p.checkpoints, vec![1, 2]);
+}
+
 #[test]
 fn manifest_paths_outside_the_directory_are_rejected() {
     let fx = fixture();

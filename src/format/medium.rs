@@ -41,6 +41,14 @@ fn hash_range(
     Ok(())
 }
 
+/// CRC-32 of bytes `0..len` of a local file, read by position `CRC_CHUNK` at a time: an
+/// error names the bytes that did not read (or that the file, cut short, no longer holds).
+pub fn file_crc32(file: std::fs::File, len: u64, path: &Path) -> Result<u32> {
+    let mut h = crc32fast::Hasher::new();
+    hash_range(&LocalFile(file), 0..len, &mut h, path)?;
+    Ok(h.finalize())
+}
+
 /// Bytes of an opened file: all of them in memory, or only the ranges a reader needs.
 pub(crate) enum FileBytes {
     Owned(Vec<u8>),
@@ -268,5 +276,25 @@ impl FileBytes {
         p.tail = bytes;
         p.tail_start = start;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_file_crc_names_the_bytes_a_file_cut_short_no_longer_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let open = || std::fs::File::open(&path).unwrap();
+        assert_eq!(file_crc32(open(), 300_000, &path).unwrap(), crc32fast::hash(&bytes));
+        let f = open();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(200_000).unwrap();
+        let e = file_crc32(f, 300_000, &path).unwrap_err().to_string();
+        assert!(e.contains("bytes 131072..262144"), "{e}");
+        assert!(e.contains(&path.display().to_string()), "{e}");
     }
 }

@@ -22,7 +22,7 @@ pub use manifest::{
     ChannelStateRef, CheckpointStatistics, FileRef, Manifest, ManifestKind, OperatorState, RestoreStatistics,
     TaskStatistics,
 };
-pub use medium::{RangeSource, RangedParts, TAIL};
+pub use medium::{RangeSource, RangedParts, TAIL, file_crc32};
 
 /// Version of the data-file format written by this build (unless a file needs
 /// [`SPLIT_RUN_VERSION`]), and of manifests that list no channel state and no such file.

@@ -7,14 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::{Located, Report, list_all, locate, open_read_only, rel};
 use crate::checkpoint::CheckpointStorage;
-use crate::checkpoint::io::is_absent;
+use crate::checkpoint::io::{Opened, is_absent};
 use crate::error::{Error, Result};
 use crate::format::chain::{ChainPlace, chain_problems, created_by_problem};
 use crate::format::channel::{ChannelPlace, channel_problems};
@@ -70,8 +69,13 @@ pub struct VerifyReport {
 
 /// What was learned about one file, checked once however many checkpoints share it.
 struct FileFacts {
-    /// Size and whole-file CRC-32, when the file could be read.
-    size_crc: Option<(u64, u32)>,
+    /// Size, when the file is there and is a regular file.
+    size: Option<u64>,
+    /// Whole-file CRC-32, when the file was read (only when its size is the one listed:
+    /// a file of another size is not read through).
+    crc: Option<u32>,
+    /// Whether its contents were examined (see `crc`).
+    read: bool,
     /// The header and format version, when the file opened as a data file.
     header: Option<DataHeader>,
     version: u32,
@@ -124,9 +128,15 @@ impl Checker {
     /// Checks `path` once: regular file, whole CRC, frame, every block. Problems found
     /// here are intrinsic to the file and attributed to `id` (and later to every other
     /// checkpoint that references it).
-    fn file_facts(&mut self, id: u64, path: &Path, channel: bool) -> Option<&FileFacts> {
-        if !self.facts.contains_key(path) {
-            let facts = if channel { self.examine_channel(id, path) } else { self.examine(id, path) };
+    ///
+    /// A file whose size is not `listed` is not read (a huge sparse file in place of a small
+    /// one would cost the time to read it through): the size is what is wrong. Another
+    /// manifest listing it at its size has it read then.
+    fn file_facts(&mut self, id: u64, path: &Path, channel: bool, listed: u64) -> Option<&FileFacts> {
+        let unread_but_listed_right = self.facts.get(path).is_some_and(|f| !f.read && f.size == Some(listed));
+        if !self.facts.contains_key(path) || unread_but_listed_right {
+            let facts =
+                if channel { self.examine_channel(id, path, listed) } else { self.examine(id, path, listed) };
             self.facts.insert(path.to_path_buf(), facts);
         } else {
             // Attribute the file's intrinsic problems to this checkpoint too.
@@ -140,19 +150,13 @@ impl Checker {
         self.facts.get(path)
     }
 
-    /// What every file gets: a regular file, read whole for its size and CRC-32. `None`
-    /// (reported) when it is not there or does not read.
-    fn examine_common(&mut self, id: u64, path: &Path) -> Option<FileFacts> {
-        let mut facts = FileFacts {
-            size_crc: None,
-            header: None,
-            version: 0,
-            states: Vec::new(),
-            state_offsets: Vec::new(),
-            channel: None,
-        };
+    /// What every file gets: a regular file of the listed size, read whole for its CRC-32.
+    /// `None` (reported) when it is not there or does not read; facts not `read` when its
+    /// size is not the listed one (reported against each manifest by `check_size_crc`).
+    fn examine_common(&mut self, id: u64, path: &Path, listed: u64) -> Option<FileFacts> {
+        let mut facts = Self::empty_facts();
         match crate::checkpoint::stat_any(path) {
-            Ok(Ok((crate::checkpoint::io::EntryKind::File, _))) => {}
+            Ok(Ok((crate::checkpoint::io::EntryKind::File, size))) => facts.size = Some(size),
             Ok(Ok(_)) => {
                 self.report(id, path, None, "is not a regular file (not followed)".into());
                 return None;
@@ -170,19 +174,25 @@ impl Checker {
                 return None;
             }
         }
-        match whole_file_crc(path) {
-            Ok(sc) => facts.size_crc = Some(sc),
+        if facts.size != Some(listed) {
+            return Some(facts);
+        }
+        match whole_file_crc(path, listed) {
+            Ok(crc) => facts.crc = Some(crc),
             Err(e) => {
                 self.report_error(id, path, &e);
                 return None;
             }
         }
+        facts.read = true;
         Some(facts)
     }
 
     fn empty_facts() -> FileFacts {
         FileFacts {
-            size_crc: None,
+            size: None,
+            crc: None,
+            read: false,
             header: None,
             version: 0,
             states: Vec::new(),
@@ -193,8 +203,11 @@ impl Checker {
 
     /// A channel-state file: header and footer, then every block (header checksum, stored
     /// bytes' checksum, decompression, records) and the footer's totals.
-    fn examine_channel(&mut self, id: u64, path: &Path) -> FileFacts {
-        let Some(mut facts) = self.examine_common(id, path) else { return Self::empty_facts() };
+    fn examine_channel(&mut self, id: u64, path: &Path, listed: u64) -> FileFacts {
+        let Some(mut facts) = self.examine_common(id, path, listed) else { return Self::empty_facts() };
+        if !facts.read {
+            return facts;
+        }
         let opened = crate::checkpoint::open_any(path).and_then(|f| ChannelFile::open(f, path));
         let mut f = match opened {
             Ok(f) => f,
@@ -214,8 +227,11 @@ impl Checker {
         facts
     }
 
-    fn examine(&mut self, id: u64, path: &Path) -> FileFacts {
-        let Some(mut facts) = self.examine_common(id, path) else { return Self::empty_facts() };
+    fn examine(&mut self, id: u64, path: &Path, listed: u64) -> FileFacts {
+        let Some(mut facts) = self.examine_common(id, path, listed) else { return Self::empty_facts() };
+        if !facts.read {
+            return facts;
+        }
         let f = match crate::checkpoint::open_data_file(path) {
             Ok(f) => f,
             Err(e) => {
@@ -279,9 +295,9 @@ impl Checker {
 
     /// The manifest-relative checks of one listed file: size, CRC, writer.
     fn check_listed(&mut self, id: u64, path: &Path, f: &FileRef) {
-        let Some(facts) = self.file_facts(id, path, false) else { return };
-        let (size_crc, header) = (facts.size_crc, facts.header);
-        self.check_size_crc(id, path, f, size_crc);
+        let Some(facts) = self.file_facts(id, path, false, f.size) else { return };
+        let (size, crc, header) = (facts.size, facts.crc, facts.header);
+        self.check_size_crc(id, path, f, size, crc);
         if let Some(p) = header.and_then(|h| created_by_problem(&h, f.created_by)) {
             self.report(id, path, Some(p.offset), p.what);
         }
@@ -297,9 +313,9 @@ impl Checker {
         c: &ChannelStateRef,
         manifest_version: u32,
     ) {
-        let Some(facts) = self.file_facts(id, path, true) else { return };
-        let (size_crc, channel) = (facts.size_crc, facts.channel);
-        self.check_size_crc(id, path, f, size_crc);
+        let Some(facts) = self.file_facts(id, path, true, f.size) else { return };
+        let (size, crc, channel) = (facts.size, facts.crc, facts.channel);
+        self.check_size_crc(id, path, f, size, crc);
         let Some((header, footer_at, records, version)) = channel else { return };
         let place = ChannelPlace {
             operator: &c.operator,
@@ -320,8 +336,8 @@ impl Checker {
         }
     }
 
-    fn check_size_crc(&mut self, id: u64, path: &Path, f: &FileRef, size_crc: Option<(u64, u32)>) {
-        if let Some((size, crc)) = size_crc {
+    fn check_size_crc(&mut self, id: u64, path: &Path, f: &FileRef, size: Option<u64>, crc: Option<u32>) {
+        if let Some(size) = size {
             if size != f.size {
                 self.report(
                     id,
@@ -329,7 +345,7 @@ impl Checker {
                     Some(size.min(f.size)),
                     format!("file is {size} bytes, the manifest says {}", f.size),
                 );
-            } else if crc != f.crc32 {
+            } else if let Some(crc) = crc.filter(|c| *c != f.crc32) {
                 self.report(
                     id,
                     path,
@@ -391,21 +407,21 @@ impl Checker {
     }
 }
 
-/// Size and CRC-32 of a whole file, read in chunks.
-fn whole_file_crc(path: &Path) -> Result<(u64, u32)> {
-    let mut f = crate::checkpoint::open_any(path)?;
-    let mut h = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let n = f.read(&mut buf).map_err(|e| crate::Error::io("read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        size += n as u64;
+/// CRC-32 of a whole file of `len` bytes (its size when stated), read by position: an
+/// error names the bytes that did not read; a file cut short since is an error, one grown
+/// since is read to `len` (its blocks are checked against its frame afterwards).
+fn whole_file_crc(path: &Path, len: u64) -> Result<u32> {
+    match crate::checkpoint::open_any(path)? {
+        Opened::File(f) => crate::format::file_crc32(f, len, path),
+        Opened::Memory(c) => match c.get_ref().len() as u64 {
+            n if n == len => Ok(crc32fast::hash(c.get_ref())),
+            n => Err(Error::corrupt(
+                path,
+                n.min(len),
+                format!("object is {n} bytes, it was {len} when listed"),
+            )),
+        },
     }
-    Ok((size, h.finalize()))
 }
 
 /// Verifies every checkpoint and savepoint of `dir`, or only `id` (with every file of its
