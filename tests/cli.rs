@@ -427,6 +427,64 @@ fn compaction_keeps_the_state_and_gc_removes_only_orphans() {
     assert_eq!(floe(&["verify", d]).code, 0);
 }
 
+/// Sets or clears a file's immutable attribute (`chattr`): a removal then fails even as
+/// root. False where that is not allowed (no `CAP_LINUX_IMMUTABLE`, a file system without
+/// attributes).
+fn immutable(path: &Path, on: bool) -> bool {
+    std::process::Command::new("chattr")
+        .arg(if on { "+i" } else { "-i" })
+        .arg(path)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn gc_that_cannot_remove_every_orphan_reports_those_it_removed_and_those_it_could_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture(tmp.path());
+    let d = s(&dir);
+    let stuck = data_file(2, "agg", 7, true);
+    let gone = [data_file(3, "agg", 7, true), data_file(4, "agg", 7, false)];
+    for f in gone.iter().chain([&stuck]) {
+        std::fs::write(dir.join(f), b"left over by a crashed checkpoint").unwrap();
+    }
+    if !immutable(&dir.join(&stuck), true) {
+        eprintln!("skipped: chattr +i is not allowed here");
+        return;
+    }
+    let r = floe(&["gc", d, "--json"]);
+    assert!(immutable(&dir.join(&stuck), false));
+    assert_eq!(r.code, 3, "a removal that failed is an I/O error: {}", r.stderr);
+    let j = r.json();
+    let mut removed: Vec<&str> =
+        j["removed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    removed.sort_unstable();
+    assert_eq!(removed, [gone[0].as_str(), gone[1].as_str()]);
+    assert_eq!(j["failed"].as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(j["failed"][0]["file"], stuck.as_str());
+    assert!(j["failed"][0]["error"].as_str().unwrap().contains("not permitted"), "{j}");
+    assert!(gone.iter().all(|f| !dir.join(f).exists()) && dir.join(&stuck).exists());
+
+    // The text says the same; the file removable again goes at the next gc.
+    std::fs::write(dir.join(&gone[0]), b"another").unwrap();
+    assert!(immutable(&dir.join(&stuck), true));
+    let r = floe(&["gc", d]);
+    assert!(immutable(&dir.join(&stuck), false));
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stdout.contains(&format!("removed {}", gone[0])), "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("could not remove {stuck}: ")), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("1 file removed, 1 file could not be, 0 foreign files left alone"),
+        "{}",
+        r.stdout
+    );
+    let r = floe(&["gc", d]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains(&format!("removed {stuck}")), "{}", r.stdout);
+    assert_eq!(floe(&["verify", d]).code, 0);
+}
+
 /// Rewrites a manifest's JSON body with `edit` and fixes the header's length and CRC, so
 /// that only the edited content is wrong.
 fn edit_manifest(path: &Path, edit: impl Fn(&str) -> String) {

@@ -314,6 +314,17 @@ impl CheckpointStorage {
     /// lists the temp files a dead writer left, which the handle removed when it opened
     /// (`floe gc` opens one just for this call).
     pub fn gc(&self, dry_run: bool) -> Result<Orphans> {
+        let (orphans, failures) = self.gc_each(dry_run)?;
+        match self.first_of(failures.into_iter().map(|(_, e)| e).collect()) {
+            Some(e) => Err(e),
+            None => Ok(orphans),
+        }
+    }
+
+    /// [`gc`](Self::gc), reporting each removal that failed beside those that did not: the
+    /// orphans removed (`ours`, with those removed at opening) and, apart, each one that
+    /// could not be, with why. `Err` only for a failure before any removal.
+    pub(crate) fn gc_each(&self, dry_run: bool) -> Result<(Orphans, Vec<(PathBuf, Error)>)> {
         if !dry_run {
             self.writer("gc")?;
             self.check_in_place()?;
@@ -323,25 +334,25 @@ impl CheckpointStorage {
         let _serial = self.serialize_with_commits();
         let mut orphans = self.orphans_inner()?;
         if !dry_run {
-            // Every orphan that can be removed is, whatever fails before it; the first
-            // failure is returned, the others noted ([`CheckpointStorage::take_cleanup_errors`]).
+            // Every orphan that can be removed is, whatever fails before it.
             let mut failures = Vec::new();
-            for p in &orphans.ours {
+            let mut removed = std::mem::take(&mut *self.removed_at_open.lock());
+            for p in orphans.ours.drain(..) {
                 // One gone since the listing (an abort of this handle on another thread
                 // removed it) is what gc wanted.
-                if let Err(e) = remove_if_there(&*self.io, p) {
-                    failures.push(Error::io("remove", p, e));
+                match remove_if_there(&*self.io, &p) {
+                    Ok(_) => removed.push(p),
+                    Err(e) => {
+                        let e = Error::io("remove", &p, e);
+                        failures.push((p, e));
+                    }
                 }
             }
             self.remove_empty_savepoint_dirs();
-            if let Some(e) = self.first_of(failures) {
-                return Err(e);
-            }
-            let mut at_open = std::mem::take(&mut *self.removed_at_open.lock());
-            at_open.append(&mut orphans.ours);
-            orphans.ours = at_open;
+            orphans.ours = removed;
+            return Ok((orphans, failures));
         }
-        Ok(orphans)
+        Ok((orphans, Vec::new()))
     }
 
     /// Removes the files an aborted checkpoint `id` left (data and temp files named with

@@ -110,9 +110,22 @@ pub struct GcReport {
     pub removed: Vec<String>,
     /// Files floe did not write, left alone.
     pub foreign: Vec<String>,
+    /// Orphans that could not be removed, and why (the tool then exits with status 3).
+    pub failed: Vec<GcFailure>,
 }
 
-/// Removes the orphaned files of `dir` (only lists them with `dry_run`).
+/// An orphan `floe gc` could not remove.
+#[derive(Debug, Clone, Serialize)]
+pub struct GcFailure {
+    /// The file, relative to the directory.
+    pub file: String,
+    /// Why.
+    pub error: String,
+}
+
+/// Removes the orphaned files of `dir` (only lists them with `dry_run`). Every orphan that
+/// can be removed is; the report lists those removed and, apart, those that could not be
+/// (`failed`, with the error): an `Err` only for a failure before any removal.
 pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
     let storage = if dry_run {
         CheckpointStorage::open_existing(dir, maintenance_config())
@@ -120,33 +133,17 @@ pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
         CheckpointStorage::open_existing_writer(dir, maintenance_config())
     }
     .map_err(|e| super::demo_hint(dir, e))?;
-    let o = storage.gc(dry_run).map_err(|first| with_others(first, storage.take_cleanup_errors()))?;
+    let (o, failures) = storage.gc_each(dry_run)?;
     let root = storage.root();
     Ok(GcReport {
         dry_run,
         removed: o.ours.iter().map(|p| rel(root, p)).collect(),
         foreign: o.foreign.iter().map(|p| rel(root, p)).collect(),
+        failed: failures
+            .iter()
+            .map(|(p, e)| GcFailure { file: rel(root, p), error: e.to_string() })
+            .collect(),
     })
-}
-
-/// The first failure of a gc with the others it noted (it removes every orphan it can and
-/// returns the first failure; the tool prints one error, which now names them all). An
-/// I/O error stays one, so the exit code is that of the first failure.
-fn with_others(first: Error, others: Vec<String>) -> Error {
-    if others.is_empty() {
-        return first;
-    }
-    let more = format!(
-        "; and {}: {}",
-        super::count(others.len(), "other failure", "other failures"),
-        others.join("; ")
-    );
-    match first {
-        Error::Io { op, path, source } => {
-            Error::Io { op, path, source: std::io::Error::new(source.kind(), format!("{source}{more}")) }
-        }
-        e => Error::Background(format!("{e}{more}")),
-    }
 }
 
 impl Report for GcReport {
@@ -156,39 +153,28 @@ impl Report for GcReport {
         for r in &self.removed {
             let _ = writeln!(s, "{verb} {r}");
         }
+        for f in &self.failed {
+            let _ = writeln!(s, "could not remove {}: {}", f.file, f.error);
+        }
         for f in &self.foreign {
             let _ = writeln!(s, "left foreign file {f}");
         }
         let n = self.removed.len();
         let done = if self.dry_run { "would be removed" } else { "removed" };
+        let failed = match self.failed.len() {
+            0 => String::new(),
+            n => format!(", {} could not be", super::count(n, "file", "files")),
+        };
         let _ = writeln!(
             s,
-            "{} {done}, {} left alone",
+            "{} {done}{failed}, {} left alone",
             super::count(n, "file", "files"),
             super::count(self.foreign.len(), "foreign file", "foreign files")
         );
         s
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_gc_failure_names_the_others_and_keeps_its_kind() {
-        let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let first = Error::io("remove", "/d/data/a.tmp", denied());
-        assert!(matches!(with_others(first, Vec::new()), Error::Io { .. }));
-        let first = Error::io("remove", "/d/data/a.tmp", denied());
-        let e = with_others(first, vec!["remove /d/data/b.tmp: denied".into(), "remove /d/c: denied".into()]);
-        let Error::Io { source, path, .. } = &e else { panic!("{e:?}") };
-        assert_eq!(source.kind(), std::io::ErrorKind::PermissionDenied);
-        assert_eq!(path, Path::new("/d/data/a.tmp"));
-        let text = e.to_string();
-        assert!(
-            text.contains("2 other failures") && text.contains("b.tmp") && text.contains("/d/c"),
-            "{text}"
-        );
+    fn unreadable(&self) -> bool {
+        !self.failed.is_empty()
     }
 }

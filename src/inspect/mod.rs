@@ -30,7 +30,7 @@ use crate::format::{Manifest, ManifestKind};
 
 pub use diff::{DiffReport, diff};
 pub use dump::{DumpFilter, DumpReport, Shown, dump};
-pub use maintain::{CompactReport, GcReport, compact, gc};
+pub use maintain::{CompactReport, GcFailure, GcReport, compact, gc};
 pub use show::{ShowReport, show};
 pub use summary::{InspectReport, inspect};
 pub use verify::{VerifyReport, verify};
