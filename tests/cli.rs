@@ -427,6 +427,26 @@ fn compaction_keeps_the_state_and_gc_removes_only_orphans() {
     assert_eq!(floe(&["verify", d]).code, 0);
 }
 
+#[test]
+fn gc_that_fails_names_the_temp_files_it_removed_when_it_opened_the_directory() {
+    // Leftovers of an interrupted write are removed when a writer opens the directory; a
+    // manifest that does not read then stops gc (orphans cannot be told apart), and its
+    // error must still say what was removed.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture(tmp.path());
+    let leftover = format!("data/tmp-{:020}-interrupted.full", 6);
+    std::fs::write(dir.join(&leftover), b"half a file").unwrap();
+    let manifest = dir.join(format!("chk-{:020}.manifest", 2));
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] ^= 1;
+    std::fs::write(&manifest, bytes).unwrap();
+    let r = floe(&["gc", s(&dir), "--json"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(!dir.join(&leftover).exists());
+    assert!(r.stderr.contains(&leftover), "{}", r.stderr);
+}
+
 /// Sets or clears a file's immutable attribute (`chattr`): a removal then fails even as
 /// root. False where that is not allowed (no `CAP_LINUX_IMMUTABLE`, a file system without
 /// attributes).
@@ -639,6 +659,73 @@ fn verify_finds_damage_and_names_the_file() {
     if !fifo {
         assert_eq!(std::fs::read(&sentinel).unwrap(), b"not floe's");
     }
+
+    // Manifests that disagree about a shared file: checkpoint 1 lists its full file one
+    // byte short (and the file is not read for it), checkpoint 2 with a wrong CRC; the
+    // others list it right. Each listing's problem is its own checkpoint's alone, and the
+    // file, read for checkpoint 2, is found whole for 3 and 5.
+    let dir = case("disagree");
+    let full = data_file(1, "agg", 0, true);
+    let edit = |id: u64, field: &str| {
+        edit_manifest(&dir.join(format!("chk-{id:020}.manifest")), |body| {
+            let mut m: Value = serde_json::from_str(body).unwrap();
+            let f =
+                m["files"].as_array_mut().unwrap().iter_mut().find(|f| f["path"] == full.as_str()).unwrap();
+            f[field] = (f[field].as_u64().unwrap() - 1).into();
+            m.to_string()
+        });
+    };
+    edit(1, "size");
+    edit(2, "crc32");
+    let r = floe(&["verify", s(&dir), "--json"]);
+    assert_eq!(r.code, 1);
+    let j = r.json();
+    let problems = j["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 2, "{j}");
+    for (p, id, said) in
+        [(&problems[0], 2, "whole-file CRC-32"), (&problems[1], 1, "bytes, the manifest says")]
+    {
+        assert_eq!(p["checkpoints"], serde_json::json!([id]), "{p}");
+        assert!(p["what"].as_str().unwrap().contains(said), "{p}");
+    }
+    let status: Vec<&str> =
+        j["checkpoints"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["damaged", "damaged", "ok", "ok", "ok"], "{j}");
+
+    // A folder on a listed path that is a link out of the directory (O_NOFOLLOW guards only
+    // a path's last component): checkpoint 5's files listed under `ext/`, a link to a copy
+    // of `data/` outside; savepoint 4's `data/` moved out and linked back. Damage, never
+    // read through: the manifest names the folder, and recovery refuses them too.
+    let dir = case("linked");
+    let outside = dir.parent().unwrap().join("outside-data");
+    copy_dir(&dir.join("data"), &outside);
+    std::os::unix::fs::symlink(&outside, dir.join("ext")).unwrap();
+    edit_manifest(&dir.join(format!("chk-{:020}.manifest", 5)), |body| body.replace("\"data/", "\"ext/"));
+    let sp = std::fs::read_dir(dir.join("savepoints")).unwrap().next().unwrap().unwrap().path();
+    let sp_outside = dir.parent().unwrap().join("outside-sp-data");
+    std::fs::rename(sp.join("data"), &sp_outside).unwrap();
+    std::os::unix::fs::symlink(&sp_outside, sp.join("data")).unwrap();
+    let r = floe(&["verify", s(&dir), "--json"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let j = r.json();
+    for (id, manifest) in [(4, sp.join("MANIFEST")), (5, dir.join(format!("chk-{:020}.manifest", 5)))] {
+        let p =
+            j["problems"].as_array().unwrap().iter().find(|p| p["checkpoints"] == serde_json::json!([id]));
+        let what = p.unwrap_or_else(|| panic!("nothing about {id}: {j}"))["what"].as_str().unwrap();
+        assert!(what.contains("which is a symbolic link, not a directory"), "{id}: {what}");
+        let e = floe::checkpoint::restore_from_path(&manifest, "agg", StoreConfig::default()).map(drop);
+        assert!(matches!(&e, Err(floe::Error::Corrupt { path, .. }) if *path == manifest), "{id}: {e:?}");
+        for cmd in ["show", "dump"] {
+            let r = floe(&[cmd, s(&dir), &id.to_string()]);
+            assert_eq!(r.code, 1, "{cmd} {id}: {}", r.stderr);
+            assert!(r.stderr.contains("symbolic link"), "{}", r.stderr);
+        }
+    }
+    assert_eq!(j["checkpoints"][2]["status"], "ok");
+    // Recovery passes over checkpoint 5 to the newest that reads.
+    let r = floe(&["dump", s(&dir), "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json()["id"], 3);
 }
 
 #[test]

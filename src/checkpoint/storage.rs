@@ -1255,5 +1255,63 @@ pub(crate) fn read_manifest_with(io: &dyn Io, path: &Path) -> Result<Manifest> {
             format!("manifest describes checkpoint {}, its name says {id}", m.checkpoint_id),
         ));
     }
+    if io.medium() == Medium::FileSystem
+        && let Some(dir) = path.parent()
+    {
+        check_listed_dirs(io, dir, &m, path)?;
+    }
     Ok(m)
+}
+
+/// Every folder a listed file's path goes through below the manifest's directory (`data`,
+/// for every file floe writes) is a real directory: a symbolic link there would make a
+/// reader open a file outside the directory (`O_NOFOLLOW` guards only a path's last
+/// component), and a regular file there makes the listed file missing, as damage. A folder
+/// that is not there leaves the files in it missing, found where they are opened.
+fn check_listed_dirs(io: &dyn Io, dir: &Path, m: &Manifest, manifest: &Path) -> Result<()> {
+    let mut checked = std::collections::BTreeSet::new();
+    for f in &m.files {
+        let mut prefix = String::new();
+        let mut parts = f.path.split('/').peekable();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                break;
+            }
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(part);
+            if !checked.insert(prefix.clone()) {
+                continue;
+            }
+            let at = dir.join(&prefix);
+            let kind = match io.stat(&at) {
+                Ok((kind, _)) => kind,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    break;
+                }
+                Err(e) => return Err(Error::io("stat", at, e)),
+            };
+            let what = match kind {
+                EntryKind::Dir => continue,
+                EntryKind::File => "a regular file",
+                EntryKind::Other(what) => what,
+            };
+            return Err(Error::corrupt(
+                manifest,
+                crate::format::MANIFEST_HEADER_LEN as u64,
+                format!(
+                    "file path {:?} goes through {}, which is {what}, not a directory (floe never follows a link)",
+                    f.path,
+                    at.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -133,8 +133,11 @@ pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
         CheckpointStorage::open_existing_writer(dir, maintenance_config())
     }
     .map_err(|e| super::demo_hint(dir, e))?;
-    let (o, failures) = storage.gc_each(dry_run)?;
     let root = storage.root();
+    let (o, failures) = storage.gc_each(dry_run).map_err(|e| {
+        let removed = std::mem::take(&mut *storage.removed_at_open.lock());
+        with_removed(e, removed.iter().map(|p| rel(root, p)).collect())
+    })?;
     Ok(GcReport {
         dry_run,
         removed: o.ours.iter().map(|p| rel(root, p)).collect(),
@@ -144,6 +147,26 @@ pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
             .map(|(p, e)| GcFailure { file: rel(root, p), error: e.to_string() })
             .collect(),
     })
+}
+
+/// A gc's error, naming the files it had removed before failing: the temp files that
+/// interrupted writes left, removed when the directory was opened for writing. The error
+/// keeps its kind (and so the tool's exit status).
+fn with_removed(e: Error, removed: Vec<String>) -> Error {
+    if removed.is_empty() {
+        return e;
+    }
+    let note =
+        format!(" (before this, the temp files of interrupted writes were removed: {})", removed.join(", "));
+    match e {
+        Error::Corrupt { path, offset, what } => {
+            Error::Corrupt { path, offset, what: format!("{what}{note}") }
+        }
+        Error::Io { op, path, source } => {
+            Error::Io { op, path, source: std::io::Error::new(source.kind(), format!("{source}{note}")) }
+        }
+        other => other,
+    }
 }
 
 impl Report for GcReport {

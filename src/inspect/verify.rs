@@ -94,6 +94,11 @@ struct Checker {
     problems: BTreeMap<(String, Option<u64>, String), BTreeSet<u64>>,
     /// The problems that are unreadable files rather than damage.
     unreadable: BTreeSet<(String, Option<u64>, String)>,
+    /// The problems found in a file itself while examining it (not against one manifest's
+    /// listing of it): each checkpoint that lists the file has them.
+    intrinsic: BTreeSet<(String, Option<u64>, String)>,
+    /// True while a file is examined: what is reported then is intrinsic.
+    examining: bool,
     blocks: u64,
     records: u64,
 }
@@ -101,6 +106,9 @@ struct Checker {
 impl Checker {
     fn report(&mut self, id: u64, file: &Path, offset: Option<u64>, what: String) {
         let key = (rel(&self.root, file), offset, what);
+        if self.examining {
+            self.intrinsic.insert(key.clone());
+        }
         self.problems.entry(key).or_default().insert(id);
     }
 
@@ -135,16 +143,17 @@ impl Checker {
     fn file_facts(&mut self, id: u64, path: &Path, channel: bool, listed: u64) -> Option<&FileFacts> {
         let unread_but_listed_right = self.facts.get(path).is_some_and(|f| !f.read && f.size == Some(listed));
         if !self.facts.contains_key(path) || unread_but_listed_right {
+            self.examining = true;
             let facts =
                 if channel { self.examine_channel(id, path, listed) } else { self.examine(id, path, listed) };
+            self.examining = false;
             self.facts.insert(path.to_path_buf(), facts);
         } else {
-            // Attribute the file's intrinsic problems to this checkpoint too.
+            // The file's intrinsic problems are this checkpoint's too; another manifest's
+            // problems with its listing of the file (size, CRC, writer) are not.
             let name = rel(&self.root, path);
-            for ((f, _, _), ids) in self.problems.iter_mut() {
-                if *f == name {
-                    ids.insert(id);
-                }
+            for key in self.intrinsic.iter().filter(|k| k.0 == name) {
+                self.problems.entry(key.clone()).or_default().insert(id);
             }
         }
         self.facts.get(path)
@@ -418,7 +427,7 @@ fn whole_file_crc(path: &Path, len: u64) -> Result<u32> {
             n => Err(Error::corrupt(
                 path,
                 n.min(len),
-                format!("object is {n} bytes, it was {len} when listed"),
+                format!("object is {n} bytes, {len} when its size was asked a moment before"),
             )),
         },
     }
@@ -443,6 +452,8 @@ fn verify_located(storage: &CheckpointStorage, mut targets: Vec<Located>, all: b
         facts: BTreeMap::new(),
         problems: BTreeMap::new(),
         unreadable: BTreeSet::new(),
+        intrinsic: BTreeSet::new(),
+        examining: false,
         blocks: 0,
         records: 0,
     };
