@@ -531,6 +531,10 @@ fn a_socket_in_place_of_a_data_file_is_damage() {
     let (code, _, err) = tool(&["dump", dir.path().to_str().unwrap(), "2"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("a socket, not a regular file"), "{err}");
+    // verify says what is there too.
+    let (code, out, err) = tool(&["verify", dir.path().to_str().unwrap(), "2"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("is a socket, not a regular file (not followed)"), "{out}");
 }
 
 #[test]

@@ -166,8 +166,12 @@ impl Checker {
         let mut facts = Self::empty_facts();
         match crate::checkpoint::stat_any(path) {
             Ok(Ok((crate::checkpoint::io::EntryKind::File, size))) => facts.size = Some(size),
-            Ok(Ok(_)) => {
-                self.report(id, path, None, "is not a regular file (not followed)".into());
+            Ok(Ok((kind, _))) => {
+                let what = match kind {
+                    crate::checkpoint::io::EntryKind::Other(what) => what,
+                    _ => "a directory",
+                };
+                self.report(id, path, None, format!("is {what}, not a regular file (not followed)"));
                 return None;
             }
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
