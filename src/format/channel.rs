@@ -318,6 +318,16 @@ impl<R: Read + Seek> std::fmt::Debug for ChannelFile<R> {
     }
 }
 
+/// A failed read of `len` bytes at `at`, naming them (as a data file's reads do).
+fn read_error(path: &Path, at: u64, len: usize, e: std::io::Error) -> Error {
+    let what = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        "the file ends before them (truncated while open?)".to_string()
+    } else {
+        e.to_string()
+    };
+    Error::io("read", path, std::io::Error::new(e.kind(), format!("bytes {at}..{}: {what}", at + len as u64)))
+}
+
 /// The smallest channel-state file: a header and a footer (no block).
 pub const MIN_CHANNEL_FILE_LEN: usize = CHANNEL_HEADER_LEN + CHANNEL_FOOTER_LEN;
 
@@ -336,7 +346,7 @@ impl<R: Read + Seek> ChannelFile<R> {
         }
         let mut h = [0u8; CHANNEL_HEADER_LEN];
         r.seek(SeekFrom::Start(0)).map_err(io)?;
-        r.read_exact(&mut h).map_err(io)?;
+        r.read_exact(&mut h).map_err(|e| read_error(path, 0, h.len(), e))?;
         if h[0..8] != CHANNEL_MAGIC {
             return Err(Error::corrupt(path, 0, "not a floe channel-state file (bad magic)"));
         }
@@ -365,7 +375,7 @@ impl<R: Read + Seek> ChannelFile<R> {
         let foot_at = len - CHANNEL_FOOTER_LEN as u64;
         let mut f = [0u8; CHANNEL_FOOTER_LEN];
         r.seek(SeekFrom::Start(foot_at)).map_err(io)?;
-        r.read_exact(&mut f).map_err(io)?;
+        r.read_exact(&mut f).map_err(|e| read_error(path, foot_at, f.len(), e))?;
         // The magic first: a truncated file is recognised as such.
         if f[24..32] != CHANNEL_FOOTER_MAGIC {
             return Err(Error::corrupt(path, foot_at + 24, "bad footer magic (truncated file?)"));
@@ -448,7 +458,7 @@ impl<R: Read + Seek> ChannelFile<R> {
                 return Err(bad(format!("block header runs past the footer ({} bytes left)", end - pos)));
             }
             let mut bh = [0u8; CHANNEL_BLOCK_HEADER_LEN];
-            rd.read_exact(&mut bh).map_err(io)?;
+            rd.read_exact(&mut bh).map_err(|e| read_error(&path, at, bh.len(), e))?;
             whole.update(&bh);
             let le32 = |at: usize| u32::from_le_bytes([bh[at], bh[at + 1], bh[at + 2], bh[at + 3]]);
             if crc32fast::hash(&bh[0..20]) != le32(20) {
@@ -486,7 +496,8 @@ impl<R: Read + Seek> ChannelFile<R> {
             // Bounded: stored_len by the bytes the file holds, and both by MAX_BLOCK_LEN.
             stored.clear();
             stored.resize(stored_len as usize, 0);
-            rd.read_exact(&mut stored).map_err(io)?;
+            let from = at + CHANNEL_BLOCK_HEADER_LEN as u64;
+            rd.read_exact(&mut stored).map_err(|e| read_error(&path, from, stored.len(), e))?;
             whole.update(&stored);
             if crc32fast::hash(&stored) != crc {
                 return Err(bad("block checksum mismatch".into()));
@@ -678,6 +689,33 @@ pub fn channel_problems(header: &ChannelHeader, version: u32, place: &ChannelPla
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A medium of `len` bytes whose every read fails.
+    struct Failing(u64, u64);
+
+    impl Read for Failing {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("injected EIO"))
+        }
+    }
+
+    impl Seek for Failing {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            self.1 = match to {
+                SeekFrom::Start(at) => at,
+                SeekFrom::End(d) => self.0.saturating_add_signed(d),
+                SeekFrom::Current(d) => self.1.saturating_add_signed(d),
+            };
+            Ok(self.1)
+        }
+    }
+
+    #[test]
+    fn a_failed_read_names_its_bytes() {
+        let Err(e) = ChannelFile::open(Failing(1000, 0), Path::new("f.chan")) else { panic!("opened") };
+        let text = e.to_string();
+        assert!(text.contains("bytes 0..40: injected EIO") && text.contains("f.chan"), "{text}");
+    }
 
     /// An entry as a test holds it.
     #[derive(Debug, Clone, PartialEq, Eq)]
