@@ -428,7 +428,7 @@ fn compaction_keeps_the_state_and_gc_removes_only_orphans() {
 }
 
 #[test]
-fn gc_that_fails_names_the_temp_files_it_removed_when_it_opened_the_directory() {
+fn gc_or_compact_that_fails_names_the_temp_files_it_removed_when_it_opened_the_directory() {
     // Leftovers of an interrupted write are removed when a writer opens the directory; a
     // manifest that does not read then stops gc (orphans cannot be told apart), and its
     // error must still say what was removed.
@@ -442,6 +442,12 @@ fn gc_that_fails_names_the_temp_files_it_removed_when_it_opened_the_directory() 
     bytes[last] ^= 1;
     std::fs::write(&manifest, bytes).unwrap();
     let r = floe(&["gc", s(&dir), "--json"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(!dir.join(&leftover).exists());
+    assert!(r.stderr.contains(&leftover), "{}", r.stderr);
+    // A compaction of the damaged checkpoint likewise.
+    std::fs::write(dir.join(&leftover), b"half a file again").unwrap();
+    let r = floe(&["compact", s(&dir), "2"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(!dir.join(&leftover).exists());
     assert!(r.stderr.contains(&leftover), "{}", r.stderr);

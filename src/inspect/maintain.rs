@@ -49,10 +49,24 @@ pub fn compact(
 ) -> Result<CompactReport> {
     let storage = CheckpointStorage::open_existing_writer(dir, maintenance_config())
         .map_err(|e| super::demo_hint(dir, e))?;
+    compact_on(&storage, dir, id, savepoint, progress).map_err(|e| {
+        let removed = std::mem::take(&mut *storage.removed_at_open.lock());
+        with_removed(e, removed.iter().map(|p| rel(storage.root(), p)).collect())
+    })
+}
+
+/// [`compact`] on the directory opened for writing.
+fn compact_on(
+    storage: &CheckpointStorage,
+    dir: &Path,
+    id: Option<u64>,
+    savepoint: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<CompactReport> {
     let mut passed_over = Vec::new();
     let source = match id {
         Some(id) => {
-            let l = locate(&storage, id)?;
+            let l = locate(storage, id)?;
             if l.savepoint {
                 return Err(Error::InvalidConfig(format!(
                     "{id} is a savepoint; compact works on regular checkpoints (a savepoint is already full)"
@@ -149,7 +163,7 @@ pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
     })
 }
 
-/// A gc's error, naming the files it had removed before failing: the temp files that
+/// A gc's or compaction's error, naming the files it had removed before failing: the temp files that
 /// interrupted writes left, removed when the directory was opened for writing. The error
 /// keeps its kind (and so the tool's exit status).
 fn with_removed(e: Error, removed: Vec<String>) -> Error {
@@ -165,6 +179,8 @@ fn with_removed(e: Error, removed: Vec<String>) -> Error {
         Error::Io { op, path, source } => {
             Error::Io { op, path, source: std::io::Error::new(source.kind(), format!("{source}{note}")) }
         }
+        Error::NotFound(what) => Error::NotFound(format!("{what}{note}")),
+        Error::InvalidConfig(what) => Error::InvalidConfig(format!("{what}{note}")),
         other => other,
     }
 }
