@@ -320,12 +320,7 @@ impl<R: Read + Seek> std::fmt::Debug for ChannelFile<R> {
 
 /// A failed read of `len` bytes at `at`, naming them (as a data file's reads do).
 fn read_error(path: &Path, at: u64, len: usize, e: std::io::Error) -> Error {
-    let what = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        "the file ends before them (truncated while open?)".to_string()
-    } else {
-        e.to_string()
-    };
-    Error::io("read", path, std::io::Error::new(e.kind(), format!("bytes {at}..{}: {what}", at + len as u64)))
+    Error::io("read", path, super::medium::range_error(&(at..at + len as u64), e))
 }
 
 /// The smallest channel-state file: a header and a footer (no block).

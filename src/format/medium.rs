@@ -109,19 +109,23 @@ pub(crate) struct Ranged {
     pub blocks: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
 }
 
+/// A failed read of bytes `range`, naming them (and saying so when the file ends before
+/// them): every read of a data or channel-state file reports its errors this way.
+pub(crate) fn range_error(range: &Range<u64>, e: std::io::Error) -> std::io::Error {
+    let what = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        "the file ends before them (truncated while open?)".to_string()
+    } else {
+        e.to_string()
+    };
+    std::io::Error::new(e.kind(), format!("bytes {}..{}: {what}", range.start, range.end))
+}
+
 /// A local file read by position. Each error says which bytes could not be read.
 struct LocalFile(std::fs::File);
 
 impl LocalFile {
     fn read_into(&self, range: &Range<u64>, buf: &mut [u8]) -> std::io::Result<()> {
-        self.0.read_exact_at(buf, range.start).map_err(|e| {
-            let what = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                "the file ends before them (truncated while open?)".to_string()
-            } else {
-                e.to_string()
-            };
-            std::io::Error::new(e.kind(), format!("bytes {}..{}: {what}", range.start, range.end))
-        })
+        self.0.read_exact_at(buf, range.start).map_err(|e| range_error(range, e))
     }
 }
 
