@@ -49,10 +49,7 @@ pub fn compact(
 ) -> Result<CompactReport> {
     let storage = CheckpointStorage::open_existing_writer(dir, maintenance_config())
         .map_err(|e| super::demo_hint(dir, e))?;
-    compact_on(&storage, dir, id, savepoint, progress).map_err(|e| {
-        let removed = std::mem::take(&mut *storage.removed_at_open.lock());
-        with_removed(e, removed.iter().map(|p| rel(storage.root(), p)).collect())
-    })
+    compact_on(&storage, dir, id, savepoint, progress).map_err(|e| with_removed(&storage, e))
 }
 
 /// [`compact`] on the directory opened for writing.
@@ -147,11 +144,8 @@ pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
         CheckpointStorage::open_existing_writer(dir, maintenance_config())
     }
     .map_err(|e| super::demo_hint(dir, e))?;
+    let (o, failures) = storage.gc_each(dry_run).map_err(|e| with_removed(&storage, e))?;
     let root = storage.root();
-    let (o, failures) = storage.gc_each(dry_run).map_err(|e| {
-        let removed = std::mem::take(&mut *storage.removed_at_open.lock());
-        with_removed(e, removed.iter().map(|p| rel(root, p)).collect())
-    })?;
     Ok(GcReport {
         dry_run,
         removed: o.ours.iter().map(|p| rel(root, p)).collect(),
@@ -166,12 +160,14 @@ pub fn gc(dir: &Path, dry_run: bool) -> Result<GcReport> {
 /// A gc's or compaction's error, naming the files it had removed before failing: the temp files that
 /// interrupted writes left, removed when the directory was opened for writing. The error
 /// keeps its kind (and so the tool's exit status).
-fn with_removed(e: Error, removed: Vec<String>) -> Error {
+fn with_removed(storage: &CheckpointStorage, e: Error) -> Error {
+    let removed = std::mem::take(&mut *storage.removed_at_open.lock());
     if removed.is_empty() {
         return e;
     }
+    let names: Vec<String> = removed.iter().map(|p| rel(storage.root(), p)).collect();
     let note =
-        format!(" (before this, the temp files of interrupted writes were removed: {})", removed.join(", "));
+        format!(" (before this, the temp files of interrupted writes were removed: {})", names.join(", "));
     match e {
         Error::Corrupt { path, offset, what } => {
             Error::Corrupt { path, offset, what: format!("{what}{note}") }
