@@ -87,6 +87,15 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
+    /// What it is, for messages: "a regular file", "a directory", "a symbolic link", ...
+    pub fn describe(self) -> &'static str {
+        match self {
+            EntryKind::File => "a regular file",
+            EntryKind::Dir => "a directory",
+            EntryKind::Other(what) => what,
+        }
+    }
+
     fn of(ft: std::fs::FileType) -> EntryKind {
         if ft.is_file() {
             EntryKind::File

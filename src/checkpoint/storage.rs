@@ -1151,10 +1151,7 @@ pub(crate) fn ensure_dir(io: &dyn Io, root: &Path, dir: &Path) -> Result<()> {
         match io.stat(&p) {
             Ok((EntryKind::Dir, _)) => {}
             Ok((kind, _)) => {
-                let what = match kind {
-                    EntryKind::Other(w) => w,
-                    _ => "a regular file",
-                };
+                let what = kind.describe();
                 return Err(Error::NotOurs {
                     path: p.clone(),
                     why: format!("it is {what}, where floe expects a real directory"),
@@ -1297,11 +1294,10 @@ fn check_listed_dirs(io: &dyn Io, dir: &Path, m: &Manifest, manifest: &Path) -> 
                 }
                 Err(e) => return Err(Error::io("stat", at, e)),
             };
-            let what = match kind {
-                EntryKind::Dir => continue,
-                EntryKind::File => "a regular file",
-                EntryKind::Other(what) => what,
-            };
+            if kind == EntryKind::Dir {
+                continue;
+            }
+            let what = kind.describe();
             return Err(Error::corrupt(
                 manifest,
                 crate::format::MANIFEST_HEADER_LEN as u64,

@@ -72,10 +72,8 @@ struct FileFacts {
     /// Size, when the file is there and is a regular file.
     size: Option<u64>,
     /// Whole-file CRC-32, when the file was read (only when its size is the one listed:
-    /// a file of another size is not read through).
+    /// a file of another size is not read through, nor examined further).
     crc: Option<u32>,
-    /// Whether its contents were examined (see `crc`).
-    read: bool,
     /// The header and format version, when the file opened as a data file.
     header: Option<DataHeader>,
     version: u32,
@@ -141,7 +139,8 @@ impl Checker {
     /// one would cost the time to read it through): the size is what is wrong. Another
     /// manifest listing it at its size has it read then.
     fn file_facts(&mut self, id: u64, path: &Path, channel: bool, listed: u64) -> Option<&FileFacts> {
-        let unread_but_listed_right = self.facts.get(path).is_some_and(|f| !f.read && f.size == Some(listed));
+        let unread_but_listed_right =
+            self.facts.get(path).is_some_and(|f| f.crc.is_none() && f.size == Some(listed));
         if !self.facts.contains_key(path) || unread_but_listed_right {
             self.examining = true;
             let facts =
@@ -160,17 +159,14 @@ impl Checker {
     }
 
     /// What every file gets: a regular file of the listed size, read whole for its CRC-32.
-    /// `None` (reported) when it is not there or does not read; facts not `read` when its
-    /// size is not the listed one (reported against each manifest by `check_size_crc`).
+    /// `None` (reported) when it is not there or does not read; facts without a CRC when
+    /// its size is not the listed one (reported against each manifest by `check_size_crc`).
     fn examine_common(&mut self, id: u64, path: &Path, listed: u64) -> Option<FileFacts> {
         let mut facts = Self::empty_facts();
         match crate::checkpoint::stat_any(path) {
             Ok(Ok((crate::checkpoint::io::EntryKind::File, size))) => facts.size = Some(size),
             Ok(Ok((kind, _))) => {
-                let what = match kind {
-                    crate::checkpoint::io::EntryKind::Other(what) => what,
-                    _ => "a directory",
-                };
+                let what = kind.describe();
                 self.report(id, path, None, format!("is {what}, not a regular file (not followed)"));
                 return None;
             }
@@ -197,7 +193,6 @@ impl Checker {
                 return None;
             }
         }
-        facts.read = true;
         Some(facts)
     }
 
@@ -205,7 +200,6 @@ impl Checker {
         FileFacts {
             size: None,
             crc: None,
-            read: false,
             header: None,
             version: 0,
             states: Vec::new(),
@@ -218,7 +212,7 @@ impl Checker {
     /// bytes' checksum, decompression, records) and the footer's totals.
     fn examine_channel(&mut self, id: u64, path: &Path, listed: u64) -> FileFacts {
         let Some(mut facts) = self.examine_common(id, path, listed) else { return Self::empty_facts() };
-        if !facts.read {
+        if facts.crc.is_none() {
             return facts;
         }
         let opened = crate::checkpoint::open_any(path).and_then(|f| ChannelFile::open(f, path));
@@ -242,7 +236,7 @@ impl Checker {
 
     fn examine(&mut self, id: u64, path: &Path, listed: u64) -> FileFacts {
         let Some(mut facts) = self.examine_common(id, path, listed) else { return Self::empty_facts() };
-        if !facts.read {
+        if facts.crc.is_none() {
             return facts;
         }
         let f = match crate::checkpoint::open_data_file(path) {
