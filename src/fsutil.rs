@@ -59,6 +59,91 @@ pub fn open_regular(path: &Path) -> Result<File> {
         }
         Err(e) => return Err(Error::io("open", path, e)),
     };
+    regular_only(file, path)
+}
+
+/// What a directory entry is, by its own type, from a `stat` that did not follow it.
+fn raw_kind_name(mode: rustix::fs::RawMode) -> &'static str {
+    use rustix::fs::FileType;
+    match FileType::from_raw_mode(mode) {
+        FileType::Symlink => "a symbolic link",
+        FileType::Directory => "a directory",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::BlockDevice | FileType::CharacterDevice => "a device",
+        FileType::RegularFile => "a regular file",
+        FileType::Unknown => "not a regular file",
+    }
+}
+
+/// Opens the regular file `rel` (a manifest's `/`-separated path) below the folder `dir`,
+/// following no link on the way, as [`open_regular`] opens its last component: each folder
+/// of `rel` is opened from the one before it with `O_NOFOLLOW | O_DIRECTORY`, so a folder
+/// that is a symbolic link, or is swapped for one while floe reads, is refused
+/// ([`Error::Corrupt`] naming it) and the file read is the one below `dir`. `dir` itself is
+/// opened as given: the user named it. Errors name `dir/rel`; a folder that is not there
+/// is `NotFound`, as for the file.
+pub(crate) fn open_regular_below(dir: &Path, rel: &str) -> Result<File> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::io::Errno;
+    let path = dir.join(rel);
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    let last = parts.pop().unwrap_or_default();
+    if let Some(bad) = rel.split('/').find(|c| c.is_empty() || *c == "." || *c == ".." || c.contains('\0')) {
+        return Err(Error::corrupt(&path, 0, format!("path component {bad:?} would leave its folder")));
+    }
+    let folder_flags =
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let mut at = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| Error::io("open", dir, e.into()))?;
+    for folder in parts {
+        at = match rustix::fs::openat(&at, folder, folder_flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) if e == Errno::LOOP || e == Errno::NOTDIR => {
+                let what = rustix::fs::statat(&at, folder, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_or("not a directory", |st| raw_kind_name(st.st_mode));
+                return Err(Error::corrupt(
+                    &path,
+                    0,
+                    format!("folder {folder} on its path is {what}, not a directory (not followed)"),
+                ));
+            }
+            Err(e) => return Err(Error::io("open", &path, e.into())),
+        };
+    }
+    let opened = rustix::fs::openat(
+        &at,
+        last,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    );
+    let file = match opened {
+        Ok(fd) => File::from(fd),
+        Err(e) if e == Errno::LOOP => {
+            return Err(Error::corrupt(
+                &path,
+                0,
+                "is a symbolic link, not a regular file (floe never follows one)",
+            ));
+        }
+        Err(e) if e == Errno::NXIO => {
+            return Err(match rustix::fs::statat(&at, last, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st)
+                    if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        != rustix::fs::FileType::RegularFile =>
+                {
+                    Error::corrupt(&path, 0, format!("is {}, not a regular file", raw_kind_name(st.st_mode)))
+                }
+                _ => Error::io("open", &path, e.into()),
+            });
+        }
+        Err(e) => return Err(Error::io("open", &path, e.into())),
+    };
+    regular_only(file, &path)
+}
+
+/// `file` if it is a regular file, else [`Error::Corrupt`] naming what it is.
+fn regular_only(file: File, path: &Path) -> Result<File> {
     let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
     if !meta.is_file() {
         return Err(Error::corrupt(
@@ -147,5 +232,52 @@ impl ThreadStart {
         T: Send + 'scope,
     {
         self.check()?.spawn_scoped(scope, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corrupt_what(r: Result<File>) -> String {
+        match r {
+            Err(Error::Corrupt { what, .. }) => what,
+            other => panic!("expected damage, got {other:?}"),
+        }
+    }
+
+    /// Each folder of the path is opened without following a link; the file at the end is
+    /// read only if it is a regular file; anything leaving the folder is refused.
+    #[test]
+    fn open_below_follows_no_link_on_the_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/f"), b"inside").unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("b")).unwrap();
+        std::fs::write(outside.join("b/f"), b"outside").unwrap();
+        let read = |f: File| std::io::read_to_string(f).unwrap();
+        assert_eq!(read(open_regular_below(&root, "a/b/f").unwrap()), "inside");
+        // The root itself may be reached through a link: the user named it.
+        std::os::unix::fs::symlink(&root, tmp.path().join("root-link")).unwrap();
+        assert_eq!(read(open_regular_below(&tmp.path().join("root-link"), "a/b/f").unwrap()), "inside");
+
+        std::os::unix::fs::symlink(&outside, root.join("l")).unwrap();
+        assert!(open_regular(&root.join("l/b/f")).is_ok(), "a whole-path open follows the folder link");
+        let what = corrupt_what(open_regular_below(&root, "l/b/f"));
+        assert!(what.contains("folder l on its path is a symbolic link"), "{what}");
+        std::fs::write(root.join("a/file"), b"").unwrap();
+        let what = corrupt_what(open_regular_below(&root, "a/file/f"));
+        assert!(what.contains("folder file on its path is a regular file"), "{what}");
+        std::os::unix::fs::symlink(outside.join("b/f"), root.join("a/b/g")).unwrap();
+        assert!(corrupt_what(open_regular_below(&root, "a/b/g")).contains("is a symbolic link"));
+        assert!(corrupt_what(open_regular_below(&root, "a/b")).contains("is a directory"));
+        for bad in ["../outside/b/f", "a/../../outside/b/f", "a//b/f", "./a/b/f", ""] {
+            assert!(corrupt_what(open_regular_below(&root, bad)).contains("would leave its folder"), "{bad}");
+        }
+        let missing = open_regular_below(&root, "nope/f").unwrap_err();
+        assert!(missing.is_not_found(), "{missing}");
+        assert!(missing.to_string().contains("nope/f"), "{missing}");
     }
 }

@@ -1710,3 +1710,76 @@ fn a_directory_left_by_a_writer_that_died_before_its_marker_opens() {
     assert!(!dir.path().join("tmp-00000000000000000000-FLOE").exists());
     drop(storage);
 }
+
+/// An `Io` on the real file system that, just before the first data file is opened (the
+/// manifest read and its folders checked), swaps the `data` folder for a link to a copy
+/// outside: the race a reader must lose nothing to.
+struct SwapBeforeOpen {
+    root: std::path::PathBuf,
+    outside: std::path::PathBuf,
+    swapped: std::sync::atomic::AtomicBool,
+}
+
+impl floe::checkpoint::io::Io for SwapBeforeOpen {
+    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn floe::checkpoint::io::IoFile>> {
+        floe::checkpoint::io::StdIo.create_new(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.sync_dir(dir)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.remove_file(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.create_dir_all(path)
+    }
+    fn remove_dir(&self, path: &Path) -> std::io::Result<()> {
+        floe::checkpoint::io::StdIo.remove_dir(path)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<floe::checkpoint::io::DirEntry>> {
+        floe::checkpoint::io::StdIo.list_dir(dir)
+    }
+    fn stat(&self, path: &Path) -> std::io::Result<(floe::checkpoint::io::EntryKind, u64)> {
+        floe::checkpoint::io::StdIo.stat(path)
+    }
+    fn open_read(&self, path: &Path) -> floe::Result<floe::checkpoint::io::Opened> {
+        floe::checkpoint::io::StdIo.open_read(path)
+    }
+    fn open_read_below(&self, dir: &Path, rel: &str) -> floe::Result<floe::checkpoint::io::Opened> {
+        if rel.starts_with("data/") && !self.swapped.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::fs::rename(self.root.join("data"), self.root.join("data.moved")).unwrap();
+            std::os::unix::fs::symlink(&self.outside, self.root.join("data")).unwrap();
+        }
+        floe::checkpoint::io::StdIo.open_read_below(dir, rel)
+    }
+}
+
+/// A folder swapped for a link after the manifest was read (and its folders checked) and
+/// before a file is opened is not followed: each folder is opened from the one before it,
+/// never by a whole path. The copy outside is byte for byte the real folder, so whatever
+/// recovery returned through the link would look right: it must return nothing from it.
+#[test]
+fn a_folder_swapped_for_a_link_while_recovery_reads_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    two_operators(&open(dir.path()));
+    let outside = tempfile::tempdir().unwrap();
+    common::copy_dir(&dir.path().join("data"), &outside.path().join("data"));
+    let io = Arc::new(SwapBeforeOpen {
+        root: dir.path().to_path_buf(),
+        outside: outside.path().join("data"),
+        swapped: Default::default(),
+    });
+    let storage = CheckpointStorage::open_with_io(dir.path(), StorageConfig::default(), io.clone()).unwrap();
+    let got = storage.recover("a", StoreConfig::default());
+    assert!(io.swapped.load(std::sync::atomic::Ordering::SeqCst), "the swap never happened");
+    // Every checkpoint's files are under `data`: none can be restored.
+    let said = match got {
+        Ok(Some(r)) => panic!("state read through the link: {:?}", r.report),
+        Ok(None) => panic!("recovery found no checkpoint at all"),
+        Err(e) => e.to_string(),
+    };
+    assert!(said.contains("folder data on its path is a symbolic link"), "{said}");
+}

@@ -350,7 +350,7 @@ fn open_channel_file<'m>(
         Error::corrupt(dir, 0, format!("channel-state file {} not listed in the manifest", c.path))
     })?;
     let path = dir.join(&c.path);
-    let file = super::recovery::open_listed(io, &path, fref)?;
+    let file = super::recovery::open_listed(io, dir, fref)?;
     let cf = ChannelFile::open(file, &path)?;
     let place = ChannelPlace {
         operator: &c.operator,
@@ -385,8 +385,8 @@ pub(crate) fn check_channel_file(
 ) -> Result<()> {
     use std::io::{Read, Seek, SeekFrom};
     let (cf, fref, path) = open_channel_file(io, dir, manifest, c)?;
-    drop(cf);
-    let mut file = io.open_read(&path)?;
+    // The bytes just validated, from the same handle: nothing swapped in between is read.
+    let mut file = cf.into_inner();
     file.seek(SeekFrom::Start(0)).map_err(|e| Error::io("read", &path, e))?;
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 256 << 10];

@@ -216,12 +216,22 @@ pub trait Io: Send + Sync + 'static {
     /// Opens a regular file for reading: a link, FIFO, socket or device is refused
     /// (`Error::Corrupt` naming what it is) without blocking.
     fn open_read(&self, path: &Path) -> Result<Opened>;
-    /// Opens a data file that a manifest lists as `listed_size` bytes, to read only the
-    /// ranges a reader needs where a range read is cheaper than the whole (object storage:
-    /// a rescaled instance fetches only its key groups). The default opens it whole.
-    fn open_data(&self, path: &Path, listed_size: u64) -> Result<DataOpen> {
+    /// Opens the file a manifest in the folder `dir` lists as `rel` (a safe, `/`-separated
+    /// path), as [`Io::open_read`] opens a file, following no link on the way there either:
+    /// on a file system a folder of `rel` that is a symbolic link, even one swapped in while
+    /// floe reads, is `Error::Corrupt` naming it ([`StdIo`] opens each folder from the one
+    /// before it). The default opens `dir/rel` with [`Io::open_read`]: right for a medium
+    /// without links; an `Io` over a file system that wraps another delegates this too.
+    fn open_read_below(&self, dir: &Path, rel: &str) -> Result<Opened> {
+        self.open_read(&dir.join(rel))
+    }
+    /// Opens a data file that a manifest in `dir` lists as `rel`, of `listed_size` bytes, to
+    /// read only the ranges a reader needs where a range read is cheaper than the whole
+    /// (object storage: a rescaled instance fetches only its key groups). The default opens
+    /// it whole with [`Io::open_read_below`].
+    fn open_data(&self, dir: &Path, rel: &str, listed_size: u64) -> Result<DataOpen> {
         let _ = listed_size;
-        Ok(DataOpen::Whole(self.open_read(path)?))
+        Ok(DataOpen::Whole(self.open_read_below(dir, rel)?))
     }
 }
 
@@ -346,5 +356,8 @@ impl Io for StdIo {
     }
     fn open_read(&self, path: &Path) -> Result<Opened> {
         crate::fsutil::open_regular(path).map(Opened::File)
+    }
+    fn open_read_below(&self, dir: &Path, rel: &str) -> Result<Opened> {
+        crate::fsutil::open_regular_below(dir, rel).map(Opened::File)
     }
 }

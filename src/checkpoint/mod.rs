@@ -27,9 +27,11 @@ pub use channel::{ChannelStateHandle, ChannelStateWriter, read_channel_state};
 pub use checkpointer::{Checkpointer, PendingWrite};
 pub use config::{ChainPolicy, Compression, DEFAULT_SYNC_EVERY, StorageConfig};
 pub use embedded::{CheckpointId, Checkpointed, CommitBuilder};
+pub(crate) use recovery::data_file;
 pub use recovery::{
     Recovered, RecoveryReport, Selection, Skipped, SkippedCheckpoint, check_coverage, load_chain, open_any,
-    open_chain, open_data_file, restore_from_path, restore_operator, stat_any,
+    open_chain, open_data_file, open_listed_any, open_listed_data_file, restore_from_path, restore_operator,
+    stat_any,
 };
 pub use retention::{CleanupReport, Orphans};
 pub use storage::{

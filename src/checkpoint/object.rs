@@ -561,7 +561,8 @@ impl Io for ObjectIo {
         self.bucket.stats.bytes_got.fetch_add(got.len() as u64, Ordering::Relaxed);
         Ok(Opened::Memory(io::Cursor::new(Vec::from(got))))
     }
-    fn open_data(&self, path: &Path, _listed_size: u64) -> Result<DataOpen> {
+    fn open_data(&self, dir: &Path, rel: &str, _listed_size: u64) -> Result<DataOpen> {
+        let path = &dir.join(rel);
         let key = self.key(path).map_err(|e| Error::io("open", path, e))?;
         let opts = object_store::GetOptions {
             range: Some(object_store::GetRange::Suffix(TAIL)),

@@ -63,16 +63,18 @@ pub struct Recovered {
     pub report: RecoveryReport,
 }
 
-/// Opens a file a manifest lists (through `io`, so never a link or a FIFO) and checks that
-/// its size is the listed one: a file of another size is corruption at the shorter length.
+/// Opens the file `fref` a manifest in `dir` lists (through `io`: never a link, on the way
+/// or at the end, nor a FIFO) and checks that its size is the listed one: a file of another
+/// size is corruption at the shorter length.
 pub(crate) fn open_listed(
     io: &dyn Io,
-    path: &Path,
+    dir: &Path,
     fref: &crate::format::FileRef,
 ) -> Result<super::io::Opened> {
-    let file = io.open_read(path)?;
-    let len = file.len().map_err(|e| Error::io("stat", path, e))?;
-    check_listed_size(path, len, fref)?;
+    let path = dir.join(&fref.path);
+    let file = io.open_read_below(dir, &fref.path)?;
+    let len = file.len().map_err(|e| Error::io("stat", &path, e))?;
+    check_listed_size(&path, len, fref)?;
     Ok(file)
 }
 
@@ -90,8 +92,9 @@ fn check_listed_size(path: &Path, len: u64, fref: &crate::format::FileRef) -> Re
 /// Opens a data file a manifest lists, as [`open_listed`] does, but through
 /// [`Io::open_data`]: on object storage only its head and tail are fetched here, and the
 /// blocks later by range.
-pub(crate) fn open_listed_data(io: &dyn Io, path: &Path, fref: &crate::format::FileRef) -> Result<DataFile> {
-    match io.open_data(path, fref.size)? {
+pub(crate) fn open_listed_data(io: &dyn Io, dir: &Path, fref: &crate::format::FileRef) -> Result<DataFile> {
+    let path = &dir.join(&fref.path);
+    match io.open_data(dir, &fref.path, fref.size)? {
         super::io::DataOpen::Whole(file) => {
             let len = file.len().map_err(|e| Error::io("stat", path, e))?;
             check_listed_size(path, len, fref)?;
@@ -124,6 +127,20 @@ pub fn open_data_file(path: &Path) -> Result<DataFile> {
 pub fn open_any(path: &Path) -> Result<super::io::Opened> {
     let (path, io) = super::object::resolve(path)?;
     io.open_read(&path)
+}
+
+/// Opens for reading the file a manifest in `dir` (a local path or a URL) lists as `rel`,
+/// following no link on the way ([`Io::open_read_below`]).
+pub fn open_listed_any(dir: &Path, rel: &str) -> Result<super::io::Opened> {
+    let (dir, io) = super::object::resolve(dir)?;
+    io.open_read_below(&dir, rel)
+}
+
+/// Opens and validates the data file a manifest in `dir` (a local path or a URL) lists as
+/// `rel`, following no link on the way ([`Io::open_read_below`]).
+pub fn open_listed_data_file(dir: &Path, rel: &str) -> Result<DataFile> {
+    let (dir, io) = super::object::resolve(dir)?;
+    data_file(io.open_read_below(&dir, rel)?, &dir.join(rel))
 }
 
 /// The kind and length of the file or object at `path` (a local path or a URL), not
@@ -164,7 +181,7 @@ pub(crate) fn open_chain_with(
             .copied()
             .ok_or_else(|| Error::corrupt(dir, 0, format!("chain file {rel} not listed in the manifest")))?;
         let path = dir.join(rel);
-        let f = open_listed_data(io, &path, fref)?;
+        let f = open_listed_data(io, dir, fref)?;
         let place = crate::format::chain::ChainPlace {
             op,
             position: i,

@@ -408,6 +408,11 @@ impl Io for FaultyIoHandle {
         self.0.read_fault(path).map_err(|e| Error::io("open", path, e))?;
         crate::fsutil::open_regular(path).map(super::io::Opened::File)
     }
+    fn open_read_below(&self, dir: &Path, rel: &str) -> Result<super::io::Opened> {
+        let path = dir.join(rel);
+        self.0.read_fault(&path).map_err(|e| Error::io("open", &path, e))?;
+        crate::fsutil::open_regular_below(dir, rel).map(super::io::Opened::File)
+    }
 }
 
 /// The [`Io`] and root path that [`super::CheckpointStorage::open`] would use for `dir`

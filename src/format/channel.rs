@@ -327,6 +327,11 @@ fn read_error(path: &Path, at: u64, len: usize, e: std::io::Error) -> Error {
 pub const MIN_CHANNEL_FILE_LEN: usize = CHANNEL_HEADER_LEN + CHANNEL_FOOTER_LEN;
 
 impl<R: Read + Seek> ChannelFile<R> {
+    /// The reader it was opened on (a whole-file check reads the bytes it validated).
+    pub fn into_inner(self) -> R {
+        self.r
+    }
+
     /// Checks the header and the footer (format-spec/channel-state.md, "Validity", steps
     /// 1..7), each failure at the offset the spec's table gives.
     pub fn open(mut r: R, path: &Path) -> Result<ChannelFile<R>> {

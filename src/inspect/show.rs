@@ -238,7 +238,7 @@ fn show_once(dir: &Path, id: Option<u64>) -> Result<(ShowReport, bool)> {
                 error: None,
                 unreadable: false,
             };
-            match crate::checkpoint::open_data_file(&l.dir.join(p)) {
+            match crate::checkpoint::open_listed_data_file(&l.dir, p) {
                 Ok(f) => {
                     cf.format_version = Some(f.version());
                     cf.kind = match f.header().kind {

@@ -102,10 +102,10 @@ pub struct InspectReport {
 /// open (whether unreadable rather than damaged, and the error); `None` when it is gone.
 type Opened = Option<std::result::Result<(u64, u64), (bool, String)>>;
 
-fn block_bytes(cache: &mut BTreeMap<PathBuf, Opened>, path: &Path) -> Opened {
+fn block_bytes(cache: &mut BTreeMap<PathBuf, Opened>, dir: &Path, rel: &str) -> Opened {
     cache
-        .entry(path.to_path_buf())
-        .or_insert_with(|| match crate::checkpoint::open_data_file(path) {
+        .entry(dir.join(rel))
+        .or_insert_with(|| match crate::checkpoint::open_listed_data_file(dir, rel) {
             Ok(f) => {
                 let stored = f.blocks().iter().map(|b| u64::from(b.stored_len)).sum();
                 let raw = f.blocks().iter().map(|b| u64::from(b.raw_len)).sum();
@@ -223,7 +223,7 @@ pub fn inspect(dir: &Path) -> Result<InspectReport> {
             // `floe verify` reads); one that does not open makes every checkpoint listing
             // it unreadable or damaged. A missing file was reported above.
             let own = f.created_by == m.checkpoint_id;
-            match block_bytes(&mut cache, &path) {
+            match block_bytes(&mut cache, &l.dir, &f.path) {
                 Some(Ok((s, r))) if own => {
                     own_stored += s;
                     own_raw += r;

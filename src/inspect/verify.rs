@@ -138,13 +138,14 @@ impl Checker {
     /// A file whose size is not `listed` is not read (a huge sparse file in place of a small
     /// one would cost the time to read it through): the size is what is wrong. Another
     /// manifest listing it at its size has it read then.
-    fn file_facts(&mut self, id: u64, path: &Path, channel: bool, listed: u64) -> Option<&FileFacts> {
+    fn file_facts(&mut self, id: u64, at: Listed<'_>, channel: bool, listed: u64) -> Option<&FileFacts> {
+        let path = &at.path;
         let unread_but_listed_right =
             self.facts.get(path).is_some_and(|f| f.crc.is_none() && f.size == Some(listed));
         if !self.facts.contains_key(path) || unread_but_listed_right {
             self.examining = true;
             let facts =
-                if channel { self.examine_channel(id, path, listed) } else { self.examine(id, path, listed) };
+                if channel { self.examine_channel(id, &at, listed) } else { self.examine(id, &at, listed) };
             self.examining = false;
             self.facts.insert(path.to_path_buf(), facts);
         } else {
@@ -161,7 +162,13 @@ impl Checker {
     /// What every file gets: a regular file of the listed size, read whole for its CRC-32.
     /// `None` (reported) when it is not there or does not read; facts without a CRC when
     /// its size is not the listed one (reported against each manifest by `check_size_crc`).
-    fn examine_common(&mut self, id: u64, path: &Path, listed: u64) -> Option<FileFacts> {
+    fn examine_common(
+        &mut self,
+        id: u64,
+        at: &Listed<'_>,
+        listed: u64,
+    ) -> Option<(FileFacts, Option<Opened>)> {
+        let path = &at.path;
         let mut facts = Self::empty_facts();
         match crate::checkpoint::stat_any(path) {
             Ok(Ok((crate::checkpoint::io::EntryKind::File, size))) => facts.size = Some(size),
@@ -184,16 +191,18 @@ impl Checker {
             }
         }
         if facts.size != Some(listed) {
-            return Some(facts);
+            return Some((facts, None));
         }
-        match whole_file_crc(path, listed) {
-            Ok(crc) => facts.crc = Some(crc),
+        match whole_file_crc(at, listed) {
+            Ok((crc, opened)) => {
+                facts.crc = Some(crc);
+                Some((facts, Some(opened)))
+            }
             Err(e) => {
                 self.report_error(id, path, &e);
-                return None;
+                None
             }
         }
-        Some(facts)
     }
 
     fn empty_facts() -> FileFacts {
@@ -210,12 +219,14 @@ impl Checker {
 
     /// A channel-state file: header and footer, then every block (header checksum, stored
     /// bytes' checksum, decompression, records) and the footer's totals.
-    fn examine_channel(&mut self, id: u64, path: &Path, listed: u64) -> FileFacts {
-        let Some(mut facts) = self.examine_common(id, path, listed) else { return Self::empty_facts() };
-        if facts.crc.is_none() {
-            return facts;
-        }
-        let opened = crate::checkpoint::open_any(path).and_then(|f| ChannelFile::open(f, path));
+    fn examine_channel(&mut self, id: u64, at: &Listed<'_>, listed: u64) -> FileFacts {
+        let path = &at.path;
+        let (mut facts, file) = match self.examine_common(id, at, listed) {
+            Some((facts, Some(file))) => (facts, file),
+            Some((facts, None)) => return facts,
+            None => return Self::empty_facts(),
+        };
+        let opened = ChannelFile::open(file, path);
         let mut f = match opened {
             Ok(f) => f,
             Err(e) => {
@@ -234,12 +245,14 @@ impl Checker {
         facts
     }
 
-    fn examine(&mut self, id: u64, path: &Path, listed: u64) -> FileFacts {
-        let Some(mut facts) = self.examine_common(id, path, listed) else { return Self::empty_facts() };
-        if facts.crc.is_none() {
-            return facts;
-        }
-        let f = match crate::checkpoint::open_data_file(path) {
+    fn examine(&mut self, id: u64, at: &Listed<'_>, listed: u64) -> FileFacts {
+        let path = &at.path;
+        let (mut facts, file) = match self.examine_common(id, at, listed) {
+            Some((facts, Some(file))) => (facts, file),
+            Some((facts, None)) => return facts,
+            None => return Self::empty_facts(),
+        };
+        let f = match crate::checkpoint::data_file(file, path) {
             Ok(f) => f,
             Err(e) => {
                 self.report_error(id, path, &e);
@@ -281,10 +294,10 @@ impl Checker {
         let channel: BTreeMap<&str, &ChannelStateRef> =
             m.channel_state.iter().map(|c| (c.path.as_str(), c)).collect();
         for f in &m.files {
-            let path = l.dir.join(&f.path);
+            let at = Listed { dir: &l.dir, rel: &f.path, path: l.dir.join(&f.path) };
             match channel.get(f.path.as_str()).copied() {
-                Some(c) => self.check_channel(l.id, &path, f, c, m.format_version),
-                None => self.check_listed(l.id, &path, f),
+                Some(c) => self.check_channel(l.id, at, f, c, m.format_version),
+                None => self.check_listed(l.id, at, f),
             }
         }
         self.check_chains(l, &m);
@@ -301,8 +314,9 @@ impl Checker {
     }
 
     /// The manifest-relative checks of one listed file: size, CRC, writer.
-    fn check_listed(&mut self, id: u64, path: &Path, f: &FileRef) {
-        let Some(facts) = self.file_facts(id, path, false, f.size) else { return };
+    fn check_listed(&mut self, id: u64, at: Listed<'_>, f: &FileRef) {
+        let path = &at.path.clone();
+        let Some(facts) = self.file_facts(id, at, false, f.size) else { return };
         let (size, crc, header) = (facts.size, facts.crc, facts.header);
         self.check_size_crc(id, path, f, size, crc);
         if let Some(p) = header.and_then(|h| created_by_problem(&h, f.created_by)) {
@@ -315,12 +329,13 @@ impl Checker {
     fn check_channel(
         &mut self,
         id: u64,
-        path: &Path,
+        at: Listed<'_>,
         f: &FileRef,
         c: &ChannelStateRef,
         manifest_version: u32,
     ) {
-        let Some(facts) = self.file_facts(id, path, true, f.size) else { return };
+        let path = &at.path.clone();
+        let Some(facts) = self.file_facts(id, at, true, f.size) else { return };
         let (size, crc, channel) = (facts.size, facts.crc, facts.channel);
         self.check_size_crc(id, path, f, size, crc);
         let Some((header, footer_at, records, version)) = channel else { return };
@@ -414,21 +429,38 @@ impl Checker {
     }
 }
 
+/// A file a manifest in `dir` lists as `rel` (`path` is `dir/rel`, the name problems go by).
+struct Listed<'a> {
+    dir: &'a Path,
+    rel: &'a str,
+    path: PathBuf,
+}
+
 /// CRC-32 of a whole file of `len` bytes (its size when stated), read by position: an
 /// error names the bytes that did not read; a file cut short since is an error, one grown
-/// since is read to `len` (its blocks are checked against its frame afterwards).
-fn whole_file_crc(path: &Path, len: u64) -> Result<u32> {
-    match crate::checkpoint::open_any(path)? {
-        Opened::File(f) => crate::format::file_crc32(f, len, path),
+/// since is read to `len` (its blocks are checked against its frame afterwards). The file
+/// is opened below its manifest's folder, following no link, and returned: its frame and
+/// blocks are read from the same handle, so a file swapped in meanwhile is never read.
+fn whole_file_crc(at: &Listed<'_>, len: u64) -> Result<(u32, Opened)> {
+    let path = &at.path;
+    let opened = crate::checkpoint::open_listed_any(at.dir, at.rel)?;
+    let crc = match &opened {
+        Opened::File(f) => {
+            let dup = f.try_clone().map_err(|e| Error::io("open", path, e))?;
+            crate::format::file_crc32(dup, len, path)?
+        }
         Opened::Memory(c) => match c.get_ref().len() as u64 {
-            n if n == len => Ok(crc32fast::hash(c.get_ref())),
-            n => Err(Error::corrupt(
-                path,
-                n.min(len),
-                format!("object is {n} bytes, {len} when its size was asked a moment before"),
-            )),
+            n if n == len => crc32fast::hash(c.get_ref()),
+            n => {
+                return Err(Error::corrupt(
+                    path,
+                    n.min(len),
+                    format!("object is {n} bytes, {len} when its size was asked a moment before"),
+                ));
+            }
         },
-    }
+    };
+    Ok((crc, opened))
 }
 
 /// Verifies every checkpoint and savepoint of `dir`, or only `id` (with every file of its
