@@ -36,7 +36,7 @@ impl TwoPhaseCommitSink<u64> for Report {
     fn abort_open(&mut self) -> floe::Result<()> {
         Ok(())
     }
-    fn recover(&mut self, _: &[Vec<u8>]) -> floe::Result<()> {
+    fn recover(&mut self, _: Option<u64>, _: &[Vec<u8>]) -> floe::Result<()> {
         Ok(())
     }
     fn finish(&mut self, _: u64) -> floe::Result<()> {

@@ -78,8 +78,8 @@ impl TwoPhaseCommitSink<u64> for Flaky {
     fn abort_open(&mut self) -> floe::Result<()> {
         self.inner.abort_open()
     }
-    fn recover(&mut self, restored: &[Vec<u8>]) -> floe::Result<()> {
-        self.inner.recover(restored)
+    fn recover(&mut self, from: Option<u64>, restored: &[Vec<u8>]) -> floe::Result<()> {
+        self.inner.recover(from, restored)
     }
     fn finish(&mut self, id: u64) -> floe::Result<()> {
         if self.faults.finish_fails.load(Ordering::SeqCst) == self.subtask + 1 {
@@ -607,4 +607,36 @@ fn every_bounded_job_that_ends_well_records_its_final_commit_and_compaction_keep
         let line = report.checkpoints.iter().find(|l| l.id == c.checkpoint_id).unwrap();
         assert_eq!(line.status, "damaged", "{line:?}");
     }
+}
+
+/// A savepoint resumed a second time into the output directory of the first resume: the
+/// first resume published records past the savepoint, which the second would publish
+/// again (in the same checkpoint directory, under new ids: duplicates) or fail every
+/// attempt on (in a fresh one, under the same ids: "exists too"). Refused up front, naming
+/// the part and the way out, before anything is written; into an empty directory it runs.
+#[test]
+fn a_savepoint_resumed_twice_into_one_output_directory_is_refused_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (storage, topic, sp) = stopped(dir.path(), &out, 0);
+    let sp = sp.unwrap();
+    let r = resume(&storage, &topic, &sp, &out).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>());
+    let before: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let fresh = CheckpointStorage::open(dir.path().join("ckpt-2"), StorageConfig::default()).unwrap();
+    for (what, storage) in [("the same checkpoint directory", &storage), ("a fresh one", &fresh)] {
+        let e = resume_only(storage, &topic, &sp, &out).unwrap_err().to_string();
+        assert!(e.contains("after checkpoint 1 this job resumes from"), "{what}: {e}");
+        assert!(e.contains("Resume into an empty output directory"), "{what}: {e}");
+        assert!(e.contains("holds part-00000000000000000002-0"), "{what}: {e}");
+        assert_eq!(published(&[&out]), (0..100).collect::<Vec<_>>(), "{what}: published twice");
+        let now: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(now.len(), before.len(), "{what}: {now:?}");
+    }
+    // Into an empty directory the resume runs and publishes what follows the savepoint.
+    let elsewhere = dir.path().join("out-2");
+    let r = resume_only(&fresh, &topic, &sp, &elsewhere).unwrap();
+    assert_eq!(r.restarts, 0, "{:?}", r.failures);
+    assert_eq!(published(&[&elsewhere]), (50..100).collect::<Vec<_>>());
 }

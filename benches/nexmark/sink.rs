@@ -278,7 +278,7 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for CollectSink<T> {
         Ok(())
     }
 
-    fn recover(&mut self, restored: &[Vec<u8>]) -> floe::Result<()> {
+    fn recover(&mut self, _restored_from: Option<u64>, restored: &[Vec<u8>]) -> floe::Result<()> {
         let mut keep = Vec::new();
         for c in restored {
             keep.push(parse(c)?);

@@ -380,7 +380,8 @@ pub(crate) fn sink_body<T: Data>(w: Wiring, factory: SinkFactory<T>) -> Result<T
             restored = redistribute(&states, w.subtask, w.parallelism)?;
         }
         let sink = factory(w.subtask, w.parallelism)?;
-        let driver = SinkDriver::start(sink, &restored)?;
+        let from = w.restore.as_ref().map(|r| r.manifest.checkpoint_id);
+        let driver = SinkDriver::start(sink, from, &restored)?;
         let logic = SinkLogic { operator: w.common.operator.clone(), subtask: w.subtask, driver };
         run_task(w, logic)
     }))

@@ -419,7 +419,7 @@ mod tests {
         let mut s = SinkLogic {
             operator: "out".into(),
             subtask: 0,
-            driver: SinkDriver::start(Box::new(sink), &[]).unwrap(),
+            driver: SinkDriver::start(Box::new(sink), None, &[]).unwrap(),
         };
         let mut col = Collector::default();
         let published = || {

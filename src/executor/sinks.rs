@@ -112,8 +112,12 @@ pub trait TwoPhaseCommitSink<T>: Send {
     /// Once, before any other call: commits every restored committable (from the
     /// checkpoint the job restarts from, redistributed by [`redistribute`]) and discards
     /// every transaction this sink started in this instance's share of subtasks that is
-    /// not among them and not committed.
-    fn recover(&mut self, restored: &[Vec<u8>]) -> Result<()>;
+    /// not among them and not committed. `restored_from` is that checkpoint's or
+    /// savepoint's id (`None`: a start without one), which `restored` alone does not give
+    /// when a savepoint's transactions were committed at its stop: floe's file sink refuses
+    /// here an output directory holding output another run published after it (resuming
+    /// would publish those records twice).
+    fn recover(&mut self, restored_from: Option<u64>, restored: &[Vec<u8>]) -> Result<()>;
 
     /// End of input with checkpointing off (no checkpoints, so nothing was pre-committed):
     /// flushes and publishes the open transaction directly. `final_id` is the id of the
@@ -155,8 +159,12 @@ pub struct SinkDriver<T> {
 impl<T> SinkDriver<T> {
     /// Starts an instance: `recover` with the committables restored for it (empty when the
     /// job starts without a checkpoint).
-    pub fn start(mut sink: Box<dyn TwoPhaseCommitSink<T>>, restored: &[Vec<u8>]) -> Result<SinkDriver<T>> {
-        sink.recover(restored)?;
+    pub fn start(
+        mut sink: Box<dyn TwoPhaseCommitSink<T>>,
+        restored_from: Option<u64>,
+        restored: &[Vec<u8>],
+    ) -> Result<SinkDriver<T>> {
+        sink.recover(restored_from, restored)?;
         Ok(SinkDriver { sink, pending: Vec::new(), last_barrier: None })
     }
 
@@ -535,6 +543,46 @@ impl<T> FileSink<T> {
     }
 }
 
+impl<T> FileSink<T> {
+    /// A job restored from checkpoint `from` replays every record after it: a part of this
+    /// instance's share published by a later checkpoint is another run's (the same
+    /// savepoint resumed twice into this directory, or a later checkpoint of this job that
+    /// was lost), and going on would publish its records twice, or fail every attempt on
+    /// a name the other run took. Refused before anything is written.
+    fn refuse_later_output(&self, from: u64) -> Result<()> {
+        let mut later = Vec::new();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("read dir", &self.dir, e)),
+        };
+        for e in entries {
+            let e = e.map_err(|err| Error::io("read dir", &self.dir, err))?;
+            if let Some(SinkFile::Part { checkpoint, subtask }) =
+                e.file_name().to_str().and_then(SinkFile::parse)
+                && checkpoint > from
+                && subtask % self.parallelism == self.subtask
+            {
+                later.push((checkpoint, subtask));
+            }
+        }
+        let Some(&(first, subtask)) = later.iter().min() else { return Ok(()) };
+        let more = match later.len() {
+            1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        Err(Error::InvalidConfig(format!(
+            "{} holds {}{more}, published by checkpoint {first}, after checkpoint {from} this job \
+             resumes from: another run wrote there (the same checkpoint or savepoint resumed \
+             twice into one output directory, or a later checkpoint that was lost), and resuming \
+             would publish those records twice. Resume into an empty output directory, or move \
+             the parts published after checkpoint {from} away",
+            self.dir.display(),
+            SinkFile::Part { checkpoint: first, subtask }.name(),
+        )))
+    }
+}
+
 fn both_exist(pending: &Path, part: &Path) -> Error {
     Error::corrupt(
         pending,
@@ -629,7 +677,10 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
         }
     }
 
-    fn recover(&mut self, restored: &[Vec<u8>]) -> Result<()> {
+    fn recover(&mut self, restored_from: Option<u64>, restored: &[Vec<u8>]) -> Result<()> {
+        if let Some(from) = restored_from {
+            self.refuse_later_output(from)?;
+        }
         let p = self.parallelism;
         let mut decoded = Vec::with_capacity(restored.len());
         for bytes in restored {
@@ -739,7 +790,7 @@ mod tests {
     }
 
     fn start(dir: &Path, subtask: u32, parallelism: u32, restored: &[Vec<u8>]) -> SinkDriver<u64> {
-        SinkDriver::start(sink(dir, subtask, parallelism), restored).unwrap()
+        SinkDriver::start(sink(dir, subtask, parallelism), None, restored).unwrap()
     }
 
     fn listing(dir: &Path) -> Vec<String> {
@@ -872,7 +923,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("out");
         let mut s = sink(&dir, 0, 1);
-        s.recover(&[]).unwrap();
+        s.recover(None, &[]).unwrap();
         s.write(7).unwrap();
         let c = s.pre_commit(1).unwrap();
         s.commit(&c).unwrap();
@@ -952,7 +1003,7 @@ mod tests {
         drop((d0, d1));
         // Giving a committable to a subtask whose share it is not is refused.
         let wrong = redistribute(&states, 0, 3).unwrap();
-        assert!(matches!(SinkDriver::start(sink(&dir, 1, 2), &wrong), Err(Error::InvalidConfig(_))));
+        assert!(matches!(SinkDriver::start(sink(&dir, 1, 2), None, &wrong), Err(Error::InvalidConfig(_))));
     }
 
     /// Goal: files in the output directory that are not the sink's (unknown names, names
@@ -1005,14 +1056,14 @@ mod tests {
         d.cancel().unwrap();
         check();
         let mut s = sink(&dir, 0, 1);
-        s.recover(&[s2.pending[0].1.clone()]).unwrap();
+        s.recover(None, &[s2.pending[0].1.clone()]).unwrap();
         s.write(4).unwrap();
         let c = s.pre_commit(3).unwrap();
         s.abort(&c).unwrap();
         s.write(5).unwrap();
         s.finish(10).unwrap();
         let mut direct = FileSink::<u64>::open(&config(&dir, false), 0, 1).unwrap();
-        direct.recover(&[]).unwrap();
+        direct.recover(None, &[]).unwrap();
         direct.write(6).unwrap();
         direct.pre_commit(11).unwrap();
         check();
@@ -1053,16 +1104,19 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("out");
         let f = FileSink::<u64>::factory(config(&dir, false));
-        let mut d = SinkDriver::start(f(0, 1).unwrap(), &[]).unwrap();
+        let mut d = SinkDriver::start(f(0, 1).unwrap(), None, &[]).unwrap();
         write_all(&mut d, [1, 2]);
         let s1 = d.on_checkpoint_barrier(1).unwrap();
         assert_eq!(published(&dir), [1, 2], "visible at once");
         d.write(3).unwrap();
         d.on_checkpoint_complete(1).unwrap();
         drop(d); // 3 may or may not have reached the file
-        let mut d =
-            SinkDriver::start(f(0, 1).unwrap(), &redistribute(&BTreeMap::from([(0, s1)]), 0, 1).unwrap())
-                .unwrap();
+        let mut d = SinkDriver::start(
+            f(0, 1).unwrap(),
+            None,
+            &redistribute(&BTreeMap::from([(0, s1)]), 0, 1).unwrap(),
+        )
+        .unwrap();
         d.write(3).unwrap();
         d.on_end_of_input(2).unwrap();
         let out = published(&dir);
@@ -1094,7 +1148,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("out");
         let mut s = sink(&dir, 0, 1);
-        s.recover(&[]).unwrap();
+        s.recover(None, &[]).unwrap();
         s.write(1).unwrap();
         let c1 = s.pre_commit(1).unwrap();
         s.write(2).unwrap();
@@ -1122,7 +1176,7 @@ mod tests {
         let before = listing(&dir);
         let last = c.len() - 1;
         c[last] = b'1'; // names .pending-…-1, not subtask 0's file
-        for r in [s.commit(&c), s.abort(&c), s.recover(std::slice::from_ref(&c)), s.commit(&[])] {
+        for r in [s.commit(&c), s.abort(&c), s.recover(None, std::slice::from_ref(&c)), s.commit(&[])] {
             assert!(matches!(r, Err(Error::Corrupt { .. })), "{r:?}");
         }
         assert_eq!(listing(&dir), before);
