@@ -2,7 +2,9 @@
 //! regular files are read, a symbolic link is never followed, and a FIFO or device never
 //! blocks the opener (it is refused after `open` returns at once).
 
+use std::ffi::OsStr;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -63,7 +65,7 @@ pub fn open_regular(path: &Path) -> Result<File> {
 }
 
 /// What a directory entry is, by its own type, from a `stat` that did not follow it.
-fn raw_kind_name(mode: rustix::fs::RawMode) -> &'static str {
+pub(crate) fn raw_kind_name(mode: rustix::fs::RawMode) -> &'static str {
     use rustix::fs::FileType;
     match FileType::from_raw_mode(mode) {
         FileType::Symlink => "a symbolic link",
@@ -78,68 +80,94 @@ fn raw_kind_name(mode: rustix::fs::RawMode) -> &'static str {
 
 /// Opens the regular file `rel` (a manifest's `/`-separated path) below the folder `dir`,
 /// following no link on the way, as [`open_regular`] opens its last component: each folder
-/// of `rel` is opened from the one before it with `O_NOFOLLOW | O_DIRECTORY`, so a folder
-/// that is a symbolic link, or is swapped for one while floe reads, is refused
-/// ([`Error::Corrupt`] naming it) and the file read is the one below `dir`. `dir` itself is
-/// opened as given: the user named it. Errors name `dir/rel`; a folder that is not there
-/// is `NotFound`, as for the file.
+/// of `rel` is opened from the one before it ([`walk_folder`]), so a folder that is a
+/// symbolic link, or is swapped for one while floe reads, is refused ([`Error::Corrupt`]
+/// naming it) and the file read is the one below `dir`. `dir` itself is opened as given:
+/// the user named it. Errors name `dir/rel`; a folder that is not there is `NotFound`, as
+/// for the file.
 pub(crate) fn open_regular_below(dir: &Path, rel: &str) -> Result<File> {
-    use rustix::fs::{AtFlags, Mode, OFlags};
-    use rustix::io::Errno;
     let path = dir.join(rel);
     let mut parts: Vec<&str> = rel.split('/').collect();
     let last = parts.pop().unwrap_or_default();
     if let Some(bad) = rel.split('/').find(|c| c.is_empty() || *c == "." || *c == ".." || c.contains('\0')) {
         return Err(Error::corrupt(&path, 0, format!("path component {bad:?} would leave its folder")));
     }
-    let folder_flags =
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let mut at = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| Error::io("open", dir, e.into()))?;
+    let mut at = open_walk_root(dir).map_err(|e| Error::io("open", dir, e.into()))?;
     for folder in parts {
-        at = match rustix::fs::openat(&at, folder, folder_flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(e) if e == Errno::LOOP || e == Errno::NOTDIR => {
-                let what = rustix::fs::statat(&at, folder, AtFlags::SYMLINK_NOFOLLOW)
-                    .map_or("not a directory", |st| raw_kind_name(st.st_mode));
-                return Err(Error::corrupt(
-                    &path,
-                    0,
-                    format!("folder {folder} on its path is {what}, not a directory (not followed)"),
-                ));
-            }
-            Err(e) => return Err(Error::io("open", &path, e.into())),
-        };
+        at = walk_folder(&at, folder.as_ref()).map_err(|e| folder_error(&at, folder.as_ref(), &path, e))?;
     }
-    let opened = rustix::fs::openat(
-        &at,
-        last,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    );
-    let file = match opened {
+    open_regular_at(&at, last.as_ref(), &path)
+}
+
+/// Opens `dir` (following links: the user named it) as the start of a walk.
+pub(crate) fn open_walk_root(dir: &Path) -> rustix::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+}
+
+/// Opens the folder `name` of `at` for a walk, never following a link
+/// (`O_PATH | O_DIRECTORY | O_NOFOLLOW`: search permission on it is enough).
+pub(crate) fn walk_folder(at: &OwnedFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(at, name, flags, Mode::empty())
+}
+
+/// The error for folder `name` of `at` that [`walk_folder`] could not open, on the way to
+/// `path`: damage naming what the folder is when it is not a directory (a link is never
+/// followed), else the I/O error (`NotFound` for a folder that is not there).
+pub(crate) fn folder_error(at: &OwnedFd, name: &OsStr, path: &Path, e: rustix::io::Errno) -> Error {
+    use rustix::io::Errno;
+    if e != Errno::LOOP && e != Errno::NOTDIR {
+        return Error::io("open", path, e.into());
+    }
+    let folder = name.to_string_lossy();
+    let what = match rustix::fs::statat(at, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => {
+            return Error::corrupt(
+                path,
+                0,
+                format!(
+                    "folder {folder} on its path changed while it was opened (it was not a directory; not followed)"
+                ),
+            );
+        }
+        Ok(st) => raw_kind_name(st.st_mode),
+        Err(_) => "not a directory",
+    };
+    let link = if what == "a symbolic link" { " (not followed)" } else { "" };
+    Error::corrupt(path, 0, format!("folder {folder} on its path is {what}, not a directory{link}"))
+}
+
+/// Opens the entry `name` of the folder `at` for reading if it is a regular file, as
+/// [`open_regular`] does (errors name `path`).
+pub(crate) fn open_regular_at(at: &OwnedFd, name: &OsStr, path: &Path) -> Result<File> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::io::Errno;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let file = match rustix::fs::openat(at, name, flags, Mode::empty()) {
         Ok(fd) => File::from(fd),
         Err(e) if e == Errno::LOOP => {
             return Err(Error::corrupt(
-                &path,
+                path,
                 0,
                 "is a symbolic link, not a regular file (floe never follows one)",
             ));
         }
         Err(e) if e == Errno::NXIO => {
-            return Err(match rustix::fs::statat(&at, last, AtFlags::SYMLINK_NOFOLLOW) {
+            return Err(match rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st)
                     if rustix::fs::FileType::from_raw_mode(st.st_mode)
                         != rustix::fs::FileType::RegularFile =>
                 {
-                    Error::corrupt(&path, 0, format!("is {}, not a regular file", raw_kind_name(st.st_mode)))
+                    Error::corrupt(path, 0, format!("is {}, not a regular file", raw_kind_name(st.st_mode)))
                 }
-                _ => Error::io("open", &path, e.into()),
+                _ => Error::io("open", path, e.into()),
             });
         }
-        Err(e) => return Err(Error::io("open", &path, e.into())),
+        Err(e) => return Err(Error::io("open", path, e.into())),
     };
-    regular_only(file, &path)
+    regular_only(file, path)
 }
 
 /// `file` if it is a regular file, else [`Error::Corrupt`] naming what it is.

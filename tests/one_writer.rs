@@ -1711,75 +1711,168 @@ fn a_directory_left_by_a_writer_that_died_before_its_marker_opens() {
     drop(storage);
 }
 
-/// An `Io` on the real file system that, just before the first data file is opened (the
-/// manifest read and its folders checked), swaps the `data` folder for a link to a copy
-/// outside: the race a reader must lose nothing to.
-struct SwapBeforeOpen {
+/// An `Io` on the real file system that, just before its first operation of kind `on` on a
+/// path below `folder` (the manifest read and its folders checked, the files listed),
+/// swaps `folder` for a link to a copy outside: the race a reader must lose nothing to and
+/// a writer must never act on the outside through.
+struct SwapBefore {
     root: std::path::PathBuf,
+    /// The folder swapped, relative to `root`.
+    folder: &'static str,
+    /// The operation before which it is swapped: "open", "remove" or "create".
+    on: &'static str,
     outside: std::path::PathBuf,
+    inner: Box<dyn floe::checkpoint::io::Io>,
     swapped: std::sync::atomic::AtomicBool,
 }
 
-impl floe::checkpoint::io::Io for SwapBeforeOpen {
+impl SwapBefore {
+    fn new(root: &Path, folder: &'static str, on: &'static str, outside: &Path) -> Arc<SwapBefore> {
+        Arc::new(SwapBefore {
+            root: root.to_path_buf(),
+            folder,
+            on,
+            outside: outside.to_path_buf(),
+            inner: Box::new(floe::checkpoint::io::RootedIo::new(root)),
+            swapped: Default::default(),
+        })
+    }
+
+    fn before(&self, op: &str, path: &Path) {
+        let folder = self.root.join(self.folder);
+        if op == self.on
+            && path.starts_with(&folder)
+            && !self.swapped.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            std::fs::rename(&folder, folder.with_extension("moved")).unwrap();
+            std::os::unix::fs::symlink(&self.outside, &folder).unwrap();
+        }
+    }
+
+    fn swapped(&self) -> bool {
+        self.swapped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl floe::checkpoint::io::Io for SwapBefore {
     fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn floe::checkpoint::io::IoFile>> {
-        floe::checkpoint::io::StdIo.create_new(path)
+        self.before("create", path);
+        self.inner.create_new(path)
     }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        floe::checkpoint::io::StdIo.rename(from, to)
+        self.inner.rename(from, to)
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        floe::checkpoint::io::StdIo.sync_dir(dir)
+        self.inner.sync_dir(dir)
     }
     fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        floe::checkpoint::io::StdIo.remove_file(path)
+        self.before("remove", path);
+        self.inner.remove_file(path)
     }
     fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
-        floe::checkpoint::io::StdIo.create_dir_all(path)
+        self.inner.create_dir_all(path)
     }
     fn remove_dir(&self, path: &Path) -> std::io::Result<()> {
-        floe::checkpoint::io::StdIo.remove_dir(path)
+        self.before("remove", path);
+        self.inner.remove_dir(path)
     }
     fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<floe::checkpoint::io::DirEntry>> {
-        floe::checkpoint::io::StdIo.list_dir(dir)
+        self.inner.list_dir(dir)
     }
     fn stat(&self, path: &Path) -> std::io::Result<(floe::checkpoint::io::EntryKind, u64)> {
-        floe::checkpoint::io::StdIo.stat(path)
+        self.inner.stat(path)
     }
     fn open_read(&self, path: &Path) -> floe::Result<floe::checkpoint::io::Opened> {
-        floe::checkpoint::io::StdIo.open_read(path)
+        self.before("open", path);
+        self.inner.open_read(path)
     }
     fn open_read_below(&self, dir: &Path, rel: &str) -> floe::Result<floe::checkpoint::io::Opened> {
-        if rel.starts_with("data/") && !self.swapped.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            std::fs::rename(self.root.join("data"), self.root.join("data.moved")).unwrap();
-            std::os::unix::fs::symlink(&self.outside, self.root.join("data")).unwrap();
-        }
-        floe::checkpoint::io::StdIo.open_read_below(dir, rel)
+        self.before("open", &dir.join(rel));
+        self.inner.open_read_below(dir, rel)
     }
+}
+
+/// Every file below `dir`, by path relative to it, with its bytes.
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
 }
 
 /// A folder swapped for a link after the manifest was read (and its folders checked) and
 /// before a file is opened is not followed: each folder is opened from the one before it,
-/// never by a whole path. The copy outside is byte for byte the real folder, so whatever
-/// recovery returned through the link would look right: it must return nothing from it.
+/// never by a whole path (here `StdIo::open_read_below`, the walk every reader's `Io` has).
+/// The copy outside is byte for byte the real folder, so whatever recovery returned
+/// through the link would look right: it must return nothing from it.
 #[test]
 fn a_folder_swapped_for_a_link_while_recovery_reads_is_not_followed() {
     let dir = tempfile::tempdir().unwrap();
     two_operators(&open(dir.path()));
     let outside = tempfile::tempdir().unwrap();
     common::copy_dir(&dir.path().join("data"), &outside.path().join("data"));
-    let io = Arc::new(SwapBeforeOpen {
-        root: dir.path().to_path_buf(),
-        outside: outside.path().join("data"),
-        swapped: Default::default(),
-    });
-    let storage = CheckpointStorage::open_with_io(dir.path(), StorageConfig::default(), io.clone()).unwrap();
-    let got = storage.recover("a", StoreConfig::default());
-    assert!(io.swapped.load(std::sync::atomic::Ordering::SeqCst), "the swap never happened");
-    // Every checkpoint's files are under `data`: none can be restored.
-    let said = match got {
-        Ok(Some(r)) => panic!("state read through the link: {:?}", r.report),
-        Ok(None) => panic!("recovery found no checkpoint at all"),
-        Err(e) => e.to_string(),
-    };
-    assert!(said.contains("folder data on its path is a symbolic link"), "{said}");
+    for inner in ["std", "rooted"] {
+        let mut io = SwapBefore::new(dir.path(), "data", "open", &outside.path().join("data"));
+        if inner == "std" {
+            Arc::get_mut(&mut io).unwrap().inner = Box::new(floe::checkpoint::io::StdIo);
+        }
+        let storage =
+            CheckpointStorage::open_with_io(dir.path(), StorageConfig::default(), io.clone()).unwrap();
+        let got = storage.recover("a", StoreConfig::default());
+        assert!(io.swapped(), "{inner}: the swap never happened");
+        // Every checkpoint's files are under `data`: none can be restored.
+        let said = match got {
+            Ok(Some(r)) => panic!("{inner}: state read through the link: {:?}", r.report),
+            Ok(None) => panic!("{inner}: recovery found no checkpoint at all"),
+            Err(e) => e.to_string(),
+        };
+        assert!(said.contains("folder data on its path is a symbolic link"), "{inner}: {said}");
+        drop(storage);
+        std::fs::remove_file(dir.path().join("data")).unwrap();
+        std::fs::rename(dir.path().join("data.moved"), dir.path().join("data")).unwrap();
+    }
+}
+
+/// Writers act on a checkpoint directory through a `RootedIo`: a folder swapped for a link
+/// between a gc's listing and its removals, or before a compaction creates its files,
+/// takes no removal and no new file outside (helper-45 saw gc delete orphan-named files in
+/// the outside folder, and compact write there, with whole-path operations). Each case
+/// fails naming the folder; the outside copy is left byte for byte as it was.
+#[test]
+fn a_folder_swapped_for_a_link_while_gc_or_compact_works_takes_nothing_outside() {
+    for (folder, on) in [("data", "remove"), ("data", "create"), ("savepoints", "remove")] {
+        let dir = tempfile::tempdir().unwrap();
+        two_operators(&open(dir.path()));
+        // An orphan named like floe's files, and an incomplete savepoint, for gc to remove.
+        let orphan = dir.path().join("data/00000000000000000002-zz-1234abcd-0.full");
+        std::fs::write(&orphan, b"an orphan").unwrap();
+        let sp = dir.path().join("savepoints/sp-00000000000000000002/data");
+        std::fs::create_dir_all(&sp).unwrap();
+        std::fs::write(sp.join("00000000000000000002-zz-1234abcd-0.full"), b"a half savepoint").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        common::copy_dir(&dir.path().join(folder), &outside.path().join(folder));
+        let before = tree(outside.path());
+        let io = SwapBefore::new(dir.path(), folder, on, &outside.path().join(folder));
+        let storage =
+            CheckpointStorage::open_with_io(dir.path(), StorageConfig::default(), io.clone()).unwrap();
+        let got = if on == "create" {
+            storage.compact(3, Target::Checkpoint, &mut |_, _| {}).map(drop)
+        } else {
+            storage.gc(false).map(drop)
+        };
+        assert!(io.swapped(), "{folder} {on}: the swap never happened");
+        let e = got.expect_err("acted through the link").to_string();
+        assert!(e.contains(&format!("folder {folder} on the way is a symbolic link")), "{folder} {on}: {e}");
+        assert_eq!(tree(outside.path()), before, "{folder} {on}: the outside copy changed");
+    }
 }

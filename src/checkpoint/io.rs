@@ -284,13 +284,22 @@ pub(crate) fn std_stat(path: &Path) -> io::Result<(EntryKind, u64)> {
     Ok((EntryKind::of(m.file_type()), m.len()))
 }
 
-/// The real file system.
+pub use super::rooted::RootedIo;
+
+/// The real file system, by whole paths (links in a path's folders followed, not its last
+/// component; [`Io::open_read_below`] follows none). A checkpoint directory's own handle is
+/// a [`RootedIo`], which follows no link below the directory for any operation.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StdIo;
 
 struct StdFile {
     file: std::fs::File,
     direct: bool,
+}
+
+/// A file created for writing on the real file system (buffered at first).
+pub(crate) fn std_file(file: std::fs::File) -> Box<dyn IoFile> {
+    Box::new(StdFile { file, direct: false })
 }
 
 impl Write for StdFile {

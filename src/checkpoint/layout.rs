@@ -12,6 +12,8 @@
 //! tmp-<id:020>-<name>                        a file being written (any of these folders)
 //! ```
 
+use std::path::{Path, PathBuf};
+
 /// Name of the marker file.
 pub const MARKER: &str = "FLOE";
 /// Contents of the marker file.
@@ -85,6 +87,24 @@ pub fn savepoint_dir(id: u64) -> String {
 pub fn parse_savepoint_dir_name(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("sp-")?;
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok())?
+}
+
+/// Where a reader's link-free walk to `rel`, a file of the folder `dir`, starts, and the
+/// path below it: a savepoint's folder (`.../savepoints/sp-<id>`) is walked from the
+/// checkpoint directory, so `savepoints` and `sp-<id>` are opened without following a link
+/// too (a savepoint folder swapped for one after it was listed is refused); any other
+/// folder is walked from itself.
+pub(crate) fn walk_from(dir: &Path, rel: &str) -> (PathBuf, String) {
+    let name = dir.file_name().and_then(|n| n.to_str());
+    if let Some(name) = name
+        && parse_savepoint_dir_name(name).is_some()
+        && let Some(parent) = dir.parent()
+        && parent.file_name().is_some_and(|n| n == SAVEPOINT_DIR)
+        && let Some(root) = parent.parent()
+    {
+        return (root.to_path_buf(), format!("{SAVEPOINT_DIR}/{name}/{rel}"));
+    }
+    (dir.to_path_buf(), rel.to_string())
 }
 
 /// Operator ids in file names: `[A-Za-z0-9_]` kept, anything else becomes `_`, at most 64.

@@ -16,6 +16,7 @@ pub mod object;
 mod publish;
 mod recovery;
 mod retention;
+mod rooted;
 mod storage;
 #[cfg(any(test, feature = "fault-injection"))]
 #[doc(hidden)]

@@ -229,11 +229,14 @@ fn build_store(scheme: &str, bucket_url: &str) -> Result<Arc<dyn ObjectStore>> {
     }
 }
 
-/// The I/O for a checkpoint directory string: [`super::io::StdIo`] for a local path (and the
+/// The I/O for a checkpoint directory string: [`super::rooted::RootedIo`] below a local path (and the
 /// path), an [`ObjectIo`] of its own (tracking what this handle creates) for a URL.
 pub(crate) fn resolve(dir: &Path) -> Result<(PathBuf, Arc<dyn Io>)> {
     match locate(dir)? {
-        Location::Local(p) => Ok((p, Arc::new(super::io::StdIo))),
+        Location::Local(p) => {
+            let io = Arc::new(super::rooted::RootedIo::new(&p));
+            Ok((p, io))
+        }
         Location::Object { root, scheme, bucket } => {
             let io = ObjectIo::open(&scheme, &bucket)?;
             Ok((root, Arc::new(io)))

@@ -72,7 +72,7 @@ pub(crate) fn open_listed(
     fref: &crate::format::FileRef,
 ) -> Result<super::io::Opened> {
     let path = dir.join(&fref.path);
-    let file = io.open_read_below(dir, &fref.path)?;
+    let file = open_below(io, dir, &fref.path)?;
     let len = file.len().map_err(|e| Error::io("stat", &path, e))?;
     check_listed_size(&path, len, fref)?;
     Ok(file)
@@ -94,7 +94,8 @@ fn check_listed_size(path: &Path, len: u64, fref: &crate::format::FileRef) -> Re
 /// blocks later by range.
 pub(crate) fn open_listed_data(io: &dyn Io, dir: &Path, fref: &crate::format::FileRef) -> Result<DataFile> {
     let path = &dir.join(&fref.path);
-    match io.open_data(dir, &fref.path, fref.size)? {
+    let (from, rel) = super::layout::walk_from(dir, &fref.path);
+    match io.open_data(&from, &rel, fref.size)? {
         super::io::DataOpen::Whole(file) => {
             let len = file.len().map_err(|e| Error::io("stat", path, e))?;
             check_listed_size(path, len, fref)?;
@@ -133,14 +134,22 @@ pub fn open_any(path: &Path) -> Result<super::io::Opened> {
 /// following no link on the way ([`Io::open_read_below`]).
 pub fn open_listed_any(dir: &Path, rel: &str) -> Result<super::io::Opened> {
     let (dir, io) = super::object::resolve(dir)?;
-    io.open_read_below(&dir, rel)
+    open_below(&*io, &dir, rel)
+}
+
+/// Opens `rel`, a file of the folder `dir`, through `io` following no link on the way
+/// ([`Io::open_read_below`]); in a savepoint's folder, from the checkpoint directory
+/// (`layout::walk_from`).
+pub(crate) fn open_below(io: &dyn Io, dir: &Path, rel: &str) -> Result<super::io::Opened> {
+    let (from, rel) = super::layout::walk_from(dir, rel);
+    io.open_read_below(&from, &rel)
 }
 
 /// Opens and validates the data file a manifest in `dir` (a local path or a URL) lists as
 /// `rel`, following no link on the way ([`Io::open_read_below`]).
 pub fn open_listed_data_file(dir: &Path, rel: &str) -> Result<DataFile> {
     let (dir, io) = super::object::resolve(dir)?;
-    data_file(io.open_read_below(&dir, rel)?, &dir.join(rel))
+    data_file(open_below(&*io, &dir, rel)?, &dir.join(rel))
 }
 
 /// The kind and length of the file or object at `path` (a local path or a URL), not

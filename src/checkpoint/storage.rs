@@ -1218,7 +1218,7 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
     // At most one byte past the one allowed contents is read, whatever the file's size.
     let mut got = Vec::with_capacity(want.len() + 1);
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(io.open_read(&marker)?, want.len() as u64 + 1),
+        &mut std::io::Read::take(open_beside(&*io, &marker)?, want.len() as u64 + 1),
         &mut got,
     )
     .map_err(|e| Error::io("read", &marker, e))?;
@@ -1238,9 +1238,18 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
     ))
 }
 
+/// Opens the file `path` (a manifest, or the record beside one) through `io`, following no
+/// link on the way from the checkpoint directory (`recovery::open_below`).
+fn open_beside(io: &dyn Io, path: &Path) -> Result<super::io::Opened> {
+    match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => super::recovery::open_below(io, dir, name),
+        _ => io.open_read(path),
+    }
+}
+
 /// [`read_manifest_file`] through `io`.
 pub(crate) fn read_manifest_with(io: &dyn Io, path: &Path) -> Result<Manifest> {
-    let bytes = crate::fsutil::read_bounded_opened(io.open_read(path)?, path, max_manifest_file())?;
+    let bytes = crate::fsutil::read_bounded_opened(open_beside(io, path)?, path, max_manifest_file())?;
     let m = Manifest::decode(path, &bytes)?;
     let named = path.file_name().and_then(|n| n.to_str()).and_then(layout::parse_manifest_name);
     if let Some(id) = named
@@ -1298,11 +1307,12 @@ fn check_listed_dirs(io: &dyn Io, dir: &Path, m: &Manifest, manifest: &Path) -> 
                 continue;
             }
             let what = kind.describe();
+            let link = if what == "a symbolic link" { " (floe never follows a link)" } else { "" };
             return Err(Error::corrupt(
                 manifest,
                 crate::format::MANIFEST_HEADER_LEN as u64,
                 format!(
-                    "file path {:?} goes through {}, which is {what}, not a directory (floe never follows a link)",
+                    "file path {:?} goes through {}, which is {what}, not a directory{link}",
                     f.path,
                     at.display()
                 ),

@@ -1,0 +1,252 @@
+//! The real file system below one checkpoint directory ([`RootedIo`]): every folder between
+//! the directory and a path's last component is opened from the one before it without
+//! following a link, and the last component is acted on in that folder (`openat`,
+//! `unlinkat`, `renameat2`, ...), never by whole path. A folder swapped for a link, even
+//! while floe works in the directory, never takes a read, a write, a rename or a removal
+//! outside it.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::io::{DirEntry, EntryKind, Io, IoFile, Opened, StdIo};
+use crate::error::{Error, Result};
+use crate::fsutil::{folder_error, open_regular_at, open_walk_root, raw_kind_name, walk_folder};
+
+/// The real file system, each path below `root` reached without following a link (`root`
+/// itself is opened as named: the user named it). A path that is not below `root` (the
+/// root itself, its parent) is handled as [`StdIo`] handles it.
+#[derive(Debug, Clone)]
+pub struct RootedIo {
+    root: PathBuf,
+}
+
+/// Where a path is: the folder that holds it (reached without a link) and its name there.
+enum Place<'a> {
+    Below(OwnedFd, &'a OsStr),
+    Elsewhere,
+}
+
+/// A walk that stopped: an I/O error, or folder `name` of `at` that did not open.
+enum Stopped<'a> {
+    Io(io::Error),
+    Folder(OwnedFd, &'a OsStr, Errno),
+}
+
+impl Stopped<'_> {
+    fn into_io(self) -> io::Error {
+        match self {
+            Stopped::Io(e) => e,
+            Stopped::Folder(at, name, e) => folder_io_error(&at, name, e),
+        }
+    }
+
+    fn into_error(self, path: &Path) -> Error {
+        match self {
+            Stopped::Io(e) => Error::io("open", path, e),
+            Stopped::Folder(at, name, e) => folder_error(&at, name, path, e),
+        }
+    }
+}
+
+/// [`walk_folder`]'s failure as an I/O error: a folder that is a link (or anything but a
+/// directory) is `NotADirectory`, saying what it is; others as they came.
+fn folder_io_error(at: &OwnedFd, name: &OsStr, e: Errno) -> io::Error {
+    if e != Errno::LOOP && e != Errno::NOTDIR {
+        return e.into();
+    }
+    let folder = name.to_string_lossy();
+    let what = match rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+            let what = format!(
+                "folder {folder} on the way changed while it was opened (it was not a directory; not followed)"
+            );
+            return io::Error::new(io::ErrorKind::NotADirectory, what);
+        }
+        Ok(st) => raw_kind_name(st.st_mode),
+        Err(_) => "not a directory",
+    };
+    let link = if what == "a symbolic link" { " (floe never follows a link)" } else { "" };
+    io::Error::new(
+        io::ErrorKind::NotADirectory,
+        format!("folder {folder} on the way is {what}, not a directory{link}"),
+    )
+}
+
+fn kind_of(mode: rustix::fs::RawMode) -> EntryKind {
+    match FileType::from_raw_mode(mode) {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        _ => EntryKind::Other(raw_kind_name(mode)),
+    }
+}
+
+impl RootedIo {
+    /// The file system below `root`.
+    pub fn new(root: impl Into<PathBuf>) -> RootedIo {
+        RootedIo { root: root.into() }
+    }
+
+    /// The folder holding `path` and its name there, or `Elsewhere` when `path` is not
+    /// below the root.
+    fn place<'a>(&self, path: &'a Path) -> std::result::Result<Place<'a>, Stopped<'a>> {
+        let Ok(rel) = path.strip_prefix(&self.root) else { return Ok(Place::Elsewhere) };
+        let mut names = Vec::new();
+        for c in rel.components() {
+            match c {
+                Component::Normal(n) => names.push(n),
+                _ => {
+                    let what = format!("{}: not a plain path below {}", path.display(), self.root.display());
+                    return Err(Stopped::Io(io::Error::new(io::ErrorKind::InvalidInput, what)));
+                }
+            }
+        }
+        let Some(name) = names.pop() else { return Ok(Place::Elsewhere) };
+        let mut at = open_walk_root(&self.root).map_err(|e| Stopped::Io(e.into()))?;
+        for folder in names {
+            at = match walk_folder(&at, folder) {
+                Ok(fd) => fd,
+                Err(e) => return Err(Stopped::Folder(at, folder, e)),
+            };
+        }
+        Ok(Place::Below(at, name))
+    }
+
+    fn place_io<'a>(&self, path: &'a Path) -> io::Result<Place<'a>> {
+        self.place(path).map_err(Stopped::into_io)
+    }
+
+    /// Opens folder `name` of `at` to read or sync it (not following a link).
+    fn open_folder(at: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        rustix::fs::openat(at, name, flags, Mode::empty()).map_err(|e| match e {
+            Errno::LOOP | Errno::NOTDIR => folder_io_error(at, name, e),
+            e => e.into(),
+        })
+    }
+}
+
+impl Io for RootedIo {
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn IoFile>> {
+        match self.place_io(path)? {
+            Place::Below(at, name) => {
+                let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+                let fd = rustix::fs::openat(&at, name, flags, Mode::from_bits_truncate(0o666))?;
+                Ok(super::io::std_file(std::fs::File::from(fd)))
+            }
+            Place::Elsewhere => StdIo.create_new(path),
+        }
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        match (self.place_io(from)?, self.place_io(to)?) {
+            (Place::Below(fa, fname), Place::Below(ta, tname)) => {
+                match rustix::fs::renameat_with(&fa, fname, &ta, tname, rustix::fs::RenameFlags::NOREPLACE) {
+                    Ok(()) => return Ok(()),
+                    Err(Errno::INVAL | Errno::NOSYS) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                rustix::fs::linkat(&fa, fname, &ta, tname, AtFlags::empty())?;
+                Ok(rustix::fs::unlinkat(&fa, fname, AtFlags::empty())?)
+            }
+            _ => StdIo.rename(from, to),
+        }
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        match self.place_io(dir)? {
+            Place::Below(at, name) => Ok(rustix::fs::fsync(Self::open_folder(&at, name)?)?),
+            Place::Elsewhere => StdIo.sync_dir(dir),
+        }
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        match self.place_io(path)? {
+            Place::Below(at, name) => Ok(rustix::fs::unlinkat(&at, name, AtFlags::empty())?),
+            Place::Elsewhere => StdIo.remove_file(path),
+        }
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let rel = match path.strip_prefix(&self.root) {
+            Ok(rel) if !rel.as_os_str().is_empty() => rel,
+            _ => return StdIo.create_dir_all(path),
+        };
+        StdIo.create_dir_all(&self.root)?;
+        let mut at = open_walk_root(&self.root)?;
+        for c in rel.components() {
+            let Component::Normal(name) = c else {
+                let what = format!("{}: not a plain path below {}", path.display(), self.root.display());
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+            };
+            at = match walk_folder(&at, name) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match rustix::fs::mkdirat(&at, name, Mode::from_bits_truncate(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    walk_folder(&at, name).map_err(|e| folder_io_error(&at, name, e))?
+                }
+                Err(e) => return Err(folder_io_error(&at, name, e)),
+            };
+        }
+        Ok(())
+    }
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        match self.place_io(path)? {
+            Place::Below(at, name) => Ok(rustix::fs::unlinkat(&at, name, AtFlags::REMOVEDIR)?),
+            Place::Elsewhere => StdIo.remove_dir(path),
+        }
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        let (at, name) = match self.place_io(dir)? {
+            Place::Below(at, name) => (at, name),
+            Place::Elsewhere => return StdIo.list_dir(dir),
+        };
+        let fd = Self::open_folder(&at, name)?;
+        let mut out = Vec::new();
+        for e in rustix::fs::Dir::read_from(&fd)? {
+            let e = e?;
+            let bytes = e.file_name().to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            let kind = match e.file_type() {
+                FileType::Unknown => {
+                    kind_of(rustix::fs::statat(&fd, e.file_name(), AtFlags::SYMLINK_NOFOLLOW)?.st_mode)
+                }
+                FileType::RegularFile => EntryKind::File,
+                FileType::Directory => EntryKind::Dir,
+                t => EntryKind::Other(raw_kind_name(t.as_raw_mode())),
+            };
+            out.push(DirEntry { name: String::from_utf8_lossy(bytes).into_owned(), kind });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+    fn stat(&self, path: &Path) -> io::Result<(EntryKind, u64)> {
+        match self.place_io(path)? {
+            Place::Below(at, name) => {
+                let st = rustix::fs::statat(&at, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                Ok((kind_of(st.st_mode), u64::try_from(st.st_size).unwrap_or(0)))
+            }
+            Place::Elsewhere => StdIo.stat(path),
+        }
+    }
+    fn open_read(&self, path: &Path) -> Result<Opened> {
+        match self.place(path).map_err(|s| s.into_error(path))? {
+            Place::Below(at, name) => open_regular_at(&at, name, path).map(Opened::File),
+            Place::Elsewhere => StdIo.open_read(path),
+        }
+    }
+    fn open_read_below(&self, dir: &Path, rel: &str) -> Result<Opened> {
+        let path = dir.join(rel);
+        match path.strip_prefix(&self.root) {
+            Ok(below) if !below.as_os_str().is_empty() && dir.starts_with(&self.root) => {
+                self.open_read(&path)
+            }
+            _ => StdIo.open_read_below(dir, rel),
+        }
+    }
+}
