@@ -509,6 +509,25 @@ fn gc_that_cannot_remove_every_orphan_reports_those_it_removed_and_those_it_coul
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains(&format!("removed {stuck}")), "{}", r.stdout);
     assert_eq!(floe(&["verify", d]).code, 0);
+
+    // An unfinished savepoint whose folder cannot be removed (`savepoints/` immutable): its
+    // file goes, the folder is reported, exit 3. It was left without a word, exit 0.
+    let sp = "savepoints/sp-00000000000000000009";
+    let half = format!("{sp}/{}", data_file(9, "agg", 7, true));
+    std::fs::create_dir_all(dir.join(&half).parent().unwrap()).unwrap();
+    std::fs::write(dir.join(&half), b"half a savepoint").unwrap();
+    assert!(immutable(&dir.join("savepoints"), true));
+    let r = floe(&["gc", d, "--json"]);
+    assert!(immutable(&dir.join("savepoints"), false));
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let j = r.json();
+    assert_eq!(j["removed"], serde_json::json!([half]), "{j}");
+    assert_eq!(j["failed"].as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(j["failed"][0]["file"], sp, "{j}");
+    assert!(j["failed"][0]["error"].as_str().unwrap().contains("not permitted"), "{j}");
+    let r = floe(&["gc", d]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!dir.join(sp).exists());
 }
 
 /// Rewrites a manifest's JSON body with `edit` and fixes the header's length and CRC, so

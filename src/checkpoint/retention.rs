@@ -348,7 +348,9 @@ impl CheckpointStorage {
                     }
                 }
             }
-            self.remove_empty_savepoint_dirs();
+            for (p, e) in self.remove_empty_savepoint_dirs() {
+                failures.push((p.clone(), Error::io("remove dir", &p, e)));
+            }
             orphans.ours = removed;
             return Ok((orphans, failures));
         }
@@ -376,30 +378,50 @@ impl CheckpointStorage {
         for p in doomed {
             self.remove_noting(&p);
         }
-        self.remove_empty_savepoint_dir(id);
+        for (dir, e) in self.remove_empty_savepoint_dir(id) {
+            self.note_cleanup_error(Error::io("remove dir", &dir, e));
+        }
     }
 
-    /// Removes the folders of savepoints without a `MANIFEST` that are empty now.
-    fn remove_empty_savepoint_dirs(&self) {
+    /// Removes the folders of savepoints without a `MANIFEST` that are empty now; returns
+    /// each removal that failed for another reason than the folder not being empty (or
+    /// gone), which gc reports.
+    fn remove_empty_savepoint_dirs(&self) -> Vec<(PathBuf, std::io::Error)> {
+        let mut failed = Vec::new();
         for e in self.io.list_dir(&self.root.join(SAVEPOINT_DIR)).unwrap_or_default() {
             if let Some(id) = layout::parse_savepoint_dir_name(&e.name)
                 && e.kind == EntryKind::Dir
                 && !self.writer.as_ref().is_some_and(|w| w.book.lock().protects(id))
             {
-                self.remove_empty_savepoint_dir(id);
+                failed.extend(self.remove_empty_savepoint_dir(id));
             }
         }
+        failed
     }
 
     /// Removes savepoint `id`'s folder and its `data` folder if they are empty and it has no
-    /// MANIFEST (a folder that still holds anything, floe's or not, stays).
-    fn remove_empty_savepoint_dir(&self, id: u64) {
+    /// MANIFEST (a folder that still holds anything, floe's or not, stays); returns the
+    /// removals that failed otherwise.
+    fn remove_empty_savepoint_dir(&self, id: u64) -> Vec<(PathBuf, std::io::Error)> {
         let sp = self.root.join(layout::savepoint_dir(id));
         if !is_absent(&*self.io, &sp.join(SAVEPOINT_MANIFEST)) {
-            return;
+            return Vec::new();
         }
-        let _ = self.io.remove_dir(&sp.join(DATA_DIR));
-        let _ = self.io.remove_dir(&sp);
+        let mut failed = Vec::new();
+        for dir in [sp.join(DATA_DIR), sp] {
+            match self.io.remove_dir(&dir) {
+                Err(e)
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                    ) =>
+                {
+                    failed.push((dir, e));
+                }
+                _ => {}
+            }
+        }
+        failed
     }
 }
 
