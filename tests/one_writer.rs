@@ -1684,6 +1684,26 @@ fn readers_refuse_a_symlinked_data_folder() {
     }
 }
 
+/// A savepoint folder moved out and linked back is reported by verify as a savepoint that
+/// does not read, naming the link; it was passed over as if it were not there ("OK").
+#[test]
+fn verify_reports_a_savepoint_folder_that_is_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        two_operators(&s);
+        s.compact(3, Target::Savepoint, &mut |_, _| {}).unwrap();
+    }
+    let sp = dir.path().join("savepoints/sp-00000000000000000004");
+    let moved = tempfile::tempdir().unwrap();
+    std::fs::rename(&sp, moved.path().join("sp")).unwrap();
+    std::os::unix::fs::symlink(moved.path().join("sp"), &sp).unwrap();
+    let (code, out, err) = tool(&["verify", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("savepoint 4: damaged"), "{out}");
+    assert!(out.contains("folder sp-00000000000000000004 on its path is a symbolic link"), "{out}");
+}
+
 #[test]
 fn a_hard_linked_lock_is_refused_and_its_other_name_untouched() {
     let dir = tempfile::tempdir().unwrap();

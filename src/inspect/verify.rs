@@ -469,9 +469,37 @@ pub fn verify(dir: &Path, id: Option<u64>) -> Result<VerifyReport> {
     let storage = open_read_only(dir)?;
     let targets = match id {
         Some(id) => vec![locate(&storage, id)?],
-        None => list_all(&storage)?,
+        None => {
+            let mut all = list_all(&storage)?;
+            all.extend(savepoints_not_folders(&storage)?);
+            all.sort_by_key(|l| (l.id, l.savepoint));
+            all
+        }
     };
     Ok(verify_located(&storage, targets, id.is_none()))
+}
+
+/// Entries of `savepoints/` named like a savepoint's folder that are not directories (a
+/// symbolic link, a file): no savepoint floe can read, and not one to pass over as if it
+/// were not there. Each is checked as a savepoint, whose manifest then does not read.
+fn savepoints_not_folders(storage: &crate::checkpoint::CheckpointStorage) -> Result<Vec<Located>> {
+    use crate::checkpoint::io::EntryKind;
+    use crate::checkpoint::layout::{SAVEPOINT_DIR, SAVEPOINT_MANIFEST, parse_savepoint_dir_name};
+    let dir = storage.root().join(SAVEPOINT_DIR);
+    let entries = match storage.io().list_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("read dir", &dir, e)),
+    };
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.kind != EntryKind::Dir)
+        .filter_map(|e| {
+            let id = parse_savepoint_dir_name(&e.name)?;
+            let folder = dir.join(&e.name);
+            Some(Located { id, savepoint: true, manifest_path: folder.join(SAVEPOINT_MANIFEST), dir: folder })
+        })
+        .collect())
 }
 
 /// Checks `targets` (`all`: every checkpoint the directory listed, of which those retired
