@@ -164,10 +164,21 @@ fn json_text<R: Report>(r: &R) -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(r).map(|s| s + "\n")
 }
 
+/// `s` with its control characters escaped (`\u{1b}`, and `\n` unless `lines`): a name
+/// read from a hostile manifest can neither send a terminal escape nor break an error into
+/// two lines. JSON output escapes them itself.
+fn printable(s: &str, lines: bool) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() && !(lines && c == '\n');
+    if !s.chars().any(escaped) {
+        return s.into();
+    }
+    s.chars().map(|c| if escaped(c) { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 /// Prints `r` as JSON or text (and its warnings on stderr); its exit status.
 fn emit<R: Report>(r: &R, json: bool) -> ExitCode {
     for w in r.warnings() {
-        eprintln!("floe: warning: {w}");
+        eprintln!("floe: warning: {}", printable(&w, false));
     }
     let out = if json {
         match json_text(r) {
@@ -178,7 +189,7 @@ fn emit<R: Report>(r: &R, json: bool) -> ExitCode {
             }
         }
     } else {
-        r.text()
+        printable(&r.text(), true).into_owned()
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
@@ -352,7 +363,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("floe: error: {e}{}", hint(&e, dir.as_deref()));
+            eprintln!("floe: error: {}{}", printable(&e.to_string(), false), hint(&e, dir.as_deref()));
             ExitCode::from(inspect::exit_status(&e, dir.as_deref()))
         }
     }

@@ -825,3 +825,45 @@ fn show_names_the_format_version_of_the_manifest_and_each_file() {
     let t = floe(&["inspect", d]);
     assert!(t.stdout.contains("chain 1 format 4  ok"), "{}", t.stdout);
 }
+
+/// A manifest listing a path with a newline and a terminal escape (the spec allows any
+/// byte but `/`, `\` and NUL in a component): every command's text and error lines show
+/// them escaped, so a hostile manifest can neither color nor forge the tool's output, and
+/// an error stays one line.
+#[test]
+fn names_from_a_manifest_are_printed_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture(tmp.path());
+    let d = s(&dir);
+    edit_manifest(&dir.join(format!("chk-{:020}.manifest", 5)), |body| {
+        body.replace("\"data/", "\"da\\nta\\u001b[31m/")
+    });
+    // An operator's name is any string: printed escaped (the files then disagree with it).
+    edit_manifest(&dir.join(format!("chk-{:020}.manifest", 3)), |body| {
+        body.replace("\"agg\"", "\"a\\u001b[31m\\ngg\"")
+    });
+    for args in [
+        &["verify", d][..],
+        &["show", d, "5"],
+        &["dump", d, "5"],
+        &["show", d, "3"],
+        &["dump", d, "3"],
+        &["inspect", d],
+        &["gc", d, "--dry-run"],
+    ] {
+        let r = floe(args);
+        assert!(
+            !r.stdout.contains('\u{1b}') && !r.stderr.contains('\u{1b}'),
+            "{args:?}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+        for line in r.stderr.lines() {
+            assert!(line.starts_with("floe: "), "{args:?}: a line of stderr not the tool's: {line:?}");
+        }
+    }
+    let r = floe(&["verify", d]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains("file path \"da\\nta\\u{1b}[31m/"), "{}", r.stdout);
+    assert!(r.stdout.contains("holds a control character"), "{}", r.stdout);
+}

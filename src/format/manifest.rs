@@ -307,7 +307,12 @@ impl Manifest {
         let mut versioned = HashSet::new();
         for f in &self.files {
             if !is_safe_relative(&f.path) {
-                return Err(bad(format!("file path {:?} points outside the checkpoint directory", f.path)));
+                let why = if f.path.chars().any(char::is_control) {
+                    "holds a control character"
+                } else {
+                    "points outside the checkpoint directory"
+                };
+                return Err(bad(format!("file path {:?} {why}", f.path)));
             }
             if !listed.insert(f.path.as_str()) {
                 return Err(bad(format!("file path {:?} is listed twice", f.path)));
@@ -461,12 +466,14 @@ impl std::fmt::Display for CoverageProblem {
     }
 }
 
-/// True for a relative path made of normal components only (no `..`, no root, no `\`).
+/// True for a relative path made of normal components only (no `..`, no root, no `\`,
+/// no control character: floe never writes one, and a name holding a newline or a terminal
+/// escape would forge the tool's output).
 pub fn is_safe_relative(p: &str) -> bool {
     !p.is_empty()
         && !p.starts_with('/')
         && !p.contains('\\')
-        && !p.contains('\0')
+        && !p.chars().any(char::is_control)
         && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
