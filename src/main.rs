@@ -343,7 +343,12 @@ impl Command {
 /// lock is held (a running job's retention may have removed it).
 fn hint(e: &floe::Error, dir: Option<&std::path::Path>) -> &'static str {
     match e {
-        floe::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+        // Only where a writer holds the directory (or it cannot be told): with none, a file
+        // that is not there was lost, not cleaned up meanwhile.
+        floe::Error::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                && dir.is_none_or(|d| floe::checkpoint::lock::DirLock::is_held(d).unwrap_or(true)) =>
+        {
             inspect::REMOVED_MEANWHILE
         }
         floe::Error::NotFound(what)

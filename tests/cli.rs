@@ -867,3 +867,20 @@ fn names_from_a_manifest_are_printed_escaped() {
     assert!(r.stdout.contains("file path \"da\\nta\\u{1b}[31m/"), "{}", r.stdout);
     assert!(r.stdout.contains("holds a control character"), "{}", r.stdout);
 }
+
+/// A listed file that is not there, with no writer holding the directory, was lost: the
+/// error does not suggest a running job's retention removed it meanwhile.
+#[test]
+fn a_missing_file_with_no_writer_gets_no_retention_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture(tmp.path());
+    let d = s(&dir);
+    // The base of every chain of operator agg, subtask 0.
+    std::fs::remove_file(dir.join(data_file(1, "agg", 0, true))).unwrap();
+    for args in [&["dump", d, "5"][..], &["show", d, "5"], &["dump", d, "1"]] {
+        let r = floe(args);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        assert!(said.contains("No such file"), "{args:?}: the missing file is not told: {said}");
+        assert!(!said.contains("meanwhile"), "{args:?}: {said}");
+    }
+}

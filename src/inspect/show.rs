@@ -259,7 +259,9 @@ fn show_once(dir: &Path, id: Option<u64>) -> Result<(ShowReport, bool)> {
                 Err(e) => {
                     cf.unreadable = super::is_unreadable(&e);
                     missing |= e.is_not_found();
-                    let hint = if e.is_not_found() { super::REMOVED_MEANWHILE } else { "" };
+                    // Only beside a writer: with none, the file was lost, not retired.
+                    let in_use = crate::checkpoint::lock::DirLock::is_held(storage.root()).unwrap_or(true);
+                    let hint = if e.is_not_found() && in_use { super::REMOVED_MEANWHILE } else { "" };
                     cf.error = Some(format!("{e}{hint}"));
                 }
             }
