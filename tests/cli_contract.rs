@@ -156,8 +156,10 @@ fn every_command_follows_the_exit_code_table() {
     let d = case("lost");
     std::fs::remove_file(incr_of(&d)).unwrap();
     run_all(&d, &[1, 1, 1, 1, 1, 1, 0, 0], "lost data file", &direct);
+    // With no writer holding the directory, the file was lost, not retired meanwhile: no
+    // hint to run the command again (cli.rs, a_missing_file_with_no_writer_...).
     let r = floe(&["dump", s(&d), "2"]);
-    assert!(r.stderr.contains("run the command again"), "{}", r.stderr);
+    assert!(r.stderr.contains("No such file") && !r.stderr.contains("run the command again"), "{}", r.stderr);
     // No readable checkpoint at all: damage (it was exit 2).
     std::fs::write(manifest(&d, 1), b"\x89FLOEMAN garbage").unwrap();
     let r = floe(&["dump", s(&d)]);

@@ -1759,7 +1759,8 @@ impl SwapBefore {
     }
 
     fn before(&self, op: &str, path: &Path) {
-        let folder = self.root.join(self.folder);
+        // "": the checkpoint directory itself, re-pointed as `ln -sfn` re-points a link.
+        let folder = if self.folder.is_empty() { self.root.clone() } else { self.root.join(self.folder) };
         if op == self.on
             && path.starts_with(&folder)
             && !self.swapped.swap(true, std::sync::atomic::Ordering::SeqCst)
@@ -1895,4 +1896,51 @@ fn a_folder_swapped_for_a_link_while_gc_or_compact_works_takes_nothing_outside()
         assert!(e.contains(&format!("folder {folder} on the way is a symbolic link")), "{folder} {on}: {e}");
         assert_eq!(tree(outside.path()), before, "{folder} {on}: the outside copy changed");
     }
+}
+
+/// The checkpoint directory's own path re-pointed at another floe directory while gc works
+/// (after its listing, before its removals): the handle keeps working in the directory it
+/// opened, so the other directory's file of the orphan's name is not touched. helper-46
+/// saw gc delete live files of the other directory 83/300 times when each operation opened
+/// the root by path.
+#[test]
+fn a_root_repointed_while_gc_works_takes_nothing_from_the_other_directory() {
+    let a = tempfile::tempdir().unwrap();
+    two_operators(&open(a.path()));
+    let other = tempfile::tempdir().unwrap();
+    let b = other.path().join("b");
+    common::copy_dir(a.path(), &b);
+    let orphan = "data/00000000000000000002-zz-1234abcd-0.full";
+    std::fs::write(a.path().join(orphan), b"a's orphan").unwrap();
+    std::fs::write(b.join(orphan), b"b's file").unwrap();
+    let io = SwapBefore::new(a.path(), "", "remove", &b);
+    let storage = CheckpointStorage::open_with_io(a.path(), StorageConfig::default(), io.clone()).unwrap();
+    let got = storage.gc(false);
+    assert!(io.swapped(), "the swap never happened");
+    assert_eq!(
+        std::fs::read(b.join(orphan)).unwrap(),
+        b"b's file",
+        "gc removed the other directory's file: {got:?}"
+    );
+    let moved = a.path().with_extension("moved");
+    assert!(!moved.join(orphan).exists(), "the orphan of the directory gc opened stayed: {got:?}");
+    drop(storage);
+    std::fs::remove_dir_all(moved).unwrap();
+}
+
+/// What verify learns of a listed file's size is looked up without following a link on
+/// the way (helper-46: a whole-path `stat` took a swapped folder's file for the listed one).
+#[test]
+fn a_listed_files_size_is_not_looked_up_through_a_linked_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    two_operators(&open(dir.path()));
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(outside.path().join("data")).unwrap();
+    let name = files_in(&dir.path().join("data")).into_iter().next().unwrap();
+    std::fs::write(outside.path().join("data").join(&name), b"1234").unwrap();
+    std::fs::rename(dir.path().join("data"), dir.path().join("data.moved")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("data"), dir.path().join("data")).unwrap();
+    let got = floe::checkpoint::stat_listed_any(dir.path(), &format!("data/{name}")).unwrap();
+    let e = got.expect_err("the size was read through the link");
+    assert!(e.to_string().contains("folder data on the way is a symbolic link"), "{e}");
 }

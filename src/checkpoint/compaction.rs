@@ -33,6 +33,9 @@ impl CheckpointStorage {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Manifest> {
         self.writer("compact")?;
+        // The directory this writer locked is still at its path (a handle keeps working in
+        // the directory it opened: a replaced one is an error here, not a missing manifest).
+        self.check_in_place()?;
         let source = self.read_manifest(checkpoint_id)?;
         // The new checkpoint holds the source's sink transactions: committed if its are
         // (a bounded job's final checkpoint), and then recorded so (a damaged record is

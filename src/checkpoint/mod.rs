@@ -32,7 +32,7 @@ pub(crate) use recovery::data_file;
 pub use recovery::{
     Recovered, RecoveryReport, Selection, Skipped, SkippedCheckpoint, check_coverage, load_chain, open_any,
     open_chain, open_data_file, open_listed_any, open_listed_data_file, restore_from_path, restore_operator,
-    stat_any,
+    stat_any, stat_listed_any,
 };
 pub use retention::{CleanupReport, Orphans};
 pub use storage::{

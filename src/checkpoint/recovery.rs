@@ -130,6 +130,19 @@ pub fn open_any(path: &Path) -> Result<super::io::Opened> {
     io.open_read(&path)
 }
 
+/// The kind and length of the file a manifest in `dir` (a local path or a URL) lists as
+/// `rel`, reached without following a link (from the checkpoint directory for a savepoint:
+/// `layout::walk_from`), as [`open_listed_any`] would open it.
+pub fn stat_listed_any(dir: &Path, rel: &str) -> Result<std::io::Result<(super::io::EntryKind, u64)>> {
+    let (dir, io) = super::object::resolve(dir)?;
+    let (from, rel) = super::layout::walk_from(&dir, rel);
+    let io: std::sync::Arc<dyn Io> = match io.medium() {
+        super::io::Medium::FileSystem => std::sync::Arc::new(super::rooted::RootedIo::new(&from)),
+        super::io::Medium::Objects => io,
+    };
+    Ok(io.stat(&from.join(rel)))
+}
+
 /// Opens for reading the file a manifest in `dir` (a local path or a URL) lists as `rel`,
 /// following no link on the way ([`Io::open_read_below`]).
 pub fn open_listed_any(dir: &Path, rel: &str) -> Result<super::io::Opened> {

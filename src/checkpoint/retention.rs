@@ -410,10 +410,13 @@ impl CheckpointStorage {
         let mut failed = Vec::new();
         for dir in [sp.join(DATA_DIR), sp] {
             match self.io.remove_dir(&dir) {
+                // Not empty, gone, or not a folder (a foreign entry, reported as such): left.
                 Err(e)
                     if !matches!(
                         e.kind(),
-                        std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                        std::io::ErrorKind::NotFound
+                            | std::io::ErrorKind::DirectoryNotEmpty
+                            | std::io::ErrorKind::NotADirectory
                     ) =>
                 {
                     failed.push((dir, e));

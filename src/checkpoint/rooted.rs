@@ -15,14 +15,20 @@ use rustix::io::Errno;
 
 use super::io::{DirEntry, EntryKind, Io, IoFile, Opened, StdIo};
 use crate::error::{Error, Result};
-use crate::fsutil::{folder_error, open_regular_at, open_walk_root, raw_kind_name, walk_folder};
+use crate::fsutil::{folder_error, open_regular_at, raw_kind_name, walk_folder};
 
 /// The real file system, each path below `root` reached without following a link (`root`
 /// itself is opened as named: the user named it). A path that is not below `root` (the
 /// root itself, its parent) is handled as [`StdIo`] handles it.
-#[derive(Debug, Clone)]
+///
+/// The root is opened once, at the handle's first operation, and every later operation
+/// starts from that open directory: a root path re-pointed while floe works (a link swapped
+/// with `ln -sfn`) does not move the handle to another directory, whose files it would take
+/// for orphans.
+#[derive(Debug)]
 pub struct RootedIo {
     root: PathBuf,
+    root_fd: std::sync::OnceLock<OwnedFd>,
 }
 
 /// Where a path is: the folder that holds it (reached without a link) and its name there.
@@ -88,7 +94,22 @@ fn kind_of(mode: rustix::fs::RawMode) -> EntryKind {
 impl RootedIo {
     /// The file system below `root`.
     pub fn new(root: impl Into<PathBuf>) -> RootedIo {
-        RootedIo { root: root.into() }
+        RootedIo { root: root.into(), root_fd: std::sync::OnceLock::new() }
+    }
+
+    /// The root directory as opened at the first operation (a new handle on it).
+    fn root_at(&self) -> io::Result<OwnedFd> {
+        if let Some(fd) = self.root_fd.get() {
+            return fd.try_clone();
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&self.root, flags, Mode::empty())?;
+        self.root_fd.get_or_init(|| fd).try_clone()
+    }
+
+    /// Whether `path` is the root itself.
+    fn is_root(&self, path: &Path) -> bool {
+        path.strip_prefix(&self.root).is_ok_and(|rel| rel.as_os_str().is_empty())
     }
 
     /// The folder holding `path` and its name there, or `Elsewhere` when `path` is not
@@ -106,7 +127,7 @@ impl RootedIo {
             }
         }
         let Some(name) = names.pop() else { return Ok(Place::Elsewhere) };
-        let mut at = open_walk_root(&self.root).map_err(|e| Stopped::Io(e.into()))?;
+        let mut at = self.root_at().map_err(Stopped::Io)?;
         for folder in names {
             at = match walk_folder(&at, folder) {
                 Ok(fd) => fd,
@@ -158,6 +179,7 @@ impl Io for RootedIo {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         match self.place_io(dir)? {
             Place::Below(at, name) => Ok(rustix::fs::fsync(Self::open_folder(&at, name)?)?),
+            Place::Elsewhere if self.is_root(dir) => Ok(rustix::fs::fsync(self.root_at()?)?),
             Place::Elsewhere => StdIo.sync_dir(dir),
         }
     }
@@ -173,7 +195,7 @@ impl Io for RootedIo {
             _ => return StdIo.create_dir_all(path),
         };
         StdIo.create_dir_all(&self.root)?;
-        let mut at = open_walk_root(&self.root)?;
+        let mut at = self.root_at()?;
         for c in rel.components() {
             let Component::Normal(name) = c else {
                 let what = format!("{}: not a plain path below {}", path.display(), self.root.display());
@@ -200,11 +222,11 @@ impl Io for RootedIo {
         }
     }
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
-        let (at, name) = match self.place_io(dir)? {
-            Place::Below(at, name) => (at, name),
+        let fd = match self.place_io(dir)? {
+            Place::Below(at, name) => Self::open_folder(&at, name)?,
+            Place::Elsewhere if self.is_root(dir) => self.root_at()?,
             Place::Elsewhere => return StdIo.list_dir(dir),
         };
-        let fd = Self::open_folder(&at, name)?;
         let mut out = Vec::new();
         for e in rustix::fs::Dir::read_from(&fd)? {
             let e = e?;

@@ -1203,9 +1203,14 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
     let savepoint = manifest.kind == ManifestKind::Savepoint;
     let (name, want) = layout::sinks_committed_record(savepoint, manifest.checkpoint_id);
     let (path, io) = super::object::resolve(path)?;
-    let marker = match path.parent() {
-        Some(dir) => dir.join(&name),
-        None => PathBuf::from(&name),
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let marker = dir.join(&name);
+    // On a file system, looked at from the checkpoint directory without following a link.
+    let io: Arc<dyn Io> = match io.medium() {
+        Medium::FileSystem if !dir.as_os_str().is_empty() => {
+            Arc::new(super::rooted::RootedIo::new(layout::walk_from(&dir, &name).0))
+        }
+        _ => io,
     };
     let bad = |at: usize, what: String| Error::corrupt(&marker, at as u64, what);
     match io.stat(&marker) {

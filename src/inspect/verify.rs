@@ -170,7 +170,7 @@ impl Checker {
     ) -> Option<(FileFacts, Option<Opened>)> {
         let path = &at.path;
         let mut facts = Self::empty_facts();
-        match crate::checkpoint::stat_any(path) {
+        match crate::checkpoint::stat_listed_any(at.dir, at.rel) {
             Ok(Ok((crate::checkpoint::io::EntryKind::File, size))) => facts.size = Some(size),
             Ok(Ok((kind, _))) => {
                 let what = kind.describe();
