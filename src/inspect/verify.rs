@@ -144,8 +144,18 @@ impl Checker {
             self.facts.get(path).is_some_and(|f| f.crc.is_none() && f.size == Some(listed));
         if !self.facts.contains_key(path) || unread_but_listed_right {
             self.examining = true;
-            let facts =
-                if channel { self.examine_channel(id, &at, listed) } else { self.examine(id, &at, listed) };
+            let facts = match self.examine_common(id, &at, listed) {
+                Some((mut facts, Some(file))) => {
+                    if channel {
+                        self.examine_channel(id, path, file, &mut facts);
+                    } else {
+                        self.examine(id, path, file, &mut facts);
+                    }
+                    facts
+                }
+                Some((facts, None)) => facts,
+                None => Self::empty_facts(),
+            };
             self.examining = false;
             self.facts.insert(path.to_path_buf(), facts);
         } else {
@@ -219,20 +229,10 @@ impl Checker {
 
     /// A channel-state file: header and footer, then every block (header checksum, stored
     /// bytes' checksum, decompression, records) and the footer's totals.
-    fn examine_channel(&mut self, id: u64, at: &Listed<'_>, listed: u64) -> FileFacts {
-        let path = &at.path;
-        let (mut facts, file) = match self.examine_common(id, at, listed) {
-            Some((facts, Some(file))) => (facts, file),
-            Some((facts, None)) => return facts,
-            None => return Self::empty_facts(),
-        };
-        let opened = ChannelFile::open(file, path);
-        let mut f = match opened {
+    fn examine_channel(&mut self, id: u64, path: &Path, file: Opened, facts: &mut FileFacts) {
+        let mut f = match ChannelFile::open(file, path) {
             Ok(f) => f,
-            Err(e) => {
-                self.report_error(id, path, &e);
-                return facts;
-            }
+            Err(e) => return self.report_error(id, path, &e),
         };
         facts.channel = Some((f.header(), f.footer_offset(), f.footer().records, f.version()));
         match f.for_each_record(&mut |_, _, _| Ok(())) {
@@ -242,22 +242,13 @@ impl Checker {
             }
             Err(e) => self.report_error(id, path, &e),
         }
-        facts
     }
 
-    fn examine(&mut self, id: u64, at: &Listed<'_>, listed: u64) -> FileFacts {
-        let path = &at.path;
-        let (mut facts, file) = match self.examine_common(id, at, listed) {
-            Some((facts, Some(file))) => (facts, file),
-            Some((facts, None)) => return facts,
-            None => return Self::empty_facts(),
-        };
+    /// A data file: its frame (header, index, footer), then every block.
+    fn examine(&mut self, id: u64, path: &Path, file: Opened, facts: &mut FileFacts) {
         let f = match crate::checkpoint::data_file(file, path) {
             Ok(f) => f,
-            Err(e) => {
-                self.report_error(id, path, &e);
-                return facts;
-            }
+            Err(e) => return self.report_error(id, path, &e),
         };
         facts.header = Some(f.header());
         facts.version = f.version();
@@ -274,7 +265,6 @@ impl Checker {
             }
             Ok(())
         });
-        facts
     }
 
     fn check_checkpoint(&mut self, l: &Located) -> usize {
