@@ -113,30 +113,56 @@ pub(crate) fn walk_folder(at: &OwnedFd, name: &OsStr) -> rustix::io::Result<Owne
     rustix::fs::openat(at, name, flags, Mode::empty())
 }
 
+/// What a folder was when [`walk_folder`] failed because it is not a directory (a link,
+/// never followed, or anything else).
+pub(crate) enum NotAFolder {
+    /// A directory now: it was swapped while it was opened.
+    Changed,
+    /// What it is ("a symbolic link", "a FIFO", ...).
+    Is(&'static str),
+}
+
+impl NotAFolder {
+    /// What folder `name` of `at` is, [`walk_folder`] having failed with `e`; `None` when
+    /// `e` is another failure than its not being a directory.
+    pub(crate) fn of(at: &OwnedFd, name: &OsStr, e: rustix::io::Errno) -> Option<NotAFolder> {
+        use rustix::fs::FileType;
+        use rustix::io::Errno;
+        if e != Errno::LOOP && e != Errno::NOTDIR {
+            return None;
+        }
+        Some(match rustix::fs::statat(at, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => NotAFolder::Changed,
+            Ok(st) => NotAFolder::Is(raw_kind_name(st.st_mode)),
+            Err(_) => NotAFolder::Is("not a directory"),
+        })
+    }
+
+    /// "folder NAME on {way} ...", saying `followed` after a link.
+    pub(crate) fn describe(&self, name: &OsStr, way: &str, followed: &str) -> String {
+        let folder = name.to_string_lossy();
+        match self {
+            NotAFolder::Changed => {
+                format!(
+                    "folder {folder} on {way} changed while it was opened (it was not a directory; not followed)"
+                )
+            }
+            NotAFolder::Is(what) => {
+                let link = if *what == "a symbolic link" { followed } else { "" };
+                format!("folder {folder} on {way} is {what}, not a directory{link}")
+            }
+        }
+    }
+}
+
 /// The error for folder `name` of `at` that [`walk_folder`] could not open, on the way to
 /// `path`: damage naming what the folder is when it is not a directory (a link is never
 /// followed), else the I/O error (`NotFound` for a folder that is not there).
 pub(crate) fn folder_error(at: &OwnedFd, name: &OsStr, path: &Path, e: rustix::io::Errno) -> Error {
-    use rustix::io::Errno;
-    if e != Errno::LOOP && e != Errno::NOTDIR {
-        return Error::io("open", path, e.into());
+    match NotAFolder::of(at, name, e) {
+        Some(not) => Error::corrupt(path, 0, not.describe(name, "its path", " (not followed)")),
+        None => Error::io("open", path, e.into()),
     }
-    let folder = name.to_string_lossy();
-    let what = match rustix::fs::statat(at, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => {
-            return Error::corrupt(
-                path,
-                0,
-                format!(
-                    "folder {folder} on its path changed while it was opened (it was not a directory; not followed)"
-                ),
-            );
-        }
-        Ok(st) => raw_kind_name(st.st_mode),
-        Err(_) => "not a directory",
-    };
-    let link = if what == "a symbolic link" { " (not followed)" } else { "" };
-    Error::corrupt(path, 0, format!("folder {folder} on its path is {what}, not a directory{link}"))
 }
 
 /// Opens the entry `name` of the folder `at` for reading if it is a regular file, as

@@ -15,7 +15,7 @@ use rustix::io::Errno;
 
 use super::io::{DirEntry, EntryKind, Io, IoFile, Opened, StdIo};
 use crate::error::{Error, Result};
-use crate::fsutil::{folder_error, open_regular_at, raw_kind_name, walk_folder};
+use crate::fsutil::{NotAFolder, folder_error, open_regular_at, raw_kind_name, walk_folder};
 
 /// The real file system, each path below `root` reached without following a link (`root`
 /// itself is opened as named: the user named it). A path that is not below `root` (the
@@ -62,25 +62,13 @@ impl Stopped<'_> {
 /// [`walk_folder`]'s failure as an I/O error: a folder that is a link (or anything but a
 /// directory) is `NotADirectory`, saying what it is; others as they came.
 fn folder_io_error(at: &OwnedFd, name: &OsStr, e: Errno) -> io::Error {
-    if e != Errno::LOOP && e != Errno::NOTDIR {
-        return e.into();
+    match NotAFolder::of(at, name, e) {
+        Some(not) => io::Error::new(
+            io::ErrorKind::NotADirectory,
+            not.describe(name, "the way", " (floe never follows a link)"),
+        ),
+        None => e.into(),
     }
-    let folder = name.to_string_lossy();
-    let what = match rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-            let what = format!(
-                "folder {folder} on the way changed while it was opened (it was not a directory; not followed)"
-            );
-            return io::Error::new(io::ErrorKind::NotADirectory, what);
-        }
-        Ok(st) => raw_kind_name(st.st_mode),
-        Err(_) => "not a directory",
-    };
-    let link = if what == "a symbolic link" { " (floe never follows a link)" } else { "" };
-    io::Error::new(
-        io::ErrorKind::NotADirectory,
-        format!("folder {folder} on the way is {what}, not a directory{link}"),
-    )
 }
 
 fn kind_of(mode: rustix::fs::RawMode) -> EntryKind {
@@ -114,18 +102,23 @@ impl RootedIo {
 
     /// The folder holding `path` and its name there, or `Elsewhere` when `path` is not
     /// below the root.
-    fn place<'a>(&self, path: &'a Path) -> std::result::Result<Place<'a>, Stopped<'a>> {
-        let Ok(rel) = path.strip_prefix(&self.root) else { return Ok(Place::Elsewhere) };
+    /// The names of `path`'s components below the root (none for the root itself), or
+    /// `None` when it is not below the root; a `..` or `.` among them is refused.
+    fn names<'a>(&self, path: &'a Path) -> io::Result<Option<Vec<&'a OsStr>>> {
+        let Ok(rel) = path.strip_prefix(&self.root) else { return Ok(None) };
         let mut names = Vec::new();
         for c in rel.components() {
-            match c {
-                Component::Normal(n) => names.push(n),
-                _ => {
-                    let what = format!("{}: not a plain path below {}", path.display(), self.root.display());
-                    return Err(Stopped::Io(io::Error::new(io::ErrorKind::InvalidInput, what)));
-                }
-            }
+            let Component::Normal(n) = c else {
+                let what = format!("{}: not a plain path below {}", path.display(), self.root.display());
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+            };
+            names.push(n);
         }
+        Ok(Some(names))
+    }
+
+    fn place<'a>(&self, path: &'a Path) -> std::result::Result<Place<'a>, Stopped<'a>> {
+        let Some(mut names) = self.names(path).map_err(Stopped::Io)? else { return Ok(Place::Elsewhere) };
         let Some(name) = names.pop() else { return Ok(Place::Elsewhere) };
         let mut at = self.root_at().map_err(Stopped::Io)?;
         for folder in names {
@@ -144,10 +137,7 @@ impl RootedIo {
     /// Opens folder `name` of `at` to read or sync it (not following a link).
     fn open_folder(at: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        rustix::fs::openat(at, name, flags, Mode::empty()).map_err(|e| match e {
-            Errno::LOOP | Errno::NOTDIR => folder_io_error(at, name, e),
-            e => e.into(),
-        })
+        rustix::fs::openat(at, name, flags, Mode::empty()).map_err(|e| folder_io_error(at, name, e))
     }
 }
 
@@ -190,17 +180,13 @@ impl Io for RootedIo {
         }
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        let rel = match path.strip_prefix(&self.root) {
-            Ok(rel) if !rel.as_os_str().is_empty() => rel,
+        let names = match self.names(path)? {
+            Some(names) if !names.is_empty() => names,
             _ => return StdIo.create_dir_all(path),
         };
         StdIo.create_dir_all(&self.root)?;
         let mut at = self.root_at()?;
-        for c in rel.components() {
-            let Component::Normal(name) = c else {
-                let what = format!("{}: not a plain path below {}", path.display(), self.root.display());
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
-            };
+        for name in names {
             at = match walk_folder(&at, name) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => {
