@@ -2,7 +2,7 @@
 //! for a given key-group range, falling back to older retained checkpoints when the
 //! latest one cannot be read.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::io::Io;
@@ -135,12 +135,25 @@ pub fn open_any(path: &Path) -> Result<super::io::Opened> {
 /// `layout::walk_from`), as [`open_listed_any`] would open it.
 pub fn stat_listed_any(dir: &Path, rel: &str) -> Result<std::io::Result<(super::io::EntryKind, u64)>> {
     let (dir, io) = super::object::resolve(dir)?;
-    let (from, rel) = super::layout::walk_from(&dir, rel);
-    let io: std::sync::Arc<dyn Io> = match io.medium() {
-        super::io::Medium::FileSystem => std::sync::Arc::new(super::rooted::RootedIo::new(&from)),
-        super::io::Medium::Objects => io,
-    };
-    Ok(io.stat(&from.join(rel)))
+    let (io, path) = rooted_for(io, &dir, rel);
+    Ok(io.stat(&path))
+}
+
+/// `io`, what `object::resolve` gave for `dir`, made to reach `rel`, a file of `dir`,
+/// without following a link, and the path to give it: on a file system a `RootedIo` at the
+/// folder the walk starts from (`layout::walk_from`: the checkpoint directory for a
+/// savepoint's folder).
+pub(crate) fn rooted_for(
+    io: std::sync::Arc<dyn Io>,
+    dir: &Path,
+    rel: &str,
+) -> (std::sync::Arc<dyn Io>, PathBuf) {
+    let (from, rel) = super::layout::walk_from(dir, rel);
+    let path = from.join(rel);
+    match io.medium() {
+        super::io::Medium::FileSystem => (std::sync::Arc::new(super::rooted::RootedIo::new(from)), path),
+        super::io::Medium::Objects => (io, path),
+    }
 }
 
 /// Opens for reading the file a manifest in `dir` (a local path or a URL) lists as `rel`,

@@ -1205,13 +1205,8 @@ pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
     let (path, io) = super::object::resolve(path)?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let marker = dir.join(&name);
-    // On a file system, looked at from the checkpoint directory without following a link.
-    let io: Arc<dyn Io> = match io.medium() {
-        Medium::FileSystem if !dir.as_os_str().is_empty() => {
-            Arc::new(super::rooted::RootedIo::new(layout::walk_from(&dir, &name).0))
-        }
-        _ => io,
-    };
+    // Looked at from the checkpoint directory without following a link.
+    let io = if dir.as_os_str().is_empty() { io } else { super::recovery::rooted_for(io, &dir, &name).0 };
     let bad = |at: usize, what: String| Error::corrupt(&marker, at as u64, what);
     match io.stat(&marker) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
