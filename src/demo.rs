@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::checkpoint::io::{EntryKind, Io};
+use crate::checkpoint::io::{EntryKind, Io, RootedIo, StdIo};
 use crate::checkpoint::lock::DirLock;
 use crate::checkpoint::object::Location;
-use crate::checkpoint::{CheckpointStorage, StorageConfig, restore_from_path};
+use crate::checkpoint::recovery::restore_operator_with;
+use crate::checkpoint::{CheckpointStorage, StorageConfig};
 use crate::error::{Error, Result};
 use crate::executor::{
     CheckpointPaced, Context, FailAt, FileSink, FileSinkConfig, GeneratorSource, InjectedFailure, Job,
@@ -362,16 +363,16 @@ pub fn mode_name(m: Mode) -> &'static str {
 /// Removes the sink's staged and pending files of `output` (an interrupted demo's open
 /// transactions); returns how many.
 fn remove_staged(output: &Path) -> Result<usize> {
-    let mut n = 0;
-    let entries = match std::fs::read_dir(output) {
-        Ok(e) => e,
+    let io = match RootedIo::open_no_follow(output) {
+        Ok(io) => io,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io("read dir", output, e)),
+        Err(e) => return Err(Error::io("open", output, e)),
     };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".staged-") || name.starts_with(".pending-") {
-            std::fs::remove_file(e.path()).map_err(|err| Error::io("remove", e.path(), err))?;
+    let mut n = 0;
+    for e in io.list_dir(output).map_err(|e| Error::io("read dir", output, e))? {
+        if e.kind == EntryKind::File && (e.name.starts_with(".staged-") || e.name.starts_with(".pending-")) {
+            let path = output.join(&e.name);
+            io.remove_file(&path).map_err(|err| Error::io("remove", &path, err))?;
             n += 1;
         }
     }
@@ -436,7 +437,21 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
         Prepared { checkpoints, output, _locks: vec![lock] }
     };
     let (checkpoints_dir, output_dir) = (prepared.checkpoints.clone(), prepared.output.clone());
-    let storage = CheckpointStorage::open(&checkpoints_dir, StorageConfig::default())?;
+    let storage = if object_storage {
+        CheckpointStorage::open(&checkpoints_dir, StorageConfig::default())?
+    } else {
+        // The demo made `checkpoints` itself: a link there is someone else's doing, and the
+        // storage works in the folder opened here even if the name is swapped later.
+        match std::fs::create_dir(&checkpoints_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::io("create dir", &checkpoints_dir, e));
+            }
+            _ => StdIo.sync_dir(&o.dir).map_err(|e| Error::io("fsync dir", &o.dir, e))?,
+        }
+        let io =
+            RootedIo::open_no_follow(&checkpoints_dir).map_err(|e| Error::io("open", &checkpoints_dir, e))?;
+        CheckpointStorage::open_with_io(&checkpoints_dir, StorageConfig::default(), Arc::new(io))?
+    };
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.mode = o.mode;
     config.checkpoint_interval = Some(o.interval);
@@ -514,17 +529,19 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     // The check: final state and published output against the generator alone.
     let want = expected(o);
     let last = result.last_checkpoint.ok_or_else(|| Error::NotFound("the final checkpoint".into()))?;
-    let mut r = restore_from_path(&storage.manifest_path(last), "counter", StoreConfig::default())?;
-    let totals: ValueState<u64, (u64, i64)> = r.store.value_state("totals")?;
-    let buckets: MapState<u64, u8, u64> = r.store.map_state("buckets")?;
+    let manifest = storage.read_manifest(last)?;
+    let (mut store, _) =
+        restore_operator_with(storage.io(), storage.root(), &manifest, "counter", StoreConfig::default())?;
+    let totals: ValueState<u64, (u64, i64)> = store.value_state("totals")?;
+    let buckets: MapState<u64, u8, u64> = store.map_state("buckets")?;
     let exactly_once = o.mode != Mode::AtLeastOnce;
     for (k, w) in &want {
-        let got = totals.get(&r.store, k)?;
+        let got = totals.get(&store, k)?;
         let ok = if exactly_once { got == Some(*w) } else { got.is_some_and(|g| g.0 >= w.0) };
         if !ok && report.problems.len() < 10 {
             report.problems.push(format!("key {k}: state {got:?}, expected {w:?}"));
         }
-        let hist: u64 = buckets.entries(&r.store, k)?.iter().map(|(_, n)| n).sum();
+        let hist: u64 = buckets.entries(&store, k)?.iter().map(|(_, n)| n).sum();
         if exactly_once && hist != w.0 && report.problems.len() < 10 {
             report.problems.push(format!("key {k}: histogram counts {hist}, expected {}", w.0));
         }

@@ -209,21 +209,10 @@ fn regular_only(file: File, path: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// Reads a whole regular file of at most `max` bytes (see [`open_regular`] and
-/// [`read_bounded`]).
-pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
-    read_bounded(open_regular(path)?, path, max)
-}
-
 /// Reads all of `file` (opened from `path`) if it holds at most `max` bytes; larger, or
 /// grown past `max` while read, is [`Error::Corrupt`]. Allocates no more than the file's
-/// checked length up front.
-pub fn read_bounded(file: File, path: &Path, max: u64) -> Result<Vec<u8>> {
-    read_bounded_opened(crate::checkpoint::io::Opened::File(file), path, max)
-}
-
-/// [`read_bounded`] of a file or an object (an object's bytes are already in memory and
-/// are returned without a copy when they fit).
+/// checked length up front; an object's bytes, already in memory, are returned without a
+/// copy when they fit.
 pub(crate) fn read_bounded_opened(
     file: crate::checkpoint::io::Opened,
     path: &Path,

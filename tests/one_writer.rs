@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use common::{Model, Rng, materialize};
+use floe::checkpoint::lock::DirLock;
 use floe::checkpoint::testing::{Fault, FaultyIo, FaultyIoHandle};
 use floe::checkpoint::{
     CheckpointStorage, Checkpointer, StateHandle, StorageConfig, Target, restore_from_path,
@@ -1811,6 +1812,10 @@ impl floe::checkpoint::io::Io for SwapBefore {
         self.before("open", &dir.join(rel));
         self.inner.open_read_below(dir, rel)
     }
+    fn lock(&self, root: &Path) -> floe::Result<DirLock> {
+        self.before("lock", root);
+        self.inner.lock(root)
+    }
 }
 
 /// Every file below `dir`, by path relative to it, with its bytes.
@@ -1925,6 +1930,29 @@ fn a_root_repointed_while_gc_works_takes_nothing_from_the_other_directory() {
     let moved = a.path().with_extension("moved");
     assert!(!moved.join(orphan).exists(), "the orphan of the directory gc opened stayed: {got:?}");
     drop(storage);
+    std::fs::remove_dir_all(moved).unwrap();
+}
+
+/// The writer's lock is the one of the directory its handle works in: a checkpoint
+/// directory's path re-pointed after the handle's first look at it and before the lock is
+/// taken (note 47's residual race) neither locks the other directory, writing its LOCK,
+/// nor leaves the directory written unlocked for a second writer.
+#[test]
+fn a_root_repointed_before_the_lock_is_taken_locks_the_directory_written() {
+    let a = tempfile::tempdir().unwrap();
+    two_operators(&open(a.path()));
+    let other = tempfile::tempdir().unwrap();
+    let b = other.path().join("b");
+    common::copy_dir(a.path(), &b);
+    let before = tree(&b);
+    let io = SwapBefore::new(a.path(), "", "lock", &b);
+    let storage = CheckpointStorage::open_with_io(a.path(), StorageConfig::default(), io.clone()).unwrap();
+    assert!(io.swapped(), "the swap never happened");
+    let moved = a.path().with_extension("moved");
+    assert!(DirLock::is_held(&moved).unwrap(), "the directory the writer works in is not locked");
+    assert!(!DirLock::is_held(&b).unwrap(), "the other directory was locked");
+    drop(storage);
+    assert_eq!(tree(&b), before, "the other directory changed");
     std::fs::remove_dir_all(moved).unwrap();
 }
 

@@ -233,6 +233,13 @@ pub trait Io: Send + Sync + 'static {
         let _ = listed_size;
         Ok(DataOpen::Whole(self.open_read_below(dir, rel)?))
     }
+    /// Takes the writer's lock of checkpoint directory `root` ([`DirLock::acquire`] by
+    /// default). A handle that works from an open directory ([`RootedIo`]) locks that very
+    /// directory, so the lock and every later operation are on one directory even if
+    /// `root`'s path is re-pointed meanwhile. An `Io` that wraps another delegates this.
+    fn lock(&self, root: &Path) -> Result<super::lock::DirLock> {
+        super::lock::DirLock::acquire(root)
+    }
 }
 
 /// Renames without replacing: `renameat2(RENAME_NOREPLACE)`; where the file system does

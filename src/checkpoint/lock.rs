@@ -27,8 +27,19 @@ impl DirLock {
     /// Takes the lock of directory `root` without waiting, creating the lock file if
     /// needed. [`Error::Locked`] names the holder when another handle holds it.
     pub fn acquire(root: &Path) -> Result<DirLock> {
+        Self::acquire_with(root, |path| open_lock_file(path, None))
+    }
+
+    /// [`DirLock::acquire`] for the directory open as `dir` (named `root` in messages): the
+    /// lock is the one of that very directory, even if `root`'s path has been re-pointed
+    /// since it was opened (a handle that works from an open directory locks it so).
+    pub fn acquire_at(dir: std::os::fd::BorrowedFd<'_>, root: &Path) -> Result<DirLock> {
+        Self::acquire_with(root, |path| open_lock_file(path, Some(dir)))
+    }
+
+    fn acquire_with(root: &Path, open: impl FnOnce(&Path) -> Result<File>) -> Result<DirLock> {
         let path = root.join(LOCK_FILE);
-        let mut file = open_lock_file(&path)?;
+        let mut file = open(&path)?;
         // A reader's probe (`held_by`) holds a shared lock for a moment: try a few times
         // over ~50 ms before saying that another writer holds it.
         let mut got = try_lock(&file);
@@ -137,25 +148,25 @@ fn write_holder(file: &mut File, line: &str) -> std::io::Result<()> {
     file.write_all(line.as_bytes())
 }
 
-fn open_lock_file(path: &Path) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(crate::fsutil::NO_FOLLOW | crate::fsutil::NON_BLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                Error::NotOurs {
-                    path: dir_of(path),
-                    why: "its LOCK is a symbolic link; floe never follows one".into(),
-                }
-            } else {
-                Error::io("open", path, e)
+/// Opens (creating) lock file `path`, or its name in directory `dir` when given.
+fn open_lock_file(path: &Path, dir: Option<std::os::fd::BorrowedFd<'_>>) -> Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let mode = Mode::from_bits_truncate(0o666);
+    let opened = match dir {
+        Some(dir) => rustix::fs::openat(dir, LOCK_FILE, flags, mode),
+        None => rustix::fs::open(path, flags, mode),
+    };
+    let file = opened.map(File::from).map_err(std::io::Error::from).map_err(|e| {
+        if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+            Error::NotOurs {
+                path: dir_of(path),
+                why: "its LOCK is a symbolic link; floe never follows one".into(),
             }
-        })?;
+        } else {
+            Error::io("open", path, e)
+        }
+    })?;
     let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
     if !meta.is_file() {
         return Err(Error::NotOurs {

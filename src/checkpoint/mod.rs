@@ -14,7 +14,7 @@ mod lifecycle;
 pub mod lock;
 pub mod object;
 mod publish;
-mod recovery;
+pub(crate) mod recovery;
 mod retention;
 mod rooted;
 mod storage;

@@ -7,13 +7,14 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::io::{DirEntry, EntryKind, Io, IoFile, Opened, StdIo};
+use super::lock::DirLock;
 use crate::error::{Error, Result};
 use crate::fsutil::{NotAFolder, folder_error, open_regular_at, raw_kind_name, walk_folder};
 
@@ -83,6 +84,53 @@ impl RootedIo {
     /// The file system below `root`.
     pub fn new(root: impl Into<PathBuf>) -> RootedIo {
         RootedIo { root: root.into(), root_fd: std::sync::OnceLock::new() }
+    }
+
+    /// The file system below `root`, opened now, not following `root` itself if it is a
+    /// link (the folders on the way to it are followed: the user named them). For a
+    /// directory floe created and names itself (a demo's `checkpoints`, a sink's output
+    /// directory), where a link there is someone else's doing: it fails with
+    /// `NotADirectory` saying what is there.
+    pub fn open_no_follow(root: impl Into<PathBuf>) -> io::Result<RootedIo> {
+        let root = root.into();
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(&root, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e @ (Errno::LOOP | Errno::NOTDIR)) => {
+                let what = match rustix::fs::lstat(&root) {
+                    Ok(st) => raw_kind_name(st.st_mode),
+                    Err(_) => return Err(e.into()),
+                };
+                let followed = if what == "a symbolic link" { " (never followed)" } else { "" };
+                let why = format!("{} is {what}, not a directory{followed}", root.display());
+                return Err(io::Error::new(io::ErrorKind::NotADirectory, why));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(RootedIo { root, root_fd: std::sync::OnceLock::from(fd) })
+    }
+
+    /// Opens `path` below the root to append to it, creating it if missing (a regular file
+    /// only: a link there is refused, a FIFO fails without blocking).
+    pub fn open_append(&self, path: &Path) -> io::Result<std::fs::File> {
+        let Place::Below(at, name) = self.place_io(path)? else {
+            let what = format!("{}: not below {}", path.display(), self.root.display());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+        };
+        let flags = OFlags::WRONLY
+            | OFlags::APPEND
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::CLOEXEC;
+        let file =
+            std::fs::File::from(rustix::fs::openat(&at, name, flags, Mode::from_bits_truncate(0o666))?);
+        let st = rustix::fs::fstat(&file)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            let why = format!("{} is {}, not a regular file", path.display(), raw_kind_name(st.st_mode));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+        }
+        Ok(file)
     }
 
     /// The root directory as opened at the first operation (a new handle on it).
@@ -248,6 +296,13 @@ impl Io for RootedIo {
             Place::Elsewhere => StdIo.open_read(path),
         }
     }
+    fn lock(&self, root: &Path) -> Result<DirLock> {
+        if !self.is_root(root) {
+            return DirLock::acquire(root);
+        }
+        let fd = self.root_at().map_err(|e| Error::io("open", root, e))?;
+        DirLock::acquire_at(fd.as_fd(), root)
+    }
     fn open_read_below(&self, dir: &Path, rel: &str) -> Result<Opened> {
         let path = dir.join(rel);
         match path.strip_prefix(&self.root) {
@@ -256,5 +311,45 @@ impl Io for RootedIo {
             }
             _ => StdIo.open_read_below(dir, rel),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory floe names itself is opened without following a link there and stays
+    /// the one opened; appends go to a regular file only, never through a link or into a
+    /// FIFO (which would block).
+    #[test]
+    fn open_no_follow_refuses_a_link_and_append_only_a_regular_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = RootedIo::open_no_follow(&link).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotADirectory);
+        assert!(e.to_string().contains("is a symbolic link, not a directory (never followed)"), "{e}");
+        let io = RootedIo::open_no_follow(&real).unwrap();
+        let f = real.join("f");
+        std::io::Write::write_all(&mut io.open_append(&f).unwrap(), b"a").unwrap();
+        std::io::Write::write_all(&mut io.open_append(&f).unwrap(), b"b").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"ab");
+        std::os::unix::fs::symlink(&f, real.join("l")).unwrap();
+        assert!(io.open_append(&real.join("l")).is_err(), "appended through a link");
+        let made = std::process::Command::new("mkfifo").arg(real.join("fifo")).status().unwrap();
+        assert!(made.success());
+        assert!(io.open_append(&real.join("fifo")).is_err(), "opened a FIFO");
+        // The directory renamed away and a link put in its place: the handle stays.
+        let moved = tmp.path().join("moved");
+        std::fs::rename(&real, &moved).unwrap();
+        std::os::unix::fs::symlink(&link, &real).unwrap();
+        std::fs::create_dir(tmp.path().join("other")).unwrap();
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("other"), &link).unwrap();
+        std::io::Write::write_all(&mut io.open_append(&f).unwrap(), b"c").unwrap();
+        assert_eq!(std::fs::read(moved.join("f")).unwrap(), b"abc");
+        assert!(!tmp.path().join("other/f").exists());
     }
 }

@@ -175,30 +175,20 @@ const MAX_MARKER_LEN: u64 = 4096;
 
 /// What the marker says: floe's, absent, or something else.
 fn read_marker(io: &dyn Io, root: &Path) -> Result<Option<bool>> {
+    // Through `io`, on a file system too: the directory a `RootedIo` opened, not whatever
+    // the path names by now.
     let marker = root.join(MARKER);
-    if io.medium() == Medium::Objects {
-        return match io.stat(&marker) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("stat", &marker, e)),
-            Ok((EntryKind::File, _)) => {
-                match crate::fsutil::read_bounded_opened(io.open_read(&marker)?, &marker, MAX_MARKER_LEN) {
-                    Ok(b) => Ok(Some(b == MARKER_CONTENTS.as_bytes())),
-                    Err(Error::Corrupt { .. }) => Ok(Some(false)),
-                    Err(e) => Err(e),
-                }
+    match io.stat(&marker) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("stat", &marker, e)),
+        Ok((EntryKind::File, _)) => {
+            match crate::fsutil::read_bounded_opened(io.open_read(&marker)?, &marker, MAX_MARKER_LEN) {
+                Ok(b) => Ok(Some(b == MARKER_CONTENTS.as_bytes())),
+                Err(Error::Corrupt { .. }) => Ok(Some(false)),
+                Err(e) => Err(e),
             }
-            Ok(_) => Ok(Some(false)),
-        };
-    }
-    match std::fs::symlink_metadata(&marker) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("stat", &marker, e)),
-        Ok(_) => {}
-    }
-    match crate::fsutil::read_regular(&marker, MAX_MARKER_LEN) {
-        Ok(b) => Ok(Some(b == MARKER_CONTENTS.as_bytes())),
-        Err(Error::Corrupt { .. }) => Ok(Some(false)),
-        Err(e) => Err(e),
+        }
+        Ok(_) => Ok(Some(false)),
     }
 }
 
@@ -248,7 +238,7 @@ impl CheckpointStorage {
         }
         // ...and again after: two writers racing on a new directory meet at the lock, and
         // the loser is told who holds it (not that the winner's fresh files are foreign).
-        let lock = DirLock::acquire(&root)?;
+        let lock = io.lock(&root)?;
         let ours = read_marker(&*io, &root)?;
         match ours {
             Some(true) => {}

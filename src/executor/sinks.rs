@@ -67,15 +67,14 @@
 //! output directory: two would share these names.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::marker::PhantomData;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::checkpoint::io::rename_noreplace;
+use crate::checkpoint::io::{DirEntry, EntryKind, Io, IoFile, RootedIo, std_file};
 use crate::error::{Error, Result};
 use crate::format::sink_state::{FileCommitKind, FileCommittable, parse_decimal_u32, pending_file_name};
 pub use crate::format::sink_state::{MAX_COMMITTABLE_LEN, SinkState, extra_key, sink_states_of};
@@ -242,8 +241,9 @@ impl<T> SinkDriver<T> {
 pub struct FileSinkConfig {
     /// Output directory. Created (with its parents, each fsynced in its parent) if missing;
     /// it must not be a symbolic link (refused: the sink renames and removes files in it,
-    /// and a link could point them at someone else's folder). Links among its parents are
-    /// the caller's choice and are followed.
+    /// and a link could point them at someone else's folder). Each instance opens it once
+    /// and works from that open folder: one swapped for a link later is not followed.
+    /// Links among its parents are the caller's choice and are followed.
     pub dir: PathBuf,
     /// Two-phase commit (true) or write-through, at-least-once (false).
     pub exactly_once: bool,
@@ -311,7 +311,7 @@ impl SinkFile {
 /// The open transaction (exactly-once) or the write-through file (at-least-once).
 struct OpenFile {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: BufWriter<Box<dyn IoFile>>,
     /// Bytes written to it by this instance.
     len: u64,
     /// Whether its directory entry is known durable.
@@ -322,6 +322,10 @@ struct OpenFile {
 /// by writing through (module documentation, "The file sink").
 pub struct FileSink<T> {
     dir: PathBuf,
+    /// The output directory as opened at [`FileSink::open`]: every file operation starts
+    /// from it, so a `dir` swapped for a link later does not move the sink's renames and
+    /// removals into someone else's folder.
+    io: RootedIo,
     exactly_once: bool,
     subtask: u32,
     parallelism: u32,
@@ -351,9 +355,24 @@ fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync dir", dir, e))
 }
 
+/// Opens the output directory `dir` as the root of the sink's file operations; a link
+/// there (planted, or swapped in since it was checked) is refused.
+fn open_output_dir(dir: &Path) -> Result<RootedIo> {
+    RootedIo::open_no_follow(dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotADirectory {
+            Error::InvalidConfig(format!(
+                "sink output directory: {e} (a symbolic link is refused: the sink renames and removes \
+                 files in it)"
+            ))
+        } else {
+            Error::io("open", dir, e)
+        }
+    })
+}
+
 /// Creates `dir` and its missing parents, each fsynced in its parent, so that a power cut
-/// cannot lose the folder of published files. Refuses a `dir` that is a symbolic link or
-/// not a directory.
+/// cannot lose the folder of published files ([`open_output_dir`] then refuses a `dir`
+/// that is a symbolic link or not a directory).
 fn create_output_dir(dir: &Path) -> Result<()> {
     let mut missing = Vec::new();
     let mut at = dir;
@@ -383,45 +402,18 @@ fn create_output_dir(dir: &Path) -> Result<()> {
         };
         sync_dir(parent)?;
     }
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| Error::io("stat", dir, e))?;
-    if !meta.is_dir() {
-        return Err(Error::InvalidConfig(format!(
-            "sink output directory {} is {}, not a directory (a symbolic link is refused: the sink \
-             renames and removes files in it)",
-            dir.display(),
-            crate::fsutil::kind_name(meta.file_type())
-        )));
-    }
     Ok(())
 }
 
-/// The length of `path` if it is a regular file, `None` if there is nothing there;
-/// anything else there is an error naming it.
-fn regular_len(path: &Path) -> Result<Option<u64>> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_file() => Ok(Some(m.len())),
-        Ok(m) => Err(Error::corrupt(
-            path,
-            0,
-            format!("is {}, not a regular file", crate::fsutil::kind_name(m.file_type())),
-        )),
+/// The length of `path` (below `io`'s root) if it is a regular file, `None` if there is
+/// nothing there; anything else there is an error naming it.
+fn regular_len(io: &RootedIo, path: &Path) -> Result<Option<u64>> {
+    match io.stat(path) {
+        Ok((EntryKind::File, len)) => Ok(Some(len)),
+        Ok((kind, _)) => Err(Error::corrupt(path, 0, format!("is {}, not a regular file", kind.describe()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io("stat", path, e)),
     }
-}
-
-fn open_no_follow(options: &mut OpenOptions, path: &Path) -> Result<File> {
-    let f =
-        options.custom_flags(crate::fsutil::NO_FOLLOW).open(path).map_err(|e| Error::io("open", path, e))?;
-    let meta = f.metadata().map_err(|e| Error::io("stat", path, e))?;
-    if !meta.is_file() {
-        return Err(Error::corrupt(
-            path,
-            0,
-            format!("is {}, not a regular file", crate::fsutil::kind_name(meta.file_type())),
-        ));
-    }
-    Ok(f)
 }
 
 impl<T: serde::Serialize + Send + 'static> FileSink<T> {
@@ -433,6 +425,7 @@ impl<T: serde::Serialize + Send + 'static> FileSink<T> {
         }
         create_output_dir(&config.dir)?;
         Ok(FileSink {
+            io: open_output_dir(&config.dir)?,
             dir: config.dir.clone(),
             exactly_once: config.exactly_once,
             subtask,
@@ -459,14 +452,14 @@ impl<T> FileSink<T> {
             let (path, file, entry_synced) = if self.exactly_once {
                 let path =
                     self.dir.join(SinkFile::Staged { attempt: self.attempt, subtask: self.subtask }.name());
-                let f = open_no_follow(OpenOptions::new().write(true).create_new(true), &path)?;
+                let f = self.io.create_new(&path).map_err(|e| Error::io("create", &path, e))?;
                 // A staged file needs no durable entry: it is fsynced and renamed at
                 // pre-commit, and the directory synced then.
                 (path, f, true)
             } else {
                 let path = self.dir.join(SinkFile::Direct { subtask: self.subtask }.name());
-                let f = open_no_follow(OpenOptions::new().append(true).create(true), &path)?;
-                (path, f, false)
+                let f = self.io.open_append(&path).map_err(|e| Error::io("open", &path, e))?;
+                (path, std_file(f), false)
             };
             self.open = Some(OpenFile { path, out: BufWriter::new(file), len: 0, entry_synced });
         }
@@ -474,11 +467,11 @@ impl<T> FileSink<T> {
     }
 
     /// Flushes and fsyncs the open file (and its directory entry, once).
-    fn make_durable(dir: &Path, f: &mut OpenFile) -> Result<()> {
+    fn make_durable(io: &RootedIo, dir: &Path, f: &mut OpenFile) -> Result<()> {
         f.out.flush().map_err(|e| Error::io("write", &f.path, e))?;
-        f.out.get_ref().sync_all().map_err(|e| Error::io("fsync", &f.path, e))?;
+        f.out.get_mut().sync_all().map_err(|e| Error::io("fsync", &f.path, e))?;
         if !f.entry_synced {
-            sync_dir(dir)?;
+            io.sync_dir(dir).map_err(|e| Error::io("fsync dir", dir, e))?;
             f.entry_synced = true;
         }
         Ok(())
@@ -487,11 +480,15 @@ impl<T> FileSink<T> {
     /// Closes the open transaction durably and renames it `to` (never replacing a file).
     fn close_staged_as(&mut self, to: &Path) -> Result<Option<u64>> {
         let Some(mut f) = self.open.take() else { return Ok(None) };
-        Self::make_durable(&self.dir, &mut f)?;
+        Self::make_durable(&self.io, &self.dir, &mut f)?;
         drop(f.out);
-        rename_noreplace(&f.path, to).map_err(|e| Error::io("rename", &f.path, e))?;
-        sync_dir(&self.dir)?;
+        self.io.rename(&f.path, to).map_err(|e| Error::io("rename", &f.path, e))?;
+        self.sync_dir()?;
         Ok(Some(f.len))
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        self.io.sync_dir(&self.dir).map_err(|e| Error::io("fsync dir", &self.dir, e))
     }
 
     fn decode(&self, committable: &[u8]) -> Result<FileCommittable> {
@@ -502,7 +499,7 @@ impl<T> FileSink<T> {
     fn publish(&self, c: &FileCommittable) -> Result<()> {
         let pending = self.dir.join(&c.file_name);
         let part = self.dir.join(SinkFile::Part { checkpoint: c.checkpoint_id, subtask: c.subtask }.name());
-        match (regular_len(&pending)?, regular_len(&part)?) {
+        match (regular_len(&self.io, &pending)?, regular_len(&self.io, &part)?) {
             (Some(len), None) => {
                 if len != c.file_len {
                     return Err(Error::corrupt(
@@ -511,14 +508,14 @@ impl<T> FileSink<T> {
                         format!("holds {len} bytes; its committable says {}", c.file_len),
                     ));
                 }
-                rename_noreplace(&pending, &part).map_err(|e| {
+                self.io.rename(&pending, &part).map_err(|e| {
                     if e.kind() == std::io::ErrorKind::AlreadyExists {
                         both_exist(&pending, &part)
                     } else {
                         Error::io("rename", &pending, e)
                     }
                 })?;
-                sync_dir(&self.dir)
+                self.sync_dir()
             }
             // Committed before (a commit again after a restart).
             (None, Some(len)) if len == c.file_len => Ok(()),
@@ -551,15 +548,8 @@ impl<T> FileSink<T> {
     /// a name the other run took. Refused before anything is written.
     fn refuse_later_output(&self, from: u64) -> Result<()> {
         let mut later = Vec::new();
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io("read dir", &self.dir, e)),
-        };
-        for e in entries {
-            let e = e.map_err(|err| Error::io("read dir", &self.dir, err))?;
-            if let Some(SinkFile::Part { checkpoint, subtask }) =
-                e.file_name().to_str().and_then(SinkFile::parse)
+        for e in self.list()? {
+            if let Some(SinkFile::Part { checkpoint, subtask }) = SinkFile::parse(&e.name)
                 && checkpoint > from
                 && subtask % self.parallelism == self.subtask
             {
@@ -580,6 +570,13 @@ impl<T> FileSink<T> {
             self.dir.display(),
             SinkFile::Part { checkpoint: first, subtask }.name(),
         )))
+    }
+}
+
+impl<T> FileSink<T> {
+    /// The output directory's entries (names that are not UTF-8 are never the sink's).
+    fn list(&self) -> Result<Vec<DirEntry>> {
+        self.io.list_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))
     }
 }
 
@@ -620,7 +617,7 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
         };
         if !self.exactly_once {
             if let Some(f) = &mut self.open {
-                Self::make_durable(&self.dir, f)?;
+                Self::make_durable(&self.io, &self.dir, f)?;
             }
         } else {
             let name = pending_file_name(checkpoint_id, self.subtask);
@@ -646,10 +643,10 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
         }
         let pending = self.dir.join(&c.file_name);
         let part = self.dir.join(SinkFile::Part { checkpoint: c.checkpoint_id, subtask: c.subtask }.name());
-        match (regular_len(&pending)?, regular_len(&part)?) {
+        match (regular_len(&self.io, &pending)?, regular_len(&self.io, &part)?) {
             (Some(_), None) => {
-                std::fs::remove_file(&pending).map_err(|e| Error::io("remove", &pending, e))?;
-                sync_dir(&self.dir)
+                self.io.remove_file(&pending).map_err(|e| Error::io("remove", &pending, e))?;
+                self.sync_dir()
             }
             (None, None) => Ok(()),
             (_, Some(_)) => Err(Error::InvalidRecord(format!(
@@ -665,7 +662,7 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
         let Some(f) = self.open.take() else { return Ok(()) };
         if self.exactly_once {
             drop(f.out);
-            match std::fs::remove_file(&f.path) {
+            match self.io.remove_file(&f.path) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(Error::io("remove", &f.path, e)),
@@ -673,7 +670,7 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
         } else {
             // Written through: what was written stays (at-least-once); make it whole.
             let mut f = f;
-            Self::make_durable(&self.dir, &mut f)
+            Self::make_durable(&self.io, &self.dir, &mut f)
         }
     }
 
@@ -707,10 +704,8 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
             }
         }
         let mut removed = false;
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
-        for e in entries {
-            let e = e.map_err(|err| Error::io("read dir", &self.dir, err))?;
-            let Some(name) = e.file_name().to_str().and_then(SinkFile::parse) else { continue };
+        for e in self.list()? {
+            let Some(name) = SinkFile::parse(&e.name) else { continue };
             let discard = match name {
                 SinkFile::Staged { attempt, subtask } => {
                     subtask % p == self.subtask && attempt != self.attempt
@@ -721,14 +716,14 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
                 SinkFile::Part { .. } | SinkFile::Direct { .. } => false,
             };
             // Only regular files: a link or folder under the sink's name is not the sink's.
-            let regular = e.file_type().map_err(|err| Error::io("stat", e.path(), err))?.is_file();
-            if discard && regular {
-                std::fs::remove_file(e.path()).map_err(|err| Error::io("remove", e.path(), err))?;
+            if discard && e.kind == EntryKind::File {
+                let path = self.dir.join(&e.name);
+                self.io.remove_file(&path).map_err(|err| Error::io("remove", &path, err))?;
                 removed = true;
             }
         }
         if removed {
-            sync_dir(&self.dir)?;
+            self.sync_dir()?;
         }
         Ok(())
     }
@@ -738,7 +733,7 @@ impl<T: serde::Serialize + Send> TwoPhaseCommitSink<T> for FileSink<T> {
             let part = self.dir.join(SinkFile::Part { checkpoint: final_id, subtask: self.subtask }.name());
             self.close_staged_as(&part)?;
         } else if let Some(f) = &mut self.open {
-            Self::make_durable(&self.dir, f)?;
+            Self::make_durable(&self.io, &self.dir, f)?;
         }
         Ok(())
     }
@@ -756,21 +751,21 @@ pub(crate) fn is_sink_file_name(name: &str) -> bool {
 /// patterns are not output and are skipped; a name of the pattern that is not a regular
 /// file is an error naming it.
 pub fn published_output(dir: &Path) -> Result<Vec<String>> {
+    let io = open_output_dir(dir)?;
     let mut parts = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(|e| Error::io("read dir", dir, e))? {
-        let e = e.map_err(|err| Error::io("read dir", dir, err))?;
-        let key = match e.file_name().to_str().and_then(SinkFile::parse) {
+    for e in io.list_dir(dir).map_err(|e| Error::io("read dir", dir, e))? {
+        let key = match SinkFile::parse(&e.name) {
             Some(SinkFile::Part { checkpoint, subtask }) => (0, checkpoint, subtask),
             Some(SinkFile::Direct { subtask }) => (1, 0, subtask),
             _ => continue,
         };
-        parts.push((key, e.path()));
+        parts.push((key, dir.join(&e.name)));
     }
     parts.sort();
     let mut lines = Vec::new();
     for (_, p) in parts {
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut crate::fsutil::open_regular(&p)?, &mut s)
+        std::io::Read::read_to_string(&mut io.open_read(&p)?, &mut s)
             .map_err(|e| Error::io("read", &p, e))?;
         lines.extend(s.lines().map(str::to_string));
     }
@@ -1094,6 +1089,46 @@ mod tests {
         FileSink::<u64>::open(&config(&nested, true), 0, 1).unwrap();
         assert!(nested.is_dir());
         assert!(FileSink::<u64>::open(&config(&nested, true), 1, 1).is_err(), "subtask out of range");
+    }
+
+    /// The sink works in the directory it opened: its output directory swapped for a link
+    /// after the sink opened it (helper-46 made `floe demo` create part and pending files
+    /// through one in 52 of 100 runs) moves none of its creations, renames or removals
+    /// into the link's target; a sink opened on the link is refused, and reading the
+    /// published output does not follow it either.
+    #[test]
+    fn sinks_output_dir_swapped_for_a_link_is_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let mut theirs = vec![pending(7, 0), ".staged-0123456789abcdef-0".to_string(), part(9, 0)];
+        theirs.sort();
+        for n in &theirs {
+            std::fs::write(outside.join(n), format!("{n}\n")).unwrap();
+        }
+        let mut d = start(&dir, 0, 1, &[]);
+        let later = sink(&dir, 0, 1);
+        d.write(1).unwrap();
+        let moved = tmp.path().join("out.moved");
+        std::fs::rename(&dir, &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, &dir).unwrap();
+        d.write(2).unwrap();
+        d.on_checkpoint_barrier(1).unwrap();
+        d.on_checkpoint_complete(1).unwrap();
+        d.write(3).unwrap();
+        d.cancel().unwrap();
+        // An instance opened before the swap sweeps leftovers in the folder it opened.
+        SinkDriver::start(later, Some(1), &[]).unwrap();
+        assert_eq!(listing(&outside), theirs);
+        for n in &theirs {
+            assert_eq!(std::fs::read_to_string(outside.join(n)).unwrap(), format!("{n}\n"));
+        }
+        assert_eq!(published(&moved), [1, 2]);
+        let e = FileSink::<u64>::open(&config(&dir, true), 0, 1).err().unwrap();
+        assert!(matches!(&e, Error::InvalidConfig(m) if m.contains("symbolic link")), "{e}");
+        let e = published_output(&dir).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
     }
 
     /// Goal: at-least-once writes through to `part-direct-<subtask>`: durable at
