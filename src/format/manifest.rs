@@ -308,9 +308,14 @@ impl Manifest {
         for f in &self.files {
             if !is_safe_relative(&f.path) {
                 let why = if f.path.chars().any(char::is_control) {
-                    "holds a control character"
+                    "holds a control character".to_string()
+                } else if f.path.len() > MAX_PATH_LEN || f.path.split('/').count() > MAX_PATH_COMPONENTS {
+                    format!(
+                        "is deeper or longer than a listed path may be ({MAX_PATH_COMPONENTS} components, \
+                         {MAX_PATH_LEN} bytes)"
+                    )
                 } else {
-                    "points outside the checkpoint directory"
+                    "points outside the checkpoint directory".to_string()
                 };
                 return Err(bad(format!("file path {:?} {why}", f.path)));
             }
@@ -466,11 +471,23 @@ impl std::fmt::Display for CoverageProblem {
     }
 }
 
+/// Most `/`-separated components a listed path may have (manifest.md, "Path safety").
+/// floe writes 2 (`data/<name>`); a reader opens every folder on the way, so a hostile
+/// manifest's paths thousands of folders deep would cost it time quadratic in their depth.
+pub const MAX_PATH_COMPONENTS: usize = 16;
+
+/// Longest listed path in bytes (manifest.md, "Path safety"): well inside the file
+/// systems' `PATH_MAX` once joined to the directory it is below.
+pub const MAX_PATH_LEN: usize = 1024;
+
 /// True for a relative path made of normal components only (no `..`, no root, no `\`,
 /// no control character: floe never writes one, and a name holding a newline or a terminal
-/// escape would forge the tool's output).
+/// escape would forge the tool's output), at most [`MAX_PATH_COMPONENTS`] deep and
+/// [`MAX_PATH_LEN`] bytes long.
 pub fn is_safe_relative(p: &str) -> bool {
     !p.is_empty()
+        && p.len() <= MAX_PATH_LEN
+        && p.split('/').count() <= MAX_PATH_COMPONENTS
         && !p.starts_with('/')
         && !p.contains('\\')
         && !p.chars().any(char::is_control)
