@@ -239,7 +239,10 @@ impl CheckpointStorage {
         for e in self.list(&savepoints)? {
             match layout::parse_savepoint_dir_name(&e.name) {
                 _ if e.kind != EntryKind::Dir => out.foreign.push(savepoints.join(&e.name)),
-                Some(id) if !protect.protects(id) => self.savepoint_leftovers(id, &mut out),
+                Some(id) if !protect.protects(id) => {
+                    self.savepoint_leftovers(id, &mut out);
+                    self.savepoint_temp_files(id, &protect, &mut out);
+                }
                 _ => {}
             }
         }
@@ -273,6 +276,34 @@ impl CheckpointStorage {
                 }
             } else if self.io.stat(&dir).is_ok() {
                 out.foreign.push(dir);
+            }
+        }
+    }
+
+    /// If savepoint `id` is complete (its `MANIFEST` is there), adds the temp files a dead
+    /// writer left in its folder and its `data/` (a real directory only) that no live
+    /// writer may still be writing: those a writer removes when it opens.
+    fn savepoint_temp_files(&self, id: u64, protect: &Protect<'_>, out: &mut Orphans) {
+        let sp = self.root.join(layout::savepoint_dir(id));
+        if !matches!(self.io.stat(&sp.join(SAVEPOINT_MANIFEST)), Ok((EntryKind::File, _))) {
+            return;
+        }
+        for dir in [sp.clone(), sp.join(DATA_DIR)] {
+            match self.io.stat(&dir) {
+                Ok((EntryKind::Dir, _)) => {}
+                // A link or file where its `data/` should be: named, never followed.
+                Ok(_) => {
+                    out.foreign.push(dir);
+                    continue;
+                }
+                Err(_) => continue,
+            }
+            for e in self.io.list_dir(&dir).unwrap_or_default() {
+                if e.kind == EntryKind::File
+                    && layout::parse_tmp_name(&e.name).is_some_and(|id| !protect.protects(id))
+                {
+                    out.ours.push(dir.join(&e.name));
+                }
             }
         }
     }
