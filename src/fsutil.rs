@@ -160,6 +160,12 @@ impl NotAFolder {
 /// followed), else the I/O error (`NotFound` for a folder that is not there).
 pub(crate) fn folder_error(at: &OwnedFd, name: &OsStr, path: &Path, e: rustix::io::Errno) -> Error {
     match NotAFolder::of(at, name, e) {
+        // A directory again by now: something swapped it meanwhile, which is a race with
+        // another process, not damage in the directory (an I/O error, exit 3 in the tool).
+        Some(not @ NotAFolder::Changed) => {
+            let why = not.describe(name, "its path", "");
+            Error::io("open", path, std::io::Error::new(std::io::ErrorKind::NotADirectory, why))
+        }
         Some(not) => Error::corrupt(path, 0, not.describe(name, "its path", " (not followed)")),
         None => Error::io("open", path, e.into()),
     }
@@ -322,5 +328,26 @@ mod tests {
         let missing = open_regular_below(&root, "nope/f").unwrap_err();
         assert!(missing.is_not_found(), "{missing}");
         assert!(missing.to_string().contains("nope/f"), "{missing}");
+    }
+
+    /// A folder that is a directory again when its failed open is looked into was swapped
+    /// meanwhile: a race with another process, told as an I/O error naming the folder, not
+    /// as damage in the checkpoint directory; one still a link is damage.
+    #[test]
+    fn a_folder_changed_while_opened_is_a_race_not_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::os::unix::fs::symlink("data", dir.path().join("link")).unwrap();
+        let at = open_walk_root(dir.path()).unwrap();
+        let path = dir.path().join("data/f");
+        match folder_error(&at, OsStr::new("data"), &path, rustix::io::Errno::LOOP) {
+            Error::Io { source, .. } => {
+                assert_eq!(source.kind(), std::io::ErrorKind::NotADirectory);
+                assert!(source.to_string().contains("folder data on its path changed while it was opened"));
+            }
+            other => panic!("expected an I/O error, got {other:?}"),
+        }
+        let e = folder_error(&at, OsStr::new("link"), &path, rustix::io::Errno::LOOP);
+        assert!(matches!(&e, Error::Corrupt { what, .. } if what.contains("is a symbolic link")), "{e:?}");
     }
 }
