@@ -258,16 +258,16 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
         Command::Ui { dir, port, bind } => ui::run(dir, &bind, port)?,
         Command::Demo { dir, output, records, keys, seed, mode, interval_ms, rate, no_crash } => {
             if !rate.is_finite() || rate < 0.0 {
-                eprintln!("floe: error: --rate {rate} is not a rate (records per second, 0 for unpaced)");
-                return Ok(ExitCode::from(inspect::status::USAGE));
+                let why = format!("--rate {rate} is not a rate (records per second, 0 for unpaced)");
+                return Ok(fail(json, inspect::status::USAGE, &why));
             }
             let mode = match mode.as_str() {
                 "exactly-once" => floe::executor::Mode::ExactlyOnce,
                 "at-least-once" => floe::executor::Mode::AtLeastOnce,
                 "unaligned" => floe::executor::Mode::Unaligned,
                 other => {
-                    eprintln!("floe: error: unknown mode {other:?} (exactly-once, at-least-once, unaligned)");
-                    return Ok(ExitCode::from(inspect::status::USAGE));
+                    let why = format!("unknown mode {other:?} (exactly-once, at-least-once, unaligned)");
+                    return Ok(fail(json, inspect::status::USAGE, &why));
                 }
             };
             let options = floe::demo::DemoOptions {
@@ -363,13 +363,38 @@ fn hint(e: &floe::Error, dir: Option<&std::path::Path>) -> &'static str {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // A usage error clap found: with `--json`, the one document too (help and
+            // version are not failures and print as clap prints them).
+            if e.use_stderr() && std::env::args().any(|a| a == "--json") {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let line = first.strip_prefix("error: ").unwrap_or(first);
+                println!("{}", serde_json::json!({ "error": line, "status": inspect::status::USAGE }));
+            }
+            e.exit()
+        }
+    };
     let dir = cli.command.dir();
+    let json = cli.json;
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("floe: error: {}{}", printable(&e.to_string(), false), hint(&e, dir.as_deref()));
-            ExitCode::from(inspect::exit_status(&e, dir.as_deref()))
+            let line = format!("{e}{}", hint(&e, dir.as_deref()));
+            fail(json, inspect::exit_status(&e, dir.as_deref()), &line)
         }
     }
+}
+
+/// A command that failed: its error line on stderr and, with `--json`, as the one JSON
+/// document on stdout (`{"error": ..., "status": ...}`), so a script reading stdout gets a
+/// document whatever happened.
+fn fail(json: bool, status: u8, line: &str) -> ExitCode {
+    eprintln!("floe: error: {}", printable(line, false));
+    if json {
+        println!("{}", serde_json::json!({ "error": line, "status": status }));
+    }
+    ExitCode::from(status)
 }

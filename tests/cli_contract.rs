@@ -494,3 +494,36 @@ fn sigint_of_the_demo_says_so_cleans_up_and_exits_130() {
         .collect();
     assert!(left.is_empty(), "staged files left: {left:?}");
 }
+
+/// With `--json` a command prints exactly one JSON document on stdout even when it fails:
+/// the error line and the exit status (it printed nothing, which a script reading stdout
+/// took for no document at all, against the README's "exactly one").
+#[test]
+fn a_failing_command_with_json_prints_one_error_document() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing");
+    let check = |args: &[&str], status: i32, says: &str| {
+        let r = floe(args);
+        assert_eq!(r.code, status, "{args:?}: {}", r.stderr);
+        let doc: Value =
+            serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {:?}", r.stdout));
+        assert_eq!(doc["status"], status, "{args:?}");
+        let error = doc["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{args:?}: {doc}");
+        assert!(r.stderr.contains("error: ") && r.stderr.contains(says), "{args:?}: {}", r.stderr);
+    };
+    for args in commands(s(&missing)) {
+        let mut a: Vec<&str> = args.iter().map(String::as_str).collect();
+        a.push("--json");
+        check(&a, 3, "missing");
+    }
+    let d = fixture(tmp.path());
+    let _writer = floe::checkpoint::lock::DirLock::acquire(&d).unwrap();
+    check(&["gc", s(&d), "--json"], 4, "locked");
+    check(&["compact", s(&d), "--json"], 4, "locked");
+    let demo = tmp.path().join("demo");
+    check(&["demo", "--dir", s(&demo), "--mode", "twice", "--json"], 2, "unknown mode");
+    // A usage error the argument parser finds.
+    check(&["demo", "--dir", s(&demo), "--records", "many", "--json"], 2, "invalid value 'many'");
+    assert!(!demo.exists(), "a refused demo created its directory");
+}
