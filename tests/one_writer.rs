@@ -1435,6 +1435,54 @@ fn a_restart_never_restores_an_earlier_runs_checkpoint() {
     assert_eq!(job::final_state(&storage, b.last_checkpoint.unwrap()), job::expected(2));
 }
 
+/// A restart restores through the storage's own handle: the checkpoint directory moved
+/// and its path made a link to another floe directory while the job runs (helper-47:
+/// `floe demo`'s tasks reopened the path after a failure and read the other directory's
+/// files) is not followed. The job goes on in the directory it opened (its lock is looked
+/// for there, not at the path), restores the checkpoint it completed from its own files,
+/// and never touches the other directory.
+#[test]
+fn a_restart_restores_from_the_directory_written_even_if_its_path_was_repointed() {
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("ckpt");
+    let storage = open(&root);
+    let flags = job::Flags { release: Default::default(), fail: Default::default() };
+    let handle = job::graph(5, 300, &flags).start(job::base_config(&storage)).unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        last = handle.checkpoint().unwrap();
+    }
+    // A copy whose data files are damaged: a restore that reads them fails.
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&root, &moved).unwrap();
+    let other = tmp.path().join("other");
+    common::copy_dir(&moved, &other);
+    for f in std::fs::read_dir(other.join("data")).unwrap().flatten() {
+        let mut b = std::fs::read(f.path()).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 0xFF;
+        std::fs::write(f.path(), b).unwrap();
+    }
+    std::os::unix::fs::symlink(&other, &root).unwrap();
+    let before = tree(&other);
+    flags.fail.store(true, Ordering::SeqCst);
+    flags.release.store(true, Ordering::SeqCst);
+    let result = handle.join().unwrap();
+    assert_eq!(result.restarts, 1, "{:?}", result.failures);
+    assert_eq!(result.restored_from, vec![None, Some(last)], "the restart read the other directory");
+    assert_eq!(tree(&other), before, "the other directory changed");
+    let end = result.last_checkpoint.unwrap();
+    let m = floe::checkpoint::read_manifest_file(&moved.join(format!("chk-{end:020}.manifest"))).unwrap();
+    let (mut store, _) =
+        floe::checkpoint::restore_operator(&moved, &m, "count", StoreConfig::default()).unwrap();
+    let st: floe::state::ValueState<u64, (u64, i64)> = store.value_state("count").unwrap();
+    let snap = store.snapshot();
+    let got: BTreeMap<u64, (u64, i64)> =
+        (0..job::KEYS).filter_map(|k| st.get_at(&snap, &k).unwrap().map(|v| (k, v))).collect();
+    assert_eq!(got, job::expected(5));
+}
+
 #[test]
 fn the_io_rename_never_replaces_an_existing_file() {
     use floe::checkpoint::io::{Io, StdIo};

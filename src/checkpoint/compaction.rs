@@ -40,7 +40,8 @@ impl CheckpointStorage {
         // The new checkpoint holds the source's sink transactions: committed if its are
         // (a bounded job's final checkpoint), and then recorded so (a damaged record is
         // refused here as a restore refuses it).
-        let committed = super::storage::sinks_committed(&self.manifest_path(checkpoint_id), &source)?;
+        let committed =
+            super::storage::sinks_committed_with(self.io(), &self.manifest_path(checkpoint_id), &source)?;
         let newest = self.checkpoint_ids()?.last().copied().unwrap_or(0);
         if target == Target::Checkpoint && checkpoint_id != newest {
             return Err(Error::InvalidConfig(format!(

@@ -21,23 +21,31 @@ pub const LOCK_FILE: &str = "LOCK";
 pub struct DirLock {
     _file: File,
     path: PathBuf,
+    /// The directory as opened when it was locked through an open directory
+    /// ([`DirLock::acquire_at`]): [`DirLock::check_in_place`] looks there, not at the path.
+    dir: Option<std::os::fd::OwnedFd>,
 }
 
 impl DirLock {
     /// Takes the lock of directory `root` without waiting, creating the lock file if
     /// needed. [`Error::Locked`] names the holder when another handle holds it.
     pub fn acquire(root: &Path) -> Result<DirLock> {
-        Self::acquire_with(root, |path| open_lock_file(path, None))
+        Self::acquire_with(root, |path| open_lock_file(path, None), None)
     }
 
     /// [`DirLock::acquire`] for the directory open as `dir` (named `root` in messages): the
     /// lock is the one of that very directory, even if `root`'s path has been re-pointed
     /// since it was opened (a handle that works from an open directory locks it so).
     pub fn acquire_at(dir: std::os::fd::BorrowedFd<'_>, root: &Path) -> Result<DirLock> {
-        Self::acquire_with(root, |path| open_lock_file(path, Some(dir)))
+        let kept = dir.try_clone_to_owned().map_err(|e| Error::io("open", root, e))?;
+        Self::acquire_with(root, |path| open_lock_file(path, Some(dir)), Some(kept))
     }
 
-    fn acquire_with(root: &Path, open: impl FnOnce(&Path) -> Result<File>) -> Result<DirLock> {
+    fn acquire_with(
+        root: &Path,
+        open: impl FnOnce(&Path) -> Result<File>,
+        dir: Option<std::os::fd::OwnedFd>,
+    ) -> Result<DirLock> {
         let path = root.join(LOCK_FILE);
         let mut file = open(&path)?;
         // A reader's probe (`held_by`) holds a shared lock for a moment: try a few times
@@ -70,7 +78,7 @@ impl DirLock {
         if write_holder(&mut file, &line).is_err() {
             let _ = file.set_len(0);
         }
-        Ok(DirLock { _file: file, path })
+        Ok(DirLock { _file: file, path, dir })
     }
 
     /// Who holds the lock of `root` now (in this or another process), as its LOCK file
@@ -107,14 +115,22 @@ impl DirLock {
     /// Whether the directory still holds this lock's file: its `LOCK` is the very file
     /// locked (same device and inode). A directory removed, or replaced by another, while
     /// its writer lives fails this, and the writer must not call anything it writes there a
-    /// completed checkpoint: the new folder has no marker, and its lock is no one's.
+    /// completed checkpoint: the new folder has no marker, and its lock is no one's. A lock
+    /// taken through an open directory ([`DirLock::acquire_at`]) looks in that directory,
+    /// where its writer works: a path re-pointed meanwhile does not fail it, a directory
+    /// removed does.
     pub fn check_in_place(&self) -> Result<()> {
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
             let held = self._file.metadata().map_err(|e| Error::io("stat", &self.path, e))?;
-            let now = std::fs::symlink_metadata(&self.path);
-            if !now.as_ref().is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()) {
+            let same = match &self.dir {
+                Some(dir) => rustix::fs::statat(dir, LOCK_FILE, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| st.st_dev == held.dev() && st.st_ino == held.ino()),
+                None => std::fs::symlink_metadata(&self.path)
+                    .is_ok_and(|m| m.dev() == held.dev() && m.ino() == held.ino()),
+            };
+            if !same {
                 return Err(Error::NotOurs {
                     path: self.path.clone(),
                     why: "it is no longer the file this writer locked: the checkpoint directory \

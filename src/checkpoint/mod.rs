@@ -24,6 +24,7 @@ pub mod testing;
 mod writer;
 
 pub use crate::format::positions::{PositionEncoding, SourcePositions};
+pub(crate) use channel::read_channel_state_with;
 pub use channel::{ChannelStateHandle, ChannelStateWriter, read_channel_state};
 pub use checkpointer::{Checkpointer, PendingWrite};
 pub use config::{ChainPolicy, Compression, DEFAULT_SYNC_EVERY, StorageConfig};
@@ -39,3 +40,4 @@ pub use storage::{
     CheckpointStorage, CommitMeta, JobClaim, ParentChain, StateHandle, Target, read_manifest_file,
     sinks_committed,
 };
+pub(crate) use storage::{read_manifest_with, sinks_committed_with};

@@ -444,6 +444,10 @@ impl CheckpointStorage {
     }
 
     /// The I/O layer (for writers in other modules).
+    pub(crate) fn io_arc(&self) -> Arc<dyn Io> {
+        Arc::clone(&self.io)
+    }
+
     pub(crate) fn io(&self) -> &dyn Io {
         &*self.io
     }
@@ -1191,12 +1195,21 @@ pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
 /// damage ([`Error::Corrupt`] naming it and the first byte that differs).
 pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
     let savepoint = manifest.kind == ManifestKind::Savepoint;
-    let (name, want) = layout::sinks_committed_record(savepoint, manifest.checkpoint_id);
+    let (name, _) = layout::sinks_committed_record(savepoint, manifest.checkpoint_id);
     let (path, io) = super::object::resolve(path)?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let marker = dir.join(&name);
     // Looked at from the checkpoint directory without following a link.
     let io = if dir.as_os_str().is_empty() { io } else { super::recovery::rooted_for(io, &dir, &name).0 };
+    sinks_committed_with(&*io, &path, manifest)
+}
+
+/// [`sinks_committed`] through `io` (a handle that reaches the folder of `path` without
+/// following a link: a storage's own, or one a restore opened once).
+pub(crate) fn sinks_committed_with(io: &dyn Io, path: &Path, manifest: &Manifest) -> Result<bool> {
+    let savepoint = manifest.kind == ManifestKind::Savepoint;
+    let (name, want) = layout::sinks_committed_record(savepoint, manifest.checkpoint_id);
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let marker = dir.join(&name);
     let bad = |at: usize, what: String| Error::corrupt(&marker, at as u64, what);
     match io.stat(&marker) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),

@@ -18,7 +18,8 @@ use super::sinks::{SinkDriver, SinkFactory, redistribute, sink_states_of};
 use super::source::Source;
 use super::task::{In, OperatorTask, Replayed, SourceTask, TaskCommon};
 use super::time::{SourceClock, WatermarkStrategy};
-use crate::checkpoint::{Checkpointer, restore_operator};
+use crate::checkpoint::Checkpointer;
+use crate::checkpoint::recovery::restore_operator_with;
 use crate::error::{Error, Result};
 use crate::format::Manifest;
 use crate::state::{KeyGroupRange, Store, StoreConfig};
@@ -39,6 +40,9 @@ pub(crate) fn channel_maker<T: Data>() -> ChannelMaker {
 /// The checkpoint an attempt restores.
 pub(crate) struct RestoreCtx {
     pub dir: PathBuf,
+    /// Reaches `dir`'s files, opened once for the whole restore (every task reads through
+    /// it): the storage's own on a restart, so a path re-pointed since is not followed.
+    pub io: Arc<dyn crate::checkpoint::io::Io>,
     /// The manifest's path (errors name it).
     pub path: PathBuf,
     pub manifest: Manifest,
@@ -166,7 +170,7 @@ fn replay<L: Logic>(
     };
     let inputs = if w.in2.is_empty() { 1 } else { 2 };
     let mut counts: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
-    read_inflight(&r.dir, &r.manifest, op, |old, input, e| {
+    read_inflight(&*r.io, &r.dir, &r.manifest, op, |old, input, e| {
         let n = counts.entry(old).or_default();
         *n += 1;
         let n = *n;
@@ -349,7 +353,7 @@ pub(crate) fn keyed_body<L: Logic + 'static>(
         let store = match restore {
             Some(r) => {
                 let t = Instant::now();
-                match restore_operator(&r.dir, &r.manifest, &w.common.operator, cfg) {
+                match restore_operator_with(&*r.io, &r.dir, &r.manifest, &w.common.operator, cfg) {
                     Ok((store, report)) => {
                         let _ = w.common.report.send(Report::Restored {
                             chain_len: report.chain_len,

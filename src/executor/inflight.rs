@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::{ChannelStateHandle, ChannelStateWriter, CheckpointStorage, read_channel_state};
+use crate::checkpoint::{ChannelStateHandle, ChannelStateWriter, CheckpointStorage, read_channel_state_with};
 use crate::error::{Error, Result};
 use crate::format::entries::LegacyInflight;
 use crate::format::manifest::hex_decode;
@@ -94,13 +94,14 @@ pub(crate) fn inflight_key(k: &str) -> Option<(&str, Option<u32>)> {
 /// order: from its channel-state files, then from `extra` entries of older checkpoints
 /// (records only).
 pub(crate) fn read_inflight(
+    io: &dyn crate::checkpoint::io::Io,
     dir: &Path,
     m: &Manifest,
     operator: &str,
     mut f: impl FnMut(u32, u32, Inflight<'_>) -> Result<()>,
 ) -> Result<()> {
     if m.channel_state.iter().any(|c| c.operator == operator) {
-        read_channel_state(dir, m, operator, |sub, input, channel, entry| {
+        read_channel_state_with(io, dir, m, operator, |sub, input, channel, entry| {
             let e = match entry {
                 ChannelEntry::Record(rec) => Inflight::Record(RecordForm::Timestamped, Some(channel), rec),
                 ChannelEntry::Watermark(w) => Inflight::Marker(channel, Marker::Watermark(w)),

@@ -17,7 +17,9 @@ use super::faults::{Failures, InjectedFailure};
 use super::graph::{Job, JobPlan, NodeKind};
 use super::messages::{Barrier, BarrierKind, Control, Report, TaskCheckpointStats};
 use super::task::{TaskCommon, run_task};
-use crate::checkpoint::{CheckpointStorage, CommitMeta, StateHandle, Target, read_manifest_file};
+use crate::checkpoint::{
+    CheckpointStorage, CommitMeta, StateHandle, Target, read_manifest_with, sinks_committed_with,
+};
 use crate::error::{Error, Result};
 use crate::format::FileKind;
 
@@ -413,19 +415,23 @@ fn run(
     let start = Instant::now();
     let restore = match &config.restore_from {
         Some(p) => {
-            let manifest = read_manifest_file(p)?;
-            let sinks_committed = crate::checkpoint::sinks_committed(p, &manifest)?;
-            Some((p, manifest, sinks_committed))
+            // One handle for the whole restore, reaching the checkpoint's folder without
+            // following a link (for a savepoint, from its checkpoint directory).
+            let (io, path) = crate::checkpoint::recovery::restore_io(p)?;
+            let manifest = read_manifest_with(&*io, &path)?;
+            let sinks_committed = sinks_committed_with(&*io, &path, &manifest)?;
+            Some((p, io, manifest, sinks_committed))
         }
         None => None,
     };
     check_parallelism(plan, config)?;
     let mut restore = match restore {
-        Some((p, manifest, sinks_committed)) => {
+        Some((p, io, manifest, sinks_committed)) => {
             check_restore_shape(plan, &manifest, p, config.allow_non_restored_state)?;
             check_key_groups(plan, &manifest, config.max_parallelism)?;
             Some(Arc::new(RestoreCtx {
                 dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
+                io,
                 path: p.clone(),
                 sinks_committed,
                 swapped_inputs: super::input_sides::swapped_inputs(plan, &manifest, p)?,
@@ -566,7 +572,8 @@ impl Run<'_> {
         // its first attempt did); the run's own have neither.
         Ok(Some(Arc::new(RestoreCtx {
             dir: storage.root().to_path_buf(),
-            sinks_committed: crate::checkpoint::sinks_committed(&path, &sel.manifest)?,
+            io: storage.io_arc(),
+            sinks_committed: sinks_committed_with(storage.io(), &path, &sel.manifest)?,
             swapped_inputs: super::input_sides::swapped_inputs(self.plan, &sel.manifest, &path)?,
             path,
             manifest: sel.manifest,
