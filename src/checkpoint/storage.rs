@@ -1221,7 +1221,7 @@ pub(crate) fn sinks_committed_with(io: &dyn Io, path: &Path, manifest: &Manifest
     // At most one byte past the one allowed contents is read, whatever the file's size.
     let mut got = Vec::with_capacity(want.len() + 1);
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(open_beside(&*io, &marker)?, want.len() as u64 + 1),
+        &mut std::io::Read::take(open_beside(io, &marker)?, want.len() as u64 + 1),
         &mut got,
     )
     .map_err(|e| Error::io("read", &marker, e))?;

@@ -162,7 +162,7 @@ mod tests {
         let old = postcard::to_allocvec(&vec![(0u32, postcard::to_allocvec(&9u64).unwrap())]).unwrap();
         let m = manifest(&[("inflight/op/0", new), ("inflight/op/1", old), ("inflight/other/0", vec![1])]);
         let mut seen = Vec::new();
-        read_inflight(Path::new("."), &m, "op", |sub, input, e| {
+        read_inflight(&crate::checkpoint::io::StdIo, Path::new("."), &m, "op", |sub, input, e| {
             let Inflight::Record(form, _, b) = e else { panic!("{e:?}") };
             seen.push((sub, input, form, b.to_vec()));
             Ok(())
@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(postcard::from_bytes::<u64>(&seen[1].3).unwrap(), 9);
         // Neither form: an error naming the entry.
         let m = manifest(&[("inflight/op/0", vec![0xff, 0xff, 0xff])]);
-        let e = read_inflight(Path::new("."), &m, "op", |_, _, _| Ok(())).unwrap_err();
+        let e = read_inflight(&crate::checkpoint::io::StdIo, Path::new("."), &m, "op", |_, _, _| Ok(())).unwrap_err();
         assert!(e.to_string().contains("inflight/op/0"), "{e}");
     }
 }
