@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::checkpoint::io::{EntryKind, Io, RootedIo, StdIo};
+use crate::checkpoint::io::{EntryKind, Io, RootedIo};
 use crate::checkpoint::lock::DirLock;
 use crate::checkpoint::object::Location;
 use crate::checkpoint::recovery::restore_operator_with;
@@ -27,7 +27,7 @@ use crate::checkpoint::{CheckpointStorage, StorageConfig};
 use crate::error::{Error, Result};
 use crate::executor::{
     CheckpointPaced, Context, FailAt, FileSink, FileSinkConfig, GeneratorSource, InjectedFailure, Job,
-    JobConfig, KeyedProcessFunction, Mode, RestartStrategy, published_output,
+    JobConfig, KeyedProcessFunction, Mode, RestartStrategy,
 };
 use crate::state::{MapState, Store, StoreConfig, ValueState};
 
@@ -167,7 +167,7 @@ fn seed_of(seed: u64, subtask: u32) -> u64 {
     seed.wrapping_mul(31).wrapping_add(u64::from(subtask))
 }
 
-fn graph(o: &DemoOptions, output: &Path) -> Job {
+fn graph(o: &DemoOptions, output: &Path, output_io: &Arc<RootedIo>) -> Job {
     let job = Job::new();
     let (seed, keys, records, rate) = (o.seed, o.keys, o.records, o.rate);
     let src = job.source("generator", 2, move |sub, _| {
@@ -180,60 +180,78 @@ fn graph(o: &DemoOptions, output: &Path) -> Job {
     let counted =
         src.key_by(|r: &(u64, i64)| r.0).process("counter", || Counter { totals: None, buckets: None });
     let sink = FileSinkConfig { dir: output.to_path_buf(), exactly_once: o.mode != Mode::AtLeastOnce };
-    counted.sink("output", FileSink::factory(sink)).parallelism(1);
+    counted.sink("output", FileSink::factory_in(sink, Arc::clone(output_io))).parallelism(1);
     job
 }
 
 /// Prepares the demo directory: creates it, or clears a previous demo's data. Anything
-/// else in it is refused and left untouched.
-/// Returns the demo directory's own lock too (its `LOCK`), held for the whole run: a second
-/// demo on the same directory is refused before it clears anything.
-fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf, DirLock)> {
+/// else in it is refused and left untouched. The directory is opened once (following a
+/// link there or on the way: the user named it) and everything below it is reached from
+/// that open directory without following a link: its lock, the marker, the probe of
+/// `checkpoints`' lock and the removal of a previous demo's folders are all of one
+/// directory, even if its path is re-pointed meanwhile.
+/// Returns the open directory and its own lock (its `LOCK`), held for the whole run: a
+/// second demo on the same directory is refused before it clears anything.
+fn prepare(dir: &Path) -> Result<(RootedIo, DirLock)> {
     use crate::checkpoint::lock::LOCK_FILE;
+    let not_ours = || Error::NotOurs {
+        path: dir.to_path_buf(),
+        why: "it holds something other than a previous floe demo".into(),
+    };
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create dir", dir, e))?;
+    }
+    let io = RootedIo::new(dir);
+    let entries = io.list_dir(dir).map_err(|e| Error::io("read dir", dir, e))?;
+    if entries.is_empty() {
+        let lock = io.lock(dir)?;
+        let marker = dir.join(DEMO_MARKER);
+        let mut f = io.create_new(&marker).map_err(|e| Error::io("create", &marker, e))?;
+        std::io::Write::write_all(&mut f, b"floe demo directory\n")
+            .map_err(|e| Error::io("write", &marker, e))?;
+        return Ok((io, lock));
+    }
+    let names = [DEMO_MARKER, LOCK_FILE, "checkpoints", "output"];
+    if !entries.iter().all(|e| names.contains(&e.name.as_str())) {
+        return Err(not_ours());
+    }
+    // A previous demo's data, or another demo starting: the lock tells them apart.
+    let lock = io.lock(dir)?;
+    let marked = matches!(io.stat(&dir.join(DEMO_MARKER)), Ok((EntryKind::File, _)));
+    if !marked && entries.iter().any(|e| e.name != LOCK_FILE) {
+        return Err(not_ours());
+    }
+    // Ours by the marker, unless a live process (a job, compact, gc) holds its checkpoint
+    // directory (looked into without following a link: one there is removed below, as a
+    // link, never what it leads to).
     let checkpoints = dir.join("checkpoints");
-    let output = dir.join("output");
-    if dir.exists() {
-        let entries: Vec<String> = std::fs::read_dir(dir)
-            .map_err(|e| Error::io("read dir", dir, e))?
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        if !entries.is_empty() {
-            let ours = entries
-                .iter()
-                .all(|n| n == DEMO_MARKER || n == LOCK_FILE || n == "checkpoints" || n == "output");
-            if !ours {
-                return Err(Error::NotOurs {
-                    path: dir.to_path_buf(),
-                    why: "it holds something other than a previous floe demo".into(),
-                });
-            }
-            // A previous demo's data, or another demo starting: the lock tells them apart.
-            let lock = DirLock::acquire(dir)?;
-            if !dir.join(DEMO_MARKER).is_file() && entries.iter().any(|n| n != LOCK_FILE) {
-                return Err(Error::NotOurs {
-                    path: dir.to_path_buf(),
-                    why: "it holds something other than a previous floe demo".into(),
-                });
-            }
-            // Ours by the marker, unless a live process (a job, compact, gc) holds its
-            // checkpoint directory.
-            if let Some(holder) = crate::checkpoint::lock::DirLock::held_by(&checkpoints)? {
-                return Err(Error::Locked { path: checkpoints.clone(), holder });
-            }
-            for d in [&checkpoints, &output] {
-                if d.exists() {
-                    std::fs::remove_dir_all(d).map_err(|e| Error::io("remove", d, e))?;
-                }
-            }
-            return Ok((checkpoints, output, lock));
+    if let Ok((EntryKind::Dir, _)) = io.stat(&checkpoints) {
+        let at = io.open_child(&checkpoints).and_then(|c| c.root_fd());
+        let at = at.map_err(|e| Error::io("open", &checkpoints, e))?;
+        if let Some(holder) = DirLock::held_by_at(&at, &checkpoints)? {
+            return Err(Error::Locked { path: checkpoints, holder });
         }
     }
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("create dir", dir, e))?;
-    let lock = DirLock::acquire(dir)?;
-    std::fs::write(dir.join(DEMO_MARKER), b"floe demo directory\n")
-        .map_err(|e| Error::io("write", dir.join(DEMO_MARKER), e))?;
-    Ok((checkpoints, output, lock))
+    for d in [checkpoints, dir.join("output")] {
+        remove_local_tree(&io, &d)?;
+    }
+    Ok((io, lock))
+}
+
+/// Removes `path` below `io`'s root and everything in it (a previous demo's folder),
+/// reaching each entry without following a link (a link is removed, not followed).
+fn remove_local_tree(io: &RootedIo, path: &Path) -> Result<()> {
+    match io.stat(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("stat", path, e)),
+        Ok((EntryKind::Dir, _)) => {
+            for e in io.list_dir(path).map_err(|e| Error::io("read dir", path, e))? {
+                remove_local_tree(io, &path.join(&e.name))?;
+            }
+            io.remove_dir(path).map_err(|e| Error::io("remove", path, e))
+        }
+        Ok(_) => io.remove_file(path).map_err(|e| Error::io("remove", path, e)),
+    }
 }
 
 /// The default local output directory of a demo whose directory is a URL.
@@ -243,7 +261,12 @@ pub const DEFAULT_URL_OUTPUT: &str = "floe-data/output";
 /// that keep a second demo out (none on object storage, which has no lock).
 struct Prepared {
     checkpoints: PathBuf,
+    /// The local checkpoint directory as opened (`None` on object storage).
+    checkpoints_io: Option<RootedIo>,
     output: PathBuf,
+    /// The output directory as opened: the sink, the cleanup after an interruption and the
+    /// final check all work in that very folder.
+    output_io: Arc<RootedIo>,
     _locks: Vec<DirLock>,
 }
 
@@ -270,7 +293,7 @@ fn prepare_url(dir: &Path, output: &Path) -> Result<Prepared> {
         });
     }
     // The local side first: nothing on the bucket is deleted if the output is refused.
-    let locks = prepare_output(output)?;
+    let (output_io, lock) = prepare_output(output)?;
     remove_tree(&*io, &checkpoints)?;
     if !marker {
         let path = root.join(DEMO_MARKER);
@@ -279,7 +302,13 @@ fn prepare_url(dir: &Path, output: &Path) -> Result<Prepared> {
             .map_err(|e| Error::io("write", &path, e))?;
         f.sync_all().map_err(|e| Error::io("put", &path, e))?;
     }
-    Ok(Prepared { checkpoints, output: output.to_path_buf(), _locks: locks })
+    Ok(Prepared {
+        checkpoints,
+        checkpoints_io: None,
+        output: output.to_path_buf(),
+        output_io: Arc::new(output_io),
+        _locks: vec![lock],
+    })
 }
 
 /// Deletes every object under `dir` (a previous demo's checkpoints, under its marker).
@@ -302,29 +331,15 @@ fn remove_tree(io: &dyn Io, dir: &Path) -> Result<()> {
 /// Prepares the local output directory of a URL demo: creates it (the default's parent
 /// `floe-data` as a demo directory, with its marker), or, when it exists, requires that it
 /// hold only the file sink's files (and a lock) and removes those. Returns its lock.
-fn prepare_output(output: &Path) -> Result<Vec<DirLock>> {
+fn prepare_output(output: &Path) -> Result<(RootedIo, DirLock)> {
     use crate::checkpoint::lock::LOCK_FILE;
-    let foreign = |output: &Path| -> Result<bool> {
-        let mut foreign = false;
-        for e in std::fs::read_dir(output).map_err(|e| Error::io("read dir", output, e))? {
-            let e = e.map_err(|err| Error::io("read dir", output, err))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            let is_file = e.file_type().map_err(|err| Error::io("stat", e.path(), err))?.is_file();
-            foreign |= !is_file || !(name == LOCK_FILE || crate::executor::sinks::is_sink_file_name(&name));
-        }
-        Ok(foreign)
-    };
     let refused = || Error::NotOurs {
         path: output.to_path_buf(),
         why: "it holds something other than a previous floe demo's output".into(),
     };
     match std::fs::symlink_metadata(output) {
         Ok(m) if !m.is_dir() => return Err(refused()),
-        Ok(_) => {
-            if foreign(output)? {
-                return Err(refused());
-            }
-        }
+        Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if output == Path::new(DEFAULT_URL_OUTPUT)
                 && let Some(parent) = output.parent().filter(|p| !p.exists())
@@ -337,18 +352,27 @@ fn prepare_output(output: &Path) -> Result<Vec<DirLock>> {
         }
         Err(e) => return Err(Error::io("stat", output, e)),
     }
-    let lock = DirLock::acquire(output)?;
+    // Opened once (the user named it): the checks, the lock and the removals below are of
+    // one directory, and the sink works in it.
+    let io = RootedIo::new(output);
+    let entries = |io: &RootedIo| -> Result<Vec<crate::checkpoint::io::DirEntry>> {
+        let entries = io.list_dir(output).map_err(|e| Error::io("read dir", output, e))?;
+        let ours = |e: &crate::checkpoint::io::DirEntry| {
+            e.kind == EntryKind::File
+                && (e.name == LOCK_FILE || crate::executor::sinks::is_sink_file_name(&e.name))
+        };
+        if entries.iter().all(ours) { Ok(entries) } else { Err(refused()) }
+    };
+    entries(&io)?;
+    let lock = io.lock(output)?;
     // Under the lock: still only ours (another demo may have been writing).
-    if foreign(output)? {
-        return Err(refused());
-    }
-    for e in std::fs::read_dir(output).map_err(|e| Error::io("read dir", output, e))? {
-        let e = e.map_err(|err| Error::io("read dir", output, err))?;
-        if e.file_name() != LOCK_FILE {
-            std::fs::remove_file(e.path()).map_err(|err| Error::io("remove", e.path(), err))?;
+    for e in entries(&io)? {
+        if e.name != LOCK_FILE {
+            let path = output.join(&e.name);
+            io.remove_file(&path).map_err(|err| Error::io("remove", &path, err))?;
         }
     }
-    Ok(vec![lock])
+    Ok((io, lock))
 }
 
 /// The mode as the command line names it.
@@ -362,12 +386,7 @@ pub fn mode_name(m: Mode) -> &'static str {
 
 /// Removes the sink's staged and pending files of `output` (an interrupted demo's open
 /// transactions); returns how many.
-fn remove_staged(output: &Path) -> Result<usize> {
-    let io = match RootedIo::open_no_follow(output) {
-        Ok(io) => io,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io("open", output, e)),
-    };
+fn remove_staged(io: &RootedIo, output: &Path) -> Result<usize> {
     let mut n = 0;
     for e in io.list_dir(output).map_err(|e| Error::io("read dir", output, e))? {
         if e.kind == EntryKind::File && (e.name.starts_with(".staged-") || e.name.starts_with(".pending-")) {
@@ -433,25 +452,28 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
                 o.dir.display()
             )));
         }
-        let (checkpoints, output, lock) = prepare(&o.dir)?;
-        Prepared { checkpoints, output, _locks: vec![lock] }
+        let (io, lock) = prepare(&o.dir)?;
+        // The demo makes `checkpoints` and `output` itself, from the directory it opened:
+        // a link there is someone else's doing, and the storage and the sink work in the
+        // folders opened here even if a name is swapped later.
+        let (checkpoints, output) = (o.dir.join("checkpoints"), o.dir.join("output"));
+        let mut opened = Vec::new();
+        for d in [&checkpoints, &output] {
+            io.create_dir_all(d).map_err(|e| Error::io("create dir", d, e))?;
+            opened.push(io.open_child(d).map_err(|e| Error::io("open", d, e))?);
+        }
+        io.sync_dir(&o.dir).map_err(|e| Error::io("fsync dir", &o.dir, e))?;
+        let output_io = Arc::new(opened.pop().ok_or_else(|| Error::NotFound("the output folder".into()))?);
+        Prepared { checkpoints, checkpoints_io: opened.pop(), output, output_io, _locks: vec![lock] }
     };
     let (checkpoints_dir, output_dir) = (prepared.checkpoints.clone(), prepared.output.clone());
-    let storage = if object_storage {
-        CheckpointStorage::open(&checkpoints_dir, StorageConfig::default())?
-    } else {
-        // The demo made `checkpoints` itself: a link there is someone else's doing, and the
-        // storage works in the folder opened here even if the name is swapped later.
-        match std::fs::create_dir(&checkpoints_dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::io("create dir", &checkpoints_dir, e));
-            }
-            _ => StdIo.sync_dir(&o.dir).map_err(|e| Error::io("fsync dir", &o.dir, e))?,
+    let storage = match prepared.checkpoints_io {
+        Some(io) => {
+            CheckpointStorage::open_with_io(&checkpoints_dir, StorageConfig::default(), Arc::new(io))?
         }
-        let io =
-            RootedIo::open_no_follow(&checkpoints_dir).map_err(|e| Error::io("open", &checkpoints_dir, e))?;
-        CheckpointStorage::open_with_io(&checkpoints_dir, StorageConfig::default(), Arc::new(io))?
+        None => CheckpointStorage::open(&checkpoints_dir, StorageConfig::default())?,
     };
+    let output_io = Arc::clone(&prepared.output_io);
     let mut config = JobConfig::new(Arc::clone(&storage));
     config.mode = o.mode;
     config.checkpoint_interval = Some(o.interval);
@@ -475,12 +497,12 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
     config.progress = Some(Arc::clone(&counter));
     let total = o.records * 2;
     let started = Instant::now();
-    let job = graph(o, &output_dir).start(config)?;
+    let job = graph(o, &output_dir, &output_io).start(config)?;
     while !job.is_finished() {
         if o.interrupt.as_ref().is_some_and(|i| i.load(Ordering::SeqCst)) {
             // Every task stops and is joined; the open transactions' staged files go.
             let _ = job.cancel();
-            let removed = remove_staged(&output_dir)?;
+            let removed = remove_staged(&output_io, &output_dir)?;
             return Err(Error::Cancelled(format!(
                 "interrupted: the demo's job was cancelled and {} removed; its checkpoints so far are in {}",
                 crate::inspect::count(removed, "staged output file", "staged output files"),
@@ -546,7 +568,7 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
             report.problems.push(format!("key {k}: histogram counts {hist}, expected {}", w.0));
         }
     }
-    let mut lines = published_output(&output_dir)?;
+    let mut lines = crate::executor::sinks::published_output_in(&output_io, &output_dir)?;
     report.output_lines = lines.len();
     let mut want_lines: Vec<String> = want
         .iter()

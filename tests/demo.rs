@@ -81,6 +81,40 @@ fn demo_refuses_a_directory_that_is_not_a_demo() {
     );
 }
 
+/// A previous demo directory whose `checkpoints` is a link to another floe directory,
+/// locked by its writer (helper-47: the demo probed that directory's LOCK through the
+/// link, read its holder's line and refused with exit 4 naming it): the link is never
+/// followed. The demo removes the link itself, runs in a folder of its own and verifies;
+/// the other directory is untouched and still locked.
+#[test]
+fn demo_never_follows_a_link_planted_as_its_checkpoints_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("data");
+    let ds = d.to_str().unwrap();
+    let mut args = vec!["demo", "--dir", ds, "--no-crash"];
+    args.extend(SMALL);
+    assert_eq!(floe(&args).0, 0);
+    let other = tmp.path().join("other");
+    std::fs::rename(d.join("checkpoints"), &other).unwrap();
+    let writer = floe::checkpoint::CheckpointStorage::open(&other, Default::default()).unwrap();
+    let lock_line = std::fs::read(other.join("LOCK")).unwrap();
+    std::os::unix::fs::symlink(&other, d.join("checkpoints")).unwrap();
+    let listing = |dir: &std::path::Path| {
+        let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        v.sort();
+        v
+    };
+    let before = listing(&other);
+    let (code, out, err) = floe(&args);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!err.contains("pid"), "the other directory's holder was read: {err}");
+    assert!(std::fs::symlink_metadata(d.join("checkpoints")).unwrap().is_dir(), "the link stayed");
+    assert_eq!(listing(&other), before);
+    assert_eq!(std::fs::read(other.join("LOCK")).unwrap(), lock_line);
+    assert!(floe::checkpoint::lock::DirLock::is_held(&other).unwrap());
+    drop(writer);
+}
+
 /// `floe demo --dir s3://...`: checkpoints on the S3 server, output on local disk; it
 /// crashes, recovers and verifies; a second run replaces the first one's checkpoints; then
 /// `inspect` and `verify` read the checkpoints on the URL it names. A prefix holding

@@ -90,11 +90,24 @@ impl DirLock {
             Err(e) => return Err(Error::io("stat", &path, e)),
             Ok(_) => {}
         }
-        let mut file = crate::fsutil::open_regular(&path)?;
+        Self::holder_of(crate::fsutil::open_regular(&path)?, &path)
+    }
+
+    /// [`DirLock::held_by`] of the directory open as `dir` (named `root` in messages).
+    pub(crate) fn held_by_at(dir: &std::os::fd::OwnedFd, root: &Path) -> Result<Option<String>> {
+        let path = root.join(LOCK_FILE);
+        match crate::fsutil::open_regular_at(dir, std::ffi::OsStr::new(LOCK_FILE), &path) {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+            Ok(file) => Self::holder_of(file, &path),
+        }
+    }
+
+    fn holder_of(mut file: File, path: &Path) -> Result<Option<String>> {
         // A shared lock, taken and let go at once (the file closes): it fails at once while a
         // writer holds the exclusive one, never conflicts with other readers, and a writer
         // starting meanwhile retries (`acquire`).
-        if try_lock_shared(&file).map_err(|e| Error::io("lock", &path, e))? {
+        if try_lock_shared(&file).map_err(|e| Error::io("lock", path, e))? {
             return Ok(None);
         }
         let mut holder = String::new();

@@ -93,21 +93,62 @@ impl RootedIo {
     /// `NotADirectory` saying what is there.
     pub fn open_no_follow(root: impl Into<PathBuf>) -> io::Result<RootedIo> {
         let root = root.into();
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = match rustix::fs::open(&root, flags, Mode::empty()) {
-            Ok(fd) => fd,
+        let opened = rustix::fs::open(&root, Self::CHILD, Mode::empty());
+        let fd = Self::child_opened(opened, || rustix::fs::lstat(&root), &root)?;
+        Ok(RootedIo { root, root_fd: std::sync::OnceLock::from(fd) })
+    }
+
+    /// The file system below `path`, a folder below this handle's root, reached from the
+    /// root without following a link (`path` itself included), opened now: a folder floe
+    /// made below a directory it works in (the demo's `checkpoints` and `output`).
+    pub(crate) fn open_child(&self, path: &Path) -> io::Result<RootedIo> {
+        let Place::Below(at, name) = self.place_io(path)? else {
+            let what = format!("{}: not below {}", path.display(), self.root.display());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+        };
+        let opened = rustix::fs::openat(&at, name, Self::CHILD, Mode::empty());
+        let fd =
+            Self::child_opened(opened, || rustix::fs::statat(&at, name, AtFlags::SYMLINK_NOFOLLOW), path)?;
+        Ok(RootedIo { root: path.to_path_buf(), root_fd: std::sync::OnceLock::from(fd) })
+    }
+
+    /// How [`RootedIo::open_no_follow`] and [`RootedIo::open_child`] open a folder.
+    const CHILD: OFlags =
+        OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+
+    /// The folder `root` as opened, or why not: what is there when it is not a directory
+    /// (looked at with `stat`), saying that a link is never followed.
+    fn child_opened(
+        opened: rustix::io::Result<OwnedFd>,
+        stat: impl FnOnce() -> rustix::io::Result<rustix::fs::Stat>,
+        root: &Path,
+    ) -> io::Result<OwnedFd> {
+        match opened {
+            Ok(fd) => Ok(fd),
             Err(e @ (Errno::LOOP | Errno::NOTDIR)) => {
-                let what = match rustix::fs::lstat(&root) {
-                    Ok(st) => raw_kind_name(st.st_mode),
+                let why = match stat() {
+                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                        format!(
+                            "{} changed while it was opened (it was not a directory; not followed)",
+                            root.display()
+                        )
+                    }
+                    Ok(st) => {
+                        let what = raw_kind_name(st.st_mode);
+                        let followed = if what == "a symbolic link" { " (never followed)" } else { "" };
+                        format!("{} is {what}, not a directory{followed}", root.display())
+                    }
                     Err(_) => return Err(e.into()),
                 };
-                let followed = if what == "a symbolic link" { " (never followed)" } else { "" };
-                let why = format!("{} is {what}, not a directory{followed}", root.display());
-                return Err(io::Error::new(io::ErrorKind::NotADirectory, why));
+                Err(io::Error::new(io::ErrorKind::NotADirectory, why))
             }
-            Err(e) => return Err(e.into()),
-        };
-        Ok(RootedIo { root, root_fd: std::sync::OnceLock::from(fd) })
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A new handle on the root directory (opened now if it was not yet).
+    pub(crate) fn root_fd(&self) -> io::Result<OwnedFd> {
+        self.root_at()
     }
 
     /// Opens `path` below the root to append to it, creating it if missing (a regular file

@@ -175,7 +175,8 @@ mod tests {
         assert_eq!(postcard::from_bytes::<u64>(&seen[1].3).unwrap(), 9);
         // Neither form: an error naming the entry.
         let m = manifest(&[("inflight/op/0", vec![0xff, 0xff, 0xff])]);
-        let e = read_inflight(&crate::checkpoint::io::StdIo, Path::new("."), &m, "op", |_, _, _| Ok(())).unwrap_err();
+        let e = read_inflight(&crate::checkpoint::io::StdIo, Path::new("."), &m, "op", |_, _, _| Ok(()))
+            .unwrap_err();
         assert!(e.to_string().contains("inflight/op/0"), "{e}");
     }
 }

@@ -325,7 +325,7 @@ pub struct FileSink<T> {
     /// The output directory as opened at [`FileSink::open`]: every file operation starts
     /// from it, so a `dir` swapped for a link later does not move the sink's renames and
     /// removals into someone else's folder.
-    io: RootedIo,
+    io: Arc<RootedIo>,
     exactly_once: bool,
     subtask: u32,
     parallelism: u32,
@@ -353,6 +353,13 @@ fn attempt_id(subtask: u32) -> u64 {
 
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|f| f.sync_all()).map_err(|e| Error::io("fsync dir", dir, e))
+}
+
+fn check_subtask(subtask: u32, parallelism: u32) -> Result<()> {
+    if parallelism == 0 || subtask >= parallelism {
+        return Err(Error::InvalidConfig(format!("sink subtask {subtask} of parallelism {parallelism}")));
+    }
+    Ok(())
 }
 
 /// Opens the output directory `dir` as the root of the sink's file operations; a link
@@ -420,12 +427,21 @@ impl<T: serde::Serialize + Send + 'static> FileSink<T> {
     /// The instance of subtask `subtask` of `parallelism`; creates the output directory
     /// durably if it is missing.
     pub fn open(config: &FileSinkConfig, subtask: u32, parallelism: u32) -> Result<FileSink<T>> {
-        if parallelism == 0 || subtask >= parallelism {
-            return Err(Error::InvalidConfig(format!("sink subtask {subtask} of parallelism {parallelism}")));
-        }
+        check_subtask(subtask, parallelism)?;
         create_output_dir(&config.dir)?;
+        Self::open_in(config, Arc::new(open_output_dir(&config.dir)?), subtask, parallelism)
+    }
+
+    /// [`FileSink::open`] in the output directory `config.dir` as `io` opened it (its root).
+    fn open_in(
+        config: &FileSinkConfig,
+        io: Arc<RootedIo>,
+        subtask: u32,
+        parallelism: u32,
+    ) -> Result<FileSink<T>> {
+        check_subtask(subtask, parallelism)?;
         Ok(FileSink {
-            io: open_output_dir(&config.dir)?,
+            io,
             dir: config.dir.clone(),
             exactly_once: config.exactly_once,
             subtask,
@@ -441,6 +457,16 @@ impl<T: serde::Serialize + Send + 'static> FileSink<T> {
     pub fn factory(config: FileSinkConfig) -> SinkFactory<T> {
         Arc::new(move |subtask, parallelism| {
             Ok(Box::new(FileSink::<T>::open(&config, subtask, parallelism)?)
+                as Box<dyn TwoPhaseCommitSink<T>>)
+        })
+    }
+
+    /// A factory of file sinks writing to `config.dir` as `io` opened it once (every
+    /// instance works in that very folder: `floe demo`'s `output`, reached from the demo
+    /// directory it opened).
+    pub(crate) fn factory_in(config: FileSinkConfig, io: Arc<RootedIo>) -> SinkFactory<T> {
+        Arc::new(move |subtask, parallelism| {
+            Ok(Box::new(FileSink::<T>::open_in(&config, Arc::clone(&io), subtask, parallelism)?)
                 as Box<dyn TwoPhaseCommitSink<T>>)
         })
     }
@@ -751,7 +777,11 @@ pub(crate) fn is_sink_file_name(name: &str) -> bool {
 /// patterns are not output and are skipped; a name of the pattern that is not a regular
 /// file is an error naming it.
 pub fn published_output(dir: &Path) -> Result<Vec<String>> {
-    let io = open_output_dir(dir)?;
+    published_output_in(&open_output_dir(dir)?, dir)
+}
+
+/// [`published_output`] of the output directory `dir` as `io` opened it (its root).
+pub(crate) fn published_output_in(io: &RootedIo, dir: &Path) -> Result<Vec<String>> {
     let mut parts = Vec::new();
     for e in io.list_dir(dir).map_err(|e| Error::io("read dir", dir, e))? {
         let key = match SinkFile::parse(&e.name) {
