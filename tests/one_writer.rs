@@ -993,6 +993,9 @@ fn gc_reports_the_dead_writers_temp_files_it_removed() {
     let in_savepoint = [
         format!("savepoints/sp-{sp:020}/data/tmp-{sp:020}-{sp:020}-op-1234abcd-0.full"),
         format!("savepoints/sp-{sp:020}/tmp-{sp:020}-MANIFEST"),
+        // In an unfinished savepoint's folder, named with another id (helper-47: listed as
+        // foreign by the dry run, removed by the real gc).
+        "savepoints/sp-00000000000000000003/tmp-00000000000000000002-notes".to_string(),
     ];
     let temps: Vec<String> = DEAD_TEMPS.iter().map(|f| f.to_string()).chain(in_savepoint).collect();
     for f in &temps {
@@ -1010,7 +1013,7 @@ fn gc_reports_the_dead_writers_temp_files_it_removed() {
         assert!(out.contains(&format!("removed {f}")), "gc: {out}");
         assert!(!root.join(f).exists(), "{f} stayed");
     }
-    assert!(out.contains("5 files removed") || out.contains("5 removed"), "{out}");
+    assert!(out.contains("6 files removed") || out.contains("6 removed"), "{out}");
     assert!(
         CheckpointStorage::open_existing(root, StorageConfig::default())
             .unwrap()

@@ -240,8 +240,8 @@ impl CheckpointStorage {
             match layout::parse_savepoint_dir_name(&e.name) {
                 _ if e.kind != EntryKind::Dir => out.foreign.push(savepoints.join(&e.name)),
                 Some(id) if !protect.protects(id) => {
-                    self.savepoint_leftovers(id, &mut out);
-                    self.savepoint_temp_files(id, &protect, &mut out);
+                    self.savepoint_leftovers(id, Some(&protect), &mut out)?;
+                    self.savepoint_temp_files(id, &protect, &mut out)?;
                 }
                 _ => {}
             }
@@ -252,41 +252,46 @@ impl CheckpointStorage {
     }
 
     /// If savepoint `id`'s folder exists without a `MANIFEST`, adds floe's files in it to
-    /// `out.ours` and anything else to `out.foreign`.
-    fn savepoint_leftovers(&self, id: u64, out: &mut Orphans) {
+    /// `out.ours` and anything else to `out.foreign`: its data files and temp files, and
+    /// with `protect` (gc's listing) any temp file no live writer may still be writing, as
+    /// a writer removes them when it opens. A folder that cannot be listed fails this.
+    fn savepoint_leftovers(&self, id: u64, protect: Option<&Protect<'_>>, out: &mut Orphans) -> Result<()> {
         let sp = self.root.join(layout::savepoint_dir(id));
         // Only a MANIFEST that is not there makes its files leftovers: one that cannot be
         // looked at now (a transient I/O error) may well be there.
         if !matches!(self.io.stat(&sp), Ok((EntryKind::Dir, _)))
             || !is_absent(&*self.io, &sp.join(SAVEPOINT_MANIFEST))
         {
-            return;
+            return Ok(());
         }
+        let temp = |name: &str| {
+            layout::parse_tmp_name(name).is_some_and(|t| t == id || protect.is_some_and(|p| !p.protects(t)))
+        };
         for (dir, is_root) in [(sp.join(DATA_DIR), false), (sp.clone(), true)] {
             if is_root || matches!(self.io.stat(&dir), Ok((EntryKind::Dir, _))) {
-                for e in self.io.list_dir(&dir).unwrap_or_default() {
+                for e in self.list(&dir)? {
                     // Its `data` entry, of whatever kind, was judged in the first round.
                     if is_root && e.name == DATA_DIR {
                         continue;
                     }
                     let ours = e.kind == EntryKind::File
-                        && (layout::parse_data_file_name(&e.name) == Some(id)
-                            || layout::parse_tmp_name(&e.name) == Some(id));
+                        && (layout::parse_data_file_name(&e.name) == Some(id) || temp(&e.name));
                     if ours { out.ours.push(dir.join(&e.name)) } else { out.foreign.push(dir.join(&e.name)) }
                 }
             } else if self.io.stat(&dir).is_ok() {
                 out.foreign.push(dir);
             }
         }
+        Ok(())
     }
 
     /// If savepoint `id` is complete (its `MANIFEST` is there), adds the temp files a dead
     /// writer left in its folder and its `data/` (a real directory only) that no live
     /// writer may still be writing: those a writer removes when it opens.
-    fn savepoint_temp_files(&self, id: u64, protect: &Protect<'_>, out: &mut Orphans) {
+    fn savepoint_temp_files(&self, id: u64, protect: &Protect<'_>, out: &mut Orphans) -> Result<()> {
         let sp = self.root.join(layout::savepoint_dir(id));
         if !matches!(self.io.stat(&sp.join(SAVEPOINT_MANIFEST)), Ok((EntryKind::File, _))) {
-            return;
+            return Ok(());
         }
         for dir in [sp.clone(), sp.join(DATA_DIR)] {
             match self.io.stat(&dir) {
@@ -298,7 +303,7 @@ impl CheckpointStorage {
                 }
                 Err(_) => continue,
             }
-            for e in self.io.list_dir(&dir).unwrap_or_default() {
+            for e in self.list(&dir)? {
                 if e.kind == EntryKind::File
                     && layout::parse_tmp_name(&e.name).is_some_and(|id| !protect.protects(id))
                 {
@@ -306,6 +311,7 @@ impl CheckpointStorage {
                 }
             }
         }
+        Ok(())
     }
 
     /// Removes the temp files (`tmp-<id>-...`) that a writer which died mid-write left in
@@ -332,8 +338,11 @@ impl CheckpointStorage {
             for e in self.io.list_dir(&dir).unwrap_or_default() {
                 if e.kind == EntryKind::File && layout::parse_tmp_name(&e.name).is_some() {
                     let p = dir.join(&e.name);
-                    if self.io.remove_file(&p).is_ok() {
-                        self.removed_at_open.lock().push(p);
+                    match remove_if_there(&*self.io, &p) {
+                        Ok(true) => self.removed_at_open.lock().push(p),
+                        Ok(false) => {}
+                        // Reported (`take_cleanup_errors`); gc lists the file again.
+                        Err(e) => self.note_cleanup_error(Error::io("remove", &p, e)),
                     }
                 }
             }
@@ -403,7 +412,9 @@ impl CheckpointStorage {
             }
         }
         let mut leftovers = Orphans::default();
-        self.savepoint_leftovers(id, &mut leftovers);
+        if let Err(e) = self.savepoint_leftovers(id, None, &mut leftovers) {
+            self.note_cleanup_error(e);
+        }
         doomed.extend(leftovers.ours);
         doomed.retain(|p| self.io.created_here(p));
         for p in doomed {

@@ -36,6 +36,9 @@ pub struct CompactReport {
     pub bytes: u64,
     /// Without an id: the newer checkpoints passed over because they do not read, and why.
     pub passed_over: Vec<super::Passed>,
+    /// Files the compaction's cleanup could not remove (a dead writer's temp files, orphans
+    /// retention frees), and why: the new checkpoint is complete; `floe gc` retries them.
+    pub cleanup_errors: Vec<String>,
 }
 
 /// Compacts checkpoint `id` (default: the newest readable checkpoint) of `dir` into a new
@@ -85,7 +88,9 @@ fn compact_on(
     };
     let target = if savepoint { Target::Savepoint } else { Target::Checkpoint };
     let m = storage.compact(source, target, progress)?;
+    storage.wait_for_cleanup();
     Ok(CompactReport {
+        cleanup_errors: storage.take_cleanup_errors(),
         source,
         id: m.checkpoint_id,
         kind: m.kind.as_str().to_string(),
@@ -108,7 +113,9 @@ impl Report for CompactReport {
     }
 
     fn warnings(&self) -> Vec<String> {
-        super::Passed::warnings(&self.passed_over, self.source)
+        let mut w = super::Passed::warnings(&self.passed_over, self.source);
+        w.extend(self.cleanup_errors.iter().map(|e| format!("cleanup: {e} (floe gc retries it)")));
+        w
     }
 }
 
