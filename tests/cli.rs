@@ -691,13 +691,18 @@ fn verify_finds_damage_and_names_the_file() {
     // A path 17 components deep (floe writes 2; helper-46: 4000 folders took commands
     // seconds each, quadratic in the depth) or longer than 1024 bytes is refused as read,
     // before a folder is walked.
-    for (name, path) in [("deep", format!("{}f", "d/".repeat(16))), ("long", "a".repeat(1025))] {
+    let long_name = format!("data/{}", "n".repeat(256));
+    for (name, path) in
+        [("deep", format!("{}f", "d/".repeat(16))), ("long", "a".repeat(1025)), ("name", long_name)]
+    {
         let dir = case(name);
         edit_manifest(&dir.join(format!("chk-{:020}.manifest", 5)), |body| body.replace(&incr, &path));
         let r = floe(&["verify", s(&dir), "--json"]);
         assert_eq!(r.code, 1, "{name}");
         let what = r.json()["problems"][0]["what"].as_str().unwrap().to_string();
         assert!(what.contains("is deeper or longer than a listed path may be"), "{name}: {what}");
+        // A long path is shown cut, its length said.
+        assert!(what.len() < 400, "{name}: {what}");
     }
     let r = floe(&["inspect", s(&dir), "--json"]);
     assert_eq!(r.code, 1, "inspect reports a damaged manifest with exit 1");

@@ -309,15 +309,15 @@ impl Manifest {
             if !is_safe_relative(&f.path) {
                 let why = if f.path.chars().any(char::is_control) {
                     "holds a control character".to_string()
-                } else if f.path.len() > MAX_PATH_LEN || f.path.split('/').count() > MAX_PATH_COMPONENTS {
+                } else if !within_limits(&f.path) {
                     format!(
                         "is deeper or longer than a listed path may be ({MAX_PATH_COMPONENTS} components, \
-                         {MAX_PATH_LEN} bytes)"
+                         {MAX_PATH_LEN} bytes, {MAX_NAME_LEN} bytes a component)"
                     )
                 } else {
                     "points outside the checkpoint directory".to_string()
                 };
-                return Err(bad(format!("file path {:?} {why}", f.path)));
+                return Err(bad(format!("file path {} {why}", shown_path(&f.path))));
             }
             if !listed.insert(f.path.as_str()) {
                 return Err(bad(format!("file path {:?} is listed twice", f.path)));
@@ -369,7 +369,10 @@ impl Manifest {
         let mut paths = HashSet::with_capacity(self.channel_state.len());
         for c in &self.channel_state {
             if !is_safe_relative(&c.path) || !listed.contains(c.path.as_str()) {
-                return Err(bad(format!("channel-state file {:?} is not listed in files", c.path)));
+                return Err(bad(format!(
+                    "channel-state file {} is not listed in files",
+                    shown_path(&c.path)
+                )));
             }
             if versioned.contains(c.path.as_str()) {
                 return Err(bad(format!(
@@ -480,14 +483,33 @@ pub const MAX_PATH_COMPONENTS: usize = 16;
 /// systems' `PATH_MAX` once joined to the directory it is below.
 pub const MAX_PATH_LEN: usize = 1024;
 
+/// Longest component of a listed path in bytes (manifest.md, "Path safety"): the file
+/// systems' `NAME_MAX`, so a longer one is damage, not an I/O error at its open.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Whether `p` is within the depth and lengths a listed path may have.
+fn within_limits(p: &str) -> bool {
+    p.len() <= MAX_PATH_LEN
+        && p.split('/').count() <= MAX_PATH_COMPONENTS
+        && p.split('/').all(|c| c.len() <= MAX_NAME_LEN)
+}
+
+/// `p` for a message: quoted, and cut to its first 100 characters when longer (a hostile
+/// manifest's path may be megabytes long).
+fn shown_path(p: &str) -> String {
+    match p.char_indices().nth(100) {
+        Some((at, _)) => format!("{:?}... ({} bytes)", &p[..at], p.len()),
+        None => format!("{p:?}"),
+    }
+}
+
 /// True for a relative path made of normal components only (no `..`, no root, no `\`,
 /// no control character: floe never writes one, and a name holding a newline or a terminal
 /// escape would forge the tool's output), at most [`MAX_PATH_COMPONENTS`] deep and
 /// [`MAX_PATH_LEN`] bytes long.
 pub fn is_safe_relative(p: &str) -> bool {
     !p.is_empty()
-        && p.len() <= MAX_PATH_LEN
-        && p.split('/').count() <= MAX_PATH_COMPONENTS
+        && within_limits(p)
         && !p.starts_with('/')
         && !p.contains('\\')
         && !p.chars().any(char::is_control)
