@@ -92,13 +92,17 @@ pub fn is_unreadable(e: &Error) -> bool {
 }
 
 /// The exit status of a command that failed with `e` on directory `dir` (README "Exit
-/// status"). `dir` tells apart a missing directory (3) from an unknown id (2).
+/// status"). `dir` tells apart a missing directory (3) from an unknown id (2); without one
+/// (the demo), a file not found is an I/O error of the run (3), not damage (1).
 pub fn exit_status(e: &Error, dir: Option<&Path>) -> u8 {
     match e {
         Error::Locked { .. } | Error::AlreadyPublished { .. } => status::LOCKED,
         Error::Corrupt { .. } | Error::UnsupportedVersion { .. } => status::DAMAGED,
-        // A file a manifest lists (or the manifest itself) is gone.
-        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => status::DAMAGED,
+        // A file a manifest lists (or the manifest itself) is gone. (`dir` is `None` for the
+        // demo, whose missing file is an I/O error of its run, not damage it was shown.)
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound && dir.is_some() => {
+            status::DAMAGED
+        }
         Error::Io { .. } | Error::NoSpace { .. } | Error::NotOurs { .. } | Error::ReadOnly { .. } => {
             status::UNREADABLE
         }
@@ -435,5 +439,16 @@ mod newest_tests {
         );
         assert!(r.is_err());
         assert_eq!(tries, 1);
+    }
+
+    /// A file not found is damage for a command on a directory (a listed file is gone), an
+    /// I/O error of the run for the demo (helper-47: the demo exited 1, "not verified",
+    /// for a LOCK that vanished in a race).
+    #[test]
+    fn a_missing_file_is_damage_only_where_a_directory_was_looked_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = Error::io("open", dir.path().join("LOCK"), std::io::ErrorKind::NotFound.into());
+        assert_eq!(exit_status(&gone, Some(dir.path())), status::DAMAGED);
+        assert_eq!(exit_status(&gone, None), status::UNREADABLE);
     }
 }
