@@ -1769,6 +1769,12 @@ fn verify_reports_a_savepoint_folder_that_is_a_link() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("savepoint 4: damaged"), "{out}");
     assert!(out.contains("folder sp-00000000000000000004 on its path is a symbolic link"), "{out}");
+    // Asked for by id, it is damage naming the folder, not an unknown id (exit 2).
+    for cmd in ["show", "dump"] {
+        let (code, out, err) = tool(&[cmd, dir.path().to_str().unwrap(), "4"]);
+        assert_eq!(code, 1, "{cmd}: {out}{err}");
+        assert!(err.contains("sp-00000000000000000004") && err.contains("symbolic link"), "{cmd}: {err}");
+    }
 }
 
 #[test]

@@ -239,9 +239,20 @@ pub fn list_all(storage: &CheckpointStorage) -> Result<Vec<Located>> {
 
 /// Finds checkpoint or savepoint `id` (a regular checkpoint wins if both exist).
 pub fn locate(storage: &CheckpointStorage, id: u64) -> Result<Located> {
-    list_all(storage)?.into_iter().find(|l| l.id == id).ok_or_else(|| {
-        Error::NotFound(format!("checkpoint or savepoint {id} in {}", storage.root().display()))
-    })
+    if let Some(l) = list_all(storage)?.into_iter().find(|l| l.id == id) {
+        return Ok(l);
+    }
+    // A savepoint folder of that id that is not a directory (a link, never followed) is
+    // damage naming it, not an id the directory does not have.
+    let folder = storage.root().join(crate::checkpoint::layout::savepoint_dir(id));
+    match storage.io().stat(&folder) {
+        Ok((kind, _)) if kind != crate::checkpoint::io::EntryKind::Dir => Err(Error::corrupt(
+            &folder,
+            0,
+            format!("savepoint {id}'s folder is {}, not a directory (never followed)", kind.describe()),
+        )),
+        _ => Err(Error::NotFound(format!("checkpoint or savepoint {id} in {}", storage.root().display()))),
+    }
 }
 
 /// The checkpoint `id`, or when `None` what recovery would restore (the newest regular
