@@ -1003,11 +1003,19 @@ fn gc_reports_the_dead_writers_temp_files_it_removed() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, b"half a file").unwrap();
     }
+    // A link named like a temp file in the savepoint's data/: named as foreign, never
+    // followed, never removed (helper-47: not listed at all).
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    let link = format!("savepoints/sp-{sp:020}/data/tmp-{sp:020}-link");
+    std::os::unix::fs::symlink(outside.path(), root.join(&link)).unwrap();
     let d = root.to_str().unwrap();
     let (code, dry, err) = tool(&["gc", "--dry-run", d]);
     assert_eq!(code, 0, "{err}");
+    assert!(dry.contains(&format!("left foreign file {link}")), "dry run: {dry}");
     let (code, out, err) = tool(&["gc", d]);
     assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("left foreign file {link}")), "gc: {out}");
+    assert!(std::fs::symlink_metadata(root.join(&link)).is_ok() && outside.path().exists());
     for f in &temps {
         assert!(dry.contains(&format!("would remove {f}")), "dry run: {dry}");
         assert!(out.contains(&format!("removed {f}")), "gc: {out}");

@@ -304,9 +304,11 @@ impl CheckpointStorage {
                 Err(_) => continue,
             }
             for e in self.list(&dir)? {
-                if e.kind == EntryKind::File
-                    && layout::parse_tmp_name(&e.name).is_some_and(|id| !protect.protects(id))
-                {
+                let Some(tmp) = layout::parse_tmp_name(&e.name) else { continue };
+                if e.kind != EntryKind::File {
+                    // A link or FIFO named like a temp file: named, never followed or opened.
+                    out.foreign.push(dir.join(&e.name));
+                } else if !protect.protects(tmp) {
                     out.ours.push(dir.join(&e.name));
                 }
             }
