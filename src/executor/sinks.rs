@@ -940,6 +940,33 @@ mod tests {
         assert_eq!(published(&dir), [1, 2, 3, 4, 5], "every record exactly once");
     }
 
+    /// A restart that fell back past a completed checkpoint whose output was published
+    /// (its manifest lost or damaged) would publish that output's records again: the
+    /// instance refuses to start, naming the later part, before it writes or removes
+    /// anything; restored from the checkpoint that published last, it starts.
+    #[test]
+    fn sinks_refuse_a_fallback_past_published_output() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out");
+        let mut d = start(&dir, 0, 1, &[]);
+        let mut states = BTreeMap::new();
+        for id in 1..=3 {
+            d.write(id).unwrap();
+            states.insert(id, d.on_checkpoint_barrier(id).unwrap());
+            d.on_checkpoint_complete(id).unwrap();
+        }
+        d.write(4).unwrap();
+        drop(d);
+        let before = listing(&dir);
+        let from_2 = redistribute(&BTreeMap::from([(0, states[&2].clone())]), 0, 1).unwrap();
+        let e = SinkDriver::start(sink(&dir, 0, 1), Some(2), &from_2).err().unwrap();
+        assert!(matches!(&e, Error::InvalidConfig(m) if m.contains(&part(3, 0))), "{e}");
+        assert_eq!(listing(&dir), before, "a refused instance changed the output directory");
+        let from_3 = redistribute(&BTreeMap::from([(0, states[&3].clone())]), 0, 1).unwrap();
+        SinkDriver::start(sink(&dir, 0, 1), Some(3), &from_3).unwrap();
+        assert_eq!(published(&dir), [1, 2, 3]);
+    }
+
     /// Goal: commit is idempotent (a second commit changes nothing), and the states it
     /// cannot explain are errors naming the files: both pending and part present, neither,
     /// or a part of another length.
