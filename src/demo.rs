@@ -233,20 +233,29 @@ fn prepare(dir: &Path) -> Result<(RootedIo, DirLock)> {
         }
     }
     for d in [checkpoints, dir.join("output")] {
-        remove_local_tree(&io, &d)?;
+        remove_local_tree(&io, &d, 0)?;
     }
     Ok((io, lock))
 }
 
+/// Folders below a demo's `checkpoints` or `output` that its removal goes into: floe
+/// writes `savepoints/sp-<id>/data/<file>` at most, so anything deeper is not a previous
+/// demo's (and a hostile tree thousands of folders deep would exhaust the stack).
+const MAX_DEMO_DEPTH: usize = 8;
+
 /// Removes `path` below `io`'s root and everything in it (a previous demo's folder),
 /// reaching each entry without following a link (a link is removed, not followed).
-fn remove_local_tree(io: &RootedIo, path: &Path) -> Result<()> {
+fn remove_local_tree(io: &RootedIo, path: &Path, depth: usize) -> Result<()> {
     match io.stat(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io("stat", path, e)),
+        Ok((EntryKind::Dir, _)) if depth >= MAX_DEMO_DEPTH => Err(Error::NotOurs {
+            path: path.to_path_buf(),
+            why: format!("it is deeper than any floe demo's folders ({MAX_DEMO_DEPTH}); not removed"),
+        }),
         Ok((EntryKind::Dir, _)) => {
             for e in io.list_dir(path).map_err(|e| Error::io("read dir", path, e))? {
-                remove_local_tree(io, &path.join(&e.name))?;
+                remove_local_tree(io, &path.join(&e.name), depth + 1)?;
             }
             io.remove_dir(path).map_err(|e| Error::io("remove", path, e))
         }

@@ -115,6 +115,26 @@ fn demo_never_follows_a_link_planted_as_its_checkpoints_folder() {
     drop(writer);
 }
 
+/// A previous demo directory whose `checkpoints` holds a tree deeper than floe writes is
+/// refused when the demo clears it (exit 3, naming the folder), never walked to the bottom
+/// (a tree thousands of folders deep would exhaust the stack).
+#[test]
+fn demo_refuses_to_clear_a_tree_deeper_than_a_demo_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("data");
+    let ds = d.to_str().unwrap();
+    let mut args = vec!["demo", "--dir", ds, "--no-crash"];
+    args.extend(SMALL);
+    assert_eq!(floe(&args).0, 0);
+    let deep = d.join("checkpoints").join("d/".repeat(12));
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("f"), b"x").unwrap();
+    let (code, out, err) = floe(&args);
+    assert_eq!(code, 3, "{out}\n{err}");
+    assert!(err.contains("deeper than any floe demo's folders"), "{err}");
+    assert!(deep.join("f").exists());
+}
+
 /// `floe demo --dir s3://...`: checkpoints on the S3 server, output on local disk; it
 /// crashes, recovers and verifies; a second run replaces the first one's checkpoints; then
 /// `inspect` and `verify` read the checkpoints on the URL it names. A prefix holding
