@@ -561,6 +561,35 @@ fn chaos_at_least_once_loses_nothing() {
     });
 }
 
+/// A job whose restarts run out reports the last attempt's failure and, where they were
+/// other ones, the earlier attempts' (helper-47: a demo reported only its last attempt's
+/// planned crash, not the failure that had used up its restarts).
+#[test]
+fn a_job_out_of_restarts_names_the_earlier_attempts_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(dir.path().join("ckpt"), StorageConfig::default()).unwrap();
+    let mut cfg = config(&storage, Mode::ExactlyOnce);
+    cfg.restart = RestartStrategy { max_attempts: 1, delay: Duration::ZERO };
+    // Each fires once per job, in the first attempt that reaches it: the first attempt
+    // fails at its 5th record, the second at its 7th.
+    cfg.failures = [5, 7]
+        .map(|n| InjectedFailure {
+            operator: "windows".into(),
+            subtask: 0,
+            at: FailAt::Record(n),
+            panic: false,
+        })
+        .to_vec();
+    let err = job(3, &dir.path().join("out"), true, 2).execute(&cfg).expect_err("the job must fail");
+    let floe::Error::JobFailed { restarts: 1, cause } = &err else { panic!("{err}") };
+    let text = cause.to_string();
+    assert!(text.contains("at record 7"), "{text}");
+    assert!(
+        text.contains("earlier attempts failed otherwise: attempt 1: ") && text.contains("at record 5"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_failure_right_after_a_savepoint_republishes_nothing() {
     // The savepoint commits no side effects: the restart goes back to the latest

@@ -508,7 +508,8 @@ fn run(
                     });
                 }
                 if run.result.restarts >= config.restart.max_attempts {
-                    return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(e) });
+                    let cause = with_earlier(e, &run.result.failures);
+                    return Err(Error::JobFailed { restarts: run.result.restarts, cause: Box::new(cause) });
                 }
                 run.result.restarts += 1;
                 std::thread::sleep(config.restart.delay);
@@ -1258,6 +1259,30 @@ fn check_key_groups(plan: &JobPlan, m: &crate::format::Manifest, max_parallelism
 }
 
 /// `e` with `note` on where it happened (in parentheses after its reason).
+/// The last attempt's failure `e` of a job whose restarts ran out, noting the earlier
+/// attempts' failures (`failures`, the last being `e`'s) when they were other ones: the
+/// first cause of a run of failures may be the one to fix (helper-47: a demo whose sink
+/// was refused in one attempt reported only a later attempt's planned crash). Only a
+/// task's failure or panic gets the note; other errors keep their kind.
+fn with_earlier(e: Error, failures: &[String]) -> Error {
+    if !matches!(e, Error::TaskFailed { .. } | Error::TaskPanicked { .. }) {
+        return e;
+    }
+    let Some((last, earlier)) = failures.split_last() else { return e };
+    let mut seen: Vec<String> = Vec::new();
+    for (i, f) in earlier.iter().enumerate() {
+        if f != last && !seen.iter().any(|s| s.ends_with(f.as_str())) {
+            let short: String = f.chars().take(300).collect();
+            seen.push(format!("attempt {}: {short}", i + 1));
+        }
+    }
+    if seen.is_empty() {
+        e
+    } else {
+        noted(e, &format!("earlier attempts failed otherwise: {}", seen.join("; ")))
+    }
+}
+
 fn noted(e: Error, note: &str) -> Error {
     match e {
         Error::TaskFailed { task, reason } => {
