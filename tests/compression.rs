@@ -387,10 +387,14 @@ fn adaptive_follows_the_disk_and_the_data() {
     // Both kinds are there (the test is not vacuous). Random blocks got the full effort
     // only as the file's first block (nothing measured yet) or as probes (every 61st
     // block); the first of each random unit, after a compressible one, the fast effort
-    // outright; the others were stored.
+    // outright; the others were stored. On a loaded machine a write to the instant disk
+    // can take a scheduler's time slice (its pace is wall-clock time, the encoders' is
+    // their CPU time), and for the blocks after it the disk looks slower than the
+    // encoders: seen 17 of 128 at the full effort with two other processes busy. A chooser
+    // that does not follow the disk gives them all the full effort (Lz4) or none.
     assert!(paying > 20 && random > 20, "{paying} compressible blocks, {random} random ones");
     let probes = (paying + random) / PROBE + 1;
-    assert!(full <= probes + 1, "{full} of {random} random blocks at the full effort");
+    assert!(full <= (probes + 1).max(random / 4), "{full} of {random} random blocks at the full effort");
     assert!(stored * 3 > random, "{stored} of {random} random blocks stored");
     // The price of the fast effort on these records (short-period repeats, which it
     // strides over): measured 1.6-1.7x `Lz4`'s bytes for the compressible blocks.
