@@ -329,9 +329,16 @@ impl CheckpointStorage {
         for e in self.io.list_dir(&savepoints).unwrap_or_default() {
             if e.kind == EntryKind::Dir && layout::parse_savepoint_dir_name(&e.name).is_some() {
                 let sp = savepoints.join(&e.name);
-                // Its data/ only if it is a real directory: a link there leads outside.
-                if matches!(self.io.stat(&sp.join(DATA_DIR)), Ok((EntryKind::Dir, _))) {
-                    dirs.push(sp.join(DATA_DIR));
+                // Its data/ only if it is a real directory: a link there leads outside (said,
+                // as gc names it foreign: temp files behind it are not looked for).
+                match self.io.stat(&sp.join(DATA_DIR)) {
+                    Ok((EntryKind::Dir, _)) => dirs.push(sp.join(DATA_DIR)),
+                    Ok((kind, _)) => self.note_cleanup_error(format!(
+                        "{} is {}, not a directory (never followed): temp files there are not looked for",
+                        sp.join(DATA_DIR).display(),
+                        kind.describe()
+                    )),
+                    Err(_) => {}
                 }
                 dirs.push(sp);
             }

@@ -106,6 +106,9 @@ pub fn exit_status(e: &Error, dir: Option<&Path>) -> u8 {
         Error::Io { .. } | Error::NoSpace { .. } | Error::NotOurs { .. } | Error::ReadOnly { .. } => {
             status::UNREADABLE
         }
+        // The demo's run found no checkpoint to restore or check (its folders changed
+        // under it): an I/O error of the run, not a usage error.
+        Error::NotFound(_) if dir.is_none() => status::UNREADABLE,
         Error::NotFound(_) => match dir {
             // The directory or its FLOE marker is missing.
             Some(d) if open_read_only(d).is_err() => status::UNREADABLE,
@@ -461,5 +464,7 @@ mod newest_tests {
         let gone = Error::io("open", dir.path().join("LOCK"), std::io::ErrorKind::NotFound.into());
         assert_eq!(exit_status(&gone, Some(dir.path())), status::DAMAGED);
         assert_eq!(exit_status(&gone, None), status::UNREADABLE);
+        let none = Error::NotFound("no readable checkpoint in x".into());
+        assert_eq!(exit_status(&none, None), status::UNREADABLE);
     }
 }
