@@ -302,12 +302,11 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
             });
             bar.finish_and_clear();
             if interrupted.load(Ordering::SeqCst) {
-                match report {
-                    Err(floe::Error::Cancelled(m)) => eprintln!("floe: {m}"),
-                    Err(e) => eprintln!("floe: interrupted: {e}"),
-                    Ok(_) => eprintln!("floe: interrupted after the demo finished"),
+                let (line, cancelled) = after_interrupt(&report);
+                eprintln!("{line}");
+                if cancelled {
+                    return Ok(ExitCode::from(130));
                 }
-                return Ok(ExitCode::from(130));
             }
             let report = report?;
             let out = if json {
@@ -319,6 +318,17 @@ fn run(cli: Cli) -> floe::Result<ExitCode> {
             ExitCode::from(if report.verified { inspect::status::OK } else { inspect::status::DAMAGED })
         }
     })
+}
+
+/// What a Ctrl-C made of the demo's `report`: the line to print and whether the demo was
+/// cancelled by it (exit 130). One that came after the demo had finished, or had failed
+/// on its own (refused a locked directory, say), leaves that result and its exit status.
+fn after_interrupt<T>(report: &floe::Result<T>) -> (String, bool) {
+    match report {
+        Err(floe::Error::Cancelled(m)) => (format!("floe: {m}"), true),
+        Ok(_) => ("floe: warning: interrupted after the demo finished; its result stands".into(), false),
+        Err(_) => ("floe: warning: interrupted after the demo failed; its error stands".into(), false),
+    }
 }
 
 impl Command {
@@ -397,4 +407,21 @@ fn fail(json: bool, status: u8, line: &str) -> ExitCode {
         println!("{}", serde_json::json!({ "error": line, "status": status }));
     }
     ExitCode::from(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exit 130 only for a demo the Ctrl-C cancelled (helper-48: a demo refusing a locked
+    /// directory, interrupted meanwhile, said "interrupted" and exited 130, not 4).
+    #[test]
+    fn only_a_cancelled_demo_exits_as_interrupted() {
+        let cancelled: floe::Result<()> = Err(floe::Error::Cancelled("interrupted: cancelled".into()));
+        assert!(after_interrupt(&cancelled).1);
+        let locked: floe::Result<()> = Err(floe::Error::Locked { path: "d".into(), holder: "pid 1".into() });
+        let (line, cancelled) = after_interrupt(&locked);
+        assert!(!cancelled && line.contains("its error stands"), "{line}");
+        assert!(!after_interrupt(&Ok(())).1);
+    }
 }
