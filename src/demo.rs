@@ -226,7 +226,7 @@ fn prepare(dir: &Path) -> Result<(RootedIo, DirLock)> {
     // link, never what it leads to).
     let checkpoints = dir.join("checkpoints");
     if let Ok((EntryKind::Dir, _)) = io.stat(&checkpoints) {
-        let at = io.open_child(&checkpoints).and_then(|c| c.root_fd());
+        let at = io.open_child(&checkpoints).and_then(|c| c.root_at());
         let at = at.map_err(|e| Error::io("open", &checkpoints, e))?;
         if let Some(holder) = DirLock::held_by_at(&at, &checkpoints)? {
             return Err(Error::Locked { path: checkpoints, holder });
@@ -466,14 +466,19 @@ pub fn run_demo(o: &DemoOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<D
         // a link there is someone else's doing, and the storage and the sink work in the
         // folders opened here even if a name is swapped later.
         let (checkpoints, output) = (o.dir.join("checkpoints"), o.dir.join("output"));
-        let mut opened = Vec::new();
-        for d in [&checkpoints, &output] {
+        let make = |d: &Path| -> Result<RootedIo> {
             io.create_dir_all(d).map_err(|e| Error::io("create dir", d, e))?;
-            opened.push(io.open_child(d).map_err(|e| Error::io("open", d, e))?);
-        }
+            io.open_child(d).map_err(|e| Error::io("open", d, e))
+        };
+        let (checkpoints_io, output_io) = (make(&checkpoints)?, make(&output)?);
         io.sync_dir(&o.dir).map_err(|e| Error::io("fsync dir", &o.dir, e))?;
-        let output_io = Arc::new(opened.pop().ok_or_else(|| Error::NotFound("the output folder".into()))?);
-        Prepared { checkpoints, checkpoints_io: opened.pop(), output, output_io, _locks: vec![lock] }
+        Prepared {
+            checkpoints,
+            checkpoints_io: Some(checkpoints_io),
+            output,
+            output_io: Arc::new(output_io),
+            _locks: vec![lock],
+        }
     };
     let (checkpoints_dir, output_dir) = (prepared.checkpoints.clone(), prepared.output.clone());
     let storage = match prepared.checkpoints_io {

@@ -126,30 +126,39 @@ impl NotAFolder {
     /// What folder `name` of `at` is, [`walk_folder`] having failed with `e`; `None` when
     /// `e` is another failure than its not being a directory.
     pub(crate) fn of(at: &OwnedFd, name: &OsStr, e: rustix::io::Errno) -> Option<NotAFolder> {
-        use rustix::fs::FileType;
         use rustix::io::Errno;
         if e != Errno::LOOP && e != Errno::NOTDIR {
             return None;
         }
         Some(match rustix::fs::statat(at, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => NotAFolder::Changed,
-            Ok(st) => NotAFolder::Is(raw_kind_name(st.st_mode)),
+            Ok(st) => NotAFolder::seen(&st),
             Err(_) => NotAFolder::Is("not a directory"),
         })
     }
 
+    /// What a folder whose open failed as not a directory is, as `st` (its `lstat`) shows.
+    pub(crate) fn seen(st: &rustix::fs::Stat) -> NotAFolder {
+        match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::Directory => NotAFolder::Changed,
+            _ => NotAFolder::Is(raw_kind_name(st.st_mode)),
+        }
+    }
+
     /// "folder NAME on {way} ...", saying `followed` after a link.
     pub(crate) fn describe(&self, name: &OsStr, way: &str, followed: &str) -> String {
-        let folder = name.to_string_lossy();
+        self.describe_as(&format!("folder {} on {way}", name.to_string_lossy()), followed)
+    }
+
+    /// "`subject` is ..." or "`subject` changed while it was opened ...", saying
+    /// `followed` after a link.
+    pub(crate) fn describe_as(&self, subject: &str, followed: &str) -> String {
         match self {
             NotAFolder::Changed => {
-                format!(
-                    "folder {folder} on {way} changed while it was opened (it was not a directory; not followed)"
-                )
+                format!("{subject} changed while it was opened (it was not a directory; not followed)")
             }
             NotAFolder::Is(what) => {
                 let link = if *what == "a symbolic link" { followed } else { "" };
-                format!("folder {folder} on {way} is {what}, not a directory{link}")
+                format!("{subject} is {what}, not a directory{link}")
             }
         }
     }

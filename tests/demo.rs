@@ -81,6 +81,13 @@ fn demo_refuses_a_directory_that_is_not_a_demo() {
     );
 }
 
+/// A small demo without its crash, in demo directory `d`.
+fn small_demo(d: &std::path::Path) -> (i32, String, String) {
+    let mut args = vec!["demo", "--dir", d.to_str().unwrap(), "--no-crash"];
+    args.extend(SMALL);
+    floe(&args)
+}
+
 /// A previous demo directory whose `checkpoints` is a link to another floe directory,
 /// locked by its writer (helper-47: the demo probed that directory's LOCK through the
 /// link, read its holder's line and refused with exit 4 naming it): the link is never
@@ -90,10 +97,7 @@ fn demo_refuses_a_directory_that_is_not_a_demo() {
 fn demo_never_follows_a_link_planted_as_its_checkpoints_folder() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("data");
-    let ds = d.to_str().unwrap();
-    let mut args = vec!["demo", "--dir", ds, "--no-crash"];
-    args.extend(SMALL);
-    assert_eq!(floe(&args).0, 0);
+    assert_eq!(small_demo(&d).0, 0);
     let other = tmp.path().join("other");
     std::fs::rename(d.join("checkpoints"), &other).unwrap();
     let writer = floe::checkpoint::CheckpointStorage::open(&other, Default::default()).unwrap();
@@ -105,7 +109,7 @@ fn demo_never_follows_a_link_planted_as_its_checkpoints_folder() {
         v
     };
     let before = listing(&other);
-    let (code, out, err) = floe(&args);
+    let (code, out, err) = small_demo(&d);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(!err.contains("pid"), "the other directory's holder was read: {err}");
     assert!(std::fs::symlink_metadata(d.join("checkpoints")).unwrap().is_dir(), "the link stayed");
@@ -122,14 +126,11 @@ fn demo_never_follows_a_link_planted_as_its_checkpoints_folder() {
 fn demo_refuses_to_clear_a_tree_deeper_than_a_demo_writes() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("data");
-    let ds = d.to_str().unwrap();
-    let mut args = vec!["demo", "--dir", ds, "--no-crash"];
-    args.extend(SMALL);
-    assert_eq!(floe(&args).0, 0);
+    assert_eq!(small_demo(&d).0, 0);
     let deep = d.join("checkpoints").join("d/".repeat(12));
     std::fs::create_dir_all(&deep).unwrap();
     std::fs::write(deep.join("f"), b"x").unwrap();
-    let (code, out, err) = floe(&args);
+    let (code, out, err) = small_demo(&d);
     assert_eq!(code, 3, "{out}\n{err}");
     assert!(err.contains("deeper than any floe demo's folders"), "{err}");
     assert!(deep.join("f").exists());

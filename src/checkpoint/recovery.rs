@@ -139,11 +139,11 @@ pub fn stat_listed_any(dir: &Path, rel: &str) -> Result<std::io::Result<(super::
     Ok(io.stat(&path))
 }
 
-/// The handle a restore from the manifest at `path` (a local path or a URL) reads it and
-/// its checkpoint's files through, and the manifest's path for it: one handle for the
-/// whole restore, reaching the manifest's folder without following a link (from the
+/// The handle to read the manifest at `path` (a local path or a URL) and its checkpoint's
+/// files through, and the manifest's path for it: one handle (for a restore, the whole
+/// restore's), reaching the manifest's folder without following a link (from the
 /// checkpoint directory for a savepoint), opened at its first use.
-pub(crate) fn restore_io(path: &Path) -> Result<(std::sync::Arc<dyn Io>, PathBuf)> {
+pub(crate) fn manifest_io(path: &Path) -> Result<(std::sync::Arc<dyn Io>, PathBuf)> {
     let (path, io) = super::object::resolve(path)?;
     match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
         (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => Ok(rooted_for(io, dir, name)),

@@ -102,10 +102,7 @@ impl RootedIo {
     /// root without following a link (`path` itself included), opened now: a folder floe
     /// made below a directory it works in (the demo's `checkpoints` and `output`).
     pub(crate) fn open_child(&self, path: &Path) -> io::Result<RootedIo> {
-        let Place::Below(at, name) = self.place_io(path)? else {
-            let what = format!("{}: not below {}", path.display(), self.root.display());
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
-        };
+        let (at, name) = self.below(path)?;
         let opened = rustix::fs::openat(&at, name, Self::CHILD, Mode::empty());
         let fd =
             Self::child_opened(opened, || rustix::fs::statat(&at, name, AtFlags::SYMLINK_NOFOLLOW), path)?;
@@ -126,38 +123,29 @@ impl RootedIo {
         match opened {
             Ok(fd) => Ok(fd),
             Err(e @ (Errno::LOOP | Errno::NOTDIR)) => {
-                let why = match stat() {
-                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-                        format!(
-                            "{} changed while it was opened (it was not a directory; not followed)",
-                            root.display()
-                        )
-                    }
-                    Ok(st) => {
-                        let what = raw_kind_name(st.st_mode);
-                        let followed = if what == "a symbolic link" { " (never followed)" } else { "" };
-                        format!("{} is {what}, not a directory{followed}", root.display())
-                    }
-                    Err(_) => return Err(e.into()),
-                };
+                let st = stat().map_err(|_| io::Error::from(e))?;
+                let why = NotAFolder::seen(&st).describe_as(&root.display().to_string(), " (never followed)");
                 Err(io::Error::new(io::ErrorKind::NotADirectory, why))
             }
             Err(e) => Err(e.into()),
         }
     }
 
-    /// A new handle on the root directory (opened now if it was not yet).
-    pub(crate) fn root_fd(&self) -> io::Result<OwnedFd> {
-        self.root_at()
+    /// The folder holding `path`, a path below the root, and its name there.
+    fn below<'a>(&self, path: &'a Path) -> io::Result<(OwnedFd, &'a OsStr)> {
+        match self.place_io(path)? {
+            Place::Below(at, name) => Ok((at, name)),
+            Place::Elsewhere => {
+                let what = format!("{}: not below {}", path.display(), self.root.display());
+                Err(io::Error::new(io::ErrorKind::InvalidInput, what))
+            }
+        }
     }
 
     /// Opens `path` below the root to append to it, creating it if missing (a regular file
     /// only: a link there is refused, a FIFO fails without blocking).
     pub fn open_append(&self, path: &Path) -> io::Result<std::fs::File> {
-        let Place::Below(at, name) = self.place_io(path)? else {
-            let what = format!("{}: not below {}", path.display(), self.root.display());
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
-        };
+        let (at, name) = self.below(path)?;
         let flags = OFlags::WRONLY
             | OFlags::APPEND
             | OFlags::CREATE
@@ -175,7 +163,7 @@ impl RootedIo {
     }
 
     /// The root directory as opened at the first operation (a new handle on it).
-    fn root_at(&self) -> io::Result<OwnedFd> {
+    pub(crate) fn root_at(&self) -> io::Result<OwnedFd> {
         if let Some(fd) = self.root_fd.get() {
             return fd.try_clone();
         }

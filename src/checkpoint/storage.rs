@@ -1194,12 +1194,8 @@ pub fn read_manifest_file(path: &Path) -> Result<Manifest> {
 /// checkpoint's manifest). A file there of any other contents, or not a regular file, is
 /// damage ([`Error::Corrupt`] naming it and the first byte that differs).
 pub fn sinks_committed(path: &Path, manifest: &Manifest) -> Result<bool> {
-    let savepoint = manifest.kind == ManifestKind::Savepoint;
-    let (name, _) = layout::sinks_committed_record(savepoint, manifest.checkpoint_id);
-    let (path, io) = super::object::resolve(path)?;
-    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     // Looked at from the checkpoint directory without following a link.
-    let io = if dir.as_os_str().is_empty() { io } else { super::recovery::rooted_for(io, &dir, &name).0 };
+    let (io, path) = super::recovery::manifest_io(path)?;
     sinks_committed_with(&*io, &path, manifest)
 }
 

@@ -417,7 +417,7 @@ fn run(
         Some(p) => {
             // One handle for the whole restore, reaching the checkpoint's folder without
             // following a link (for a savepoint, from its checkpoint directory).
-            let (io, path) = crate::checkpoint::recovery::restore_io(p)?;
+            let (io, path) = crate::checkpoint::recovery::manifest_io(p)?;
             let manifest = read_manifest_with(&*io, &path)?;
             let sinks_committed = sinks_committed_with(&*io, &path, &manifest)?;
             Some((p, io, manifest, sinks_committed))
@@ -1258,7 +1258,6 @@ fn check_key_groups(plan: &JobPlan, m: &crate::format::Manifest, max_parallelism
     }
 }
 
-/// `e` with `note` on where it happened (in parentheses after its reason).
 /// The last attempt's failure `e` of a job whose restarts ran out, noting the earlier
 /// attempts' failures (`failures`, the last being `e`'s) when they were other ones: the
 /// first cause of a run of failures may be the one to fix (helper-47: a demo whose sink
@@ -1283,6 +1282,7 @@ fn with_earlier(e: Error, failures: &[String]) -> Error {
     }
 }
 
+/// `e` with `note` on where it happened (in parentheses after its reason).
 fn noted(e: Error, note: &str) -> Error {
     match e {
         Error::TaskFailed { task, reason } => {

@@ -362,6 +362,11 @@ fn check_subtask(subtask: u32, parallelism: u32) -> Result<()> {
     Ok(())
 }
 
+/// Makes the entries of the output directory `dir`, `io`'s root, durable.
+fn sync_output(io: &RootedIo, dir: &Path) -> Result<()> {
+    io.sync_dir(dir).map_err(|e| Error::io("fsync dir", dir, e))
+}
+
 /// Opens the output directory `dir` as the root of the sink's file operations; a link
 /// there (planted, or swapped in since it was checked) is refused.
 fn open_output_dir(dir: &Path) -> Result<RootedIo> {
@@ -497,7 +502,7 @@ impl<T> FileSink<T> {
         f.out.flush().map_err(|e| Error::io("write", &f.path, e))?;
         f.out.get_mut().sync_all().map_err(|e| Error::io("fsync", &f.path, e))?;
         if !f.entry_synced {
-            io.sync_dir(dir).map_err(|e| Error::io("fsync dir", dir, e))?;
+            sync_output(io, dir)?;
             f.entry_synced = true;
         }
         Ok(())
@@ -514,7 +519,7 @@ impl<T> FileSink<T> {
     }
 
     fn sync_dir(&self) -> Result<()> {
-        self.io.sync_dir(&self.dir).map_err(|e| Error::io("fsync dir", &self.dir, e))
+        sync_output(&self.io, &self.dir)
     }
 
     fn decode(&self, committable: &[u8]) -> Result<FileCommittable> {
